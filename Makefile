@@ -1,0 +1,57 @@
+# nagare build. Everything a fresh Debian 12 machine (as root) needs is
+# installed by `make deps`; `make quickstart` and `make test` call it first.
+
+GO        ?= go
+BIN       := bin
+GOFLAGS   ?=
+PKGS      := ./...
+# Debian packages the build, the tests and the lab use.
+APT_PKGS  := clang llvm libbpf-dev gcc-multilib iproute2 ethtool iputils-ping \
+             sockperf iperf3 stress-ng openvswitch-switch openvswitch-common \
+             bpftool tcpdump python3-venv
+
+.PHONY: all deps generate build vet test test-short bench fuzz quickstart clean
+
+all: build
+
+# deps installs the system packages that are missing (idempotent, no network
+# access when everything is present already).
+deps:
+	@scripts/deps.sh $(APT_PKGS)
+
+# generate compiles bpf/*.c with clang and writes the Go bindings (bpf2go).
+generate:
+	$(GO) generate ./pkg/datapath/...
+
+build: generate
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+vet: generate
+	$(GO) vet $(PKGS)
+
+# test runs the whole suite. Datapath, namespace and lab tests need root;
+# CI runs as root.
+test: deps build vet
+	$(GO) test -count=1 -timeout 40m $(PKGS)
+
+# test-short skips everything that needs root or network namespaces.
+test-short: generate
+	$(GO) test -short -count=1 $(PKGS)
+
+# bench prints the fast path's BPF_PROG_RUN numbers (ns per packet).
+bench: deps generate
+	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./pkg/datapath/
+
+# fuzz runs each fuzz target for FUZZTIME (default 30s).
+FUZZTIME ?= 30s
+fuzz: generate
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./pkg/datapath/
+
+# quickstart is the README's main job: the lab's default scenario.
+quickstart: deps build
+	$(BIN)/nagarectl lab run quickstart
+
+clean:
+	rm -rf $(BIN)
+	find pkg -name '*_bpfel.go' -delete -o -name '*_bpfel.o' -delete
