@@ -1,0 +1,351 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* actions.h — replay a flow's action list on a packet.
+ *
+ * Two modes share this code, so a packet userspace executes is treated
+ * exactly like a cached one:
+ *   MODE_PATH     the packet is on its way through a port's ingress hook;
+ *                 the last output becomes the program's redirect verdict
+ *                 (bpf_redirect / bpf_redirect_peer), earlier outputs are
+ *                 clones.
+ *   MODE_EXECUTE  the packet came from userspace through BPF_PROG_RUN,
+ *                 which ignores redirect verdicts: every output is a clone
+ *                 sent at once (bpf_clone_redirect transmits immediately).
+ *
+ * Header rewrites go through the skb helpers with the offsets found by the
+ * parser, and fix IPv4 and L4 checksums incrementally. For packets with
+ * CHECKSUM_PARTIAL (a pod with tx offload), l4_csum_replace only adjusts
+ * the pseudo-header part, which is what the device will complete later.
+ */
+#ifndef NAGARE_ACTIONS_H
+#define NAGARE_ACTIONS_H
+
+#include "maps.h"
+#include "parse.h"
+#include "upcall.h"
+
+enum exec_mode { MODE_PATH = 0, MODE_EXECUTE = 1 };
+
+/* A packet marked so has been handled already (delivered to the stack by
+ * ACT_LOCAL as a clone); let it pass when it comes back to a port hook. */
+#define NAGARE_MARK_BYPASS 0x4e470001
+
+/* Test builds record every output decision (bpf2go tests set this). */
+volatile const __u32 trace_outputs = 0;
+
+#define TRACE_MAX 8
+struct out_trace {
+	__u32 n;
+	__u32 verdict;
+	struct {
+		__u32 ifindex;
+		__u32 flags;
+	} out[TRACE_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct out_trace);
+} out_traces SEC(".maps");
+
+static __always_inline void trace_output(__u32 ifindex, __u32 flags)
+{
+	__u32 zero = 0;
+	struct out_trace *t;
+
+	if (!trace_outputs)
+		return;
+	t = bpf_map_lookup_elem(&out_traces, &zero);
+	if (t && t->n < TRACE_MAX) {
+		__u32 n = t->n & (TRACE_MAX - 1);
+		t->out[n].ifindex = ifindex;
+		t->out[n].flags = flags;
+		t->n++;
+	}
+}
+
+static __always_inline int l4_csum_off(__u8 proto)
+{
+	switch (proto) {
+	case IPPROTO_TCP:
+		return offsetof(struct tcphdr, check);
+	case IPPROTO_UDP:
+		return offsetof(struct udphdr, check);
+	case IPPROTO_ICMPV6:
+		return 2;
+	}
+	return -1;
+}
+
+static __always_inline __u64 l4_csum_flags(__u8 proto, __u64 size)
+{
+	/* A zero UDP checksum means "none" and must stay zero. */
+	return proto == IPPROTO_UDP ? size | BPF_F_MARK_MANGLED_0 : size;
+}
+
+static __always_inline int set_ipv4_addr(struct __sk_buff *skb, struct parse_state *ps,
+					 __u8 proto, __u32 field, __be32 new)
+{
+	__u32 off = ps->l3_off + field;
+	__be32 old;
+	int csum = l4_csum_off(proto);
+
+	if (ps->l3 != L3_IPV4)
+		return 0;
+	if (bpf_skb_load_bytes(skb, off, &old, 4) < 0)
+		return -1;
+	if (ps->l4_off && csum >= 0 && proto != IPPROTO_ICMPV6 &&
+	    bpf_l4_csum_replace(skb, ps->l4_off + csum, old, new,
+				l4_csum_flags(proto, 4) | BPF_F_PSEUDO_HDR) < 0)
+		return -1;
+	if (bpf_l3_csum_replace(skb, ps->l3_off + offsetof(struct iphdr, check), old, new, 4) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, off, &new, 4, 0);
+}
+
+static __always_inline int set_ipv6_addr(struct __sk_buff *skb, struct parse_state *ps,
+					 __u8 proto, __u32 field, const __be32 *new6)
+{
+	__u32 off = ps->l3_off + field;
+	__be32 old[4], new[4];
+	int csum = l4_csum_off(proto);
+
+	if (ps->l3 != L3_IPV6)
+		return 0;
+	__builtin_memcpy(new, new6, 16);
+	if (bpf_skb_load_bytes(skb, off, old, 16) < 0)
+		return -1;
+	if (ps->l4_off && csum >= 0) {
+		__s64 diff = bpf_csum_diff(old, 16, new, 16, 0);
+		if (bpf_l4_csum_replace(skb, ps->l4_off + csum, 0, diff,
+					l4_csum_flags(proto, 0) | BPF_F_PSEUDO_HDR) < 0)
+			return -1;
+	}
+	return bpf_skb_store_bytes(skb, off, new, 16, 0);
+}
+
+static __always_inline int set_tp_port(struct __sk_buff *skb, struct parse_state *ps,
+				       __u8 proto, __u32 field, __be16 new)
+{
+	__be16 old;
+	int csum = l4_csum_off(proto);
+
+	if (!ps->l4_off || (proto != IPPROTO_TCP && proto != IPPROTO_UDP))
+		return 0;
+	if (bpf_skb_load_bytes(skb, ps->l4_off + field, &old, 2) < 0)
+		return -1;
+	if (bpf_l4_csum_replace(skb, ps->l4_off + csum, old, new, l4_csum_flags(proto, 2)) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, ps->l4_off + field, &new, 2, 0);
+}
+
+static __always_inline int set_tos(struct __sk_buff *skb, struct parse_state *ps,
+				   __u8 bits, __u8 mask)
+{
+	if (ps->l3 == L3_IPV4) {
+		__be16 old, new;
+		__u8 *b = (__u8 *)&new;
+
+		if (bpf_skb_load_bytes(skb, ps->l3_off, &old, 2) < 0)
+			return -1;
+		new = old;
+		b[1] = (b[1] & ~mask) | (bits & mask);
+		if (bpf_l3_csum_replace(skb, ps->l3_off + offsetof(struct iphdr, check), old, new, 2) < 0)
+			return -1;
+		return bpf_skb_store_bytes(skb, ps->l3_off, &new, 2, 0);
+	}
+	if (ps->l3 == L3_IPV6) {
+		__be32 w;
+		__u32 h, tc;
+
+		if (bpf_skb_load_bytes(skb, ps->l3_off, &w, 4) < 0)
+			return -1;
+		h = bpf_ntohl(w);
+		tc = (h >> 20) & 0xff;
+		tc = (tc & ~mask) | (bits & mask);
+		h = (h & ~(0xffu << 20)) | (tc << 20);
+		w = bpf_htonl(h);
+		return bpf_skb_store_bytes(skb, ps->l3_off, &w, 4, 0);
+	}
+	return 0;
+}
+
+/* dec_ttl returns 0, -1 on helper failure, or 1 when the TTL ran out. */
+static __always_inline int dec_ttl(struct __sk_buff *skb, struct parse_state *ps)
+{
+	if (ps->l3 == L3_IPV4) {
+		__be16 old, new;
+		__u8 *b = (__u8 *)&new;
+		__u32 off = ps->l3_off + offsetof(struct iphdr, ttl);
+
+		if (bpf_skb_load_bytes(skb, off, &old, 2) < 0)
+			return -1;
+		new = old;
+		if (b[0] <= 1)
+			return 1;
+		b[0]--;
+		if (bpf_l3_csum_replace(skb, ps->l3_off + offsetof(struct iphdr, check), old, new, 2) < 0)
+			return -1;
+		return bpf_skb_store_bytes(skb, off, &new, 2, 0);
+	}
+	if (ps->l3 == L3_IPV6) {
+		__u8 hl;
+		__u32 off = ps->l3_off + offsetof(struct ipv6hdr, hop_limit);
+
+		if (bpf_skb_load_bytes(skb, off, &hl, 1) < 0)
+			return -1;
+		if (hl <= 1)
+			return 1;
+		hl--;
+		return bpf_skb_store_bytes(skb, off, &hl, 1, 0);
+	}
+	return 0;
+}
+
+static __always_inline int set_tunnel(struct __sk_buff *skb, const struct action *a,
+				      const struct flow_key *key)
+{
+	struct bpf_tunnel_key tk = {};
+
+	tk.tunnel_id = a->arg32;
+	tk.remote_ipv4 = bpf_ntohl(a->tun.remote);
+	tk.local_ipv4 = bpf_ntohl(a->tun.local);
+	tk.tunnel_tos = (a->flags & TUN_TOS_INHERIT) ? key->nw_tos : a->tun.tos;
+	tk.tunnel_ttl = a->tun.ttl ? a->tun.ttl : 64;
+	return bpf_skb_set_tunnel_key(skb, &tk, sizeof(tk), 0);
+}
+
+/* clone_out sends a copy of the packet as it is now. */
+static __always_inline int clone_out(struct __sk_buff *skb, const struct action *a)
+{
+	__u64 flags = (a->flags & OUT_INGRESS) ? BPF_F_INGRESS : 0;
+
+	return bpf_clone_redirect(skb, a->arg32, flags);
+}
+
+/* run_actions applies fe's actions to skb and returns the TC verdict.
+ *
+ * A global (non-inlined) function: the verifier checks it once on its own
+ * instead of once for every path through the lookup that reaches it, which
+ * keeps the entry program far below the verifier's complexity limit. */
+__noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
+			   struct parse_state *ps, const struct flow_key *key, int mode)
+{
+	int verdict = TC_ACT_SHOT, have_output = 0;
+	__u32 i, n;
+	__u8 proto;
+
+	if (!skb || !fe || !ps || !key)
+		return TC_ACT_SHOT;
+	n = fe->n_actions;
+	proto = key->nw_proto;
+	if (n == 0)
+		return drop(DROP_ACTION);
+
+	for (i = 0; i < MAX_ACTIONS; i++) {
+		const struct action *a;
+		int err = 0;
+
+		if (i >= n)
+			break;
+		a = &fe->actions[i];
+		switch (a->type) {
+		case ACT_OUTPUT:
+			trace_output(a->arg32, a->flags);
+			have_output = 1;
+			if (mode == MODE_EXECUTE || !(a->flags & OUT_LAST)) {
+				if (clone_out(skb, a) < 0)
+					drop(DROP_REDIRECT);
+				break;
+			}
+			if (a->flags & OUT_PEER)
+				verdict = bpf_redirect_peer(a->arg32, 0);
+			else
+				verdict = bpf_redirect(a->arg32, (a->flags & OUT_INGRESS) ? BPF_F_INGRESS : 0);
+			if (verdict != TC_ACT_REDIRECT)
+				return drop(DROP_REDIRECT);
+			break;
+		case ACT_LOCAL:
+			trace_output(skb->ifindex, OUT_INGRESS);
+			have_output = 1;
+			if (mode == MODE_EXECUTE || !(a->flags & OUT_LAST)) {
+				__u32 mark = skb->mark;
+
+				skb->mark = NAGARE_MARK_BYPASS;
+				if (bpf_clone_redirect(skb, skb->ifindex, BPF_F_INGRESS) < 0)
+					drop(DROP_REDIRECT);
+				skb->mark = mark;
+				break;
+			}
+			verdict = TC_ACT_OK;
+			break;
+		case ACT_SET_ETH_SRC:
+			err = bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_source), a->mac, 6, 0);
+			break;
+		case ACT_SET_ETH_DST:
+			err = bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_dest), a->mac, 6, 0);
+			break;
+		case ACT_SET_IPV4_SRC:
+			err = set_ipv4_addr(skb, ps, proto, offsetof(struct iphdr, saddr), a->arg32);
+			break;
+		case ACT_SET_IPV4_DST:
+			err = set_ipv4_addr(skb, ps, proto, offsetof(struct iphdr, daddr), a->arg32);
+			break;
+		case ACT_SET_IPV6_SRC:
+			err = set_ipv6_addr(skb, ps, proto, offsetof(struct ipv6hdr, saddr), a->ip6);
+			break;
+		case ACT_SET_IPV6_DST:
+			err = set_ipv6_addr(skb, ps, proto, offsetof(struct ipv6hdr, daddr), a->ip6);
+			break;
+		case ACT_SET_TP_SRC:
+			err = set_tp_port(skb, ps, proto, 0, a->arg16);
+			break;
+		case ACT_SET_TP_DST:
+			err = set_tp_port(skb, ps, proto, 2, a->arg16);
+			break;
+		case ACT_SET_TOS:
+			err = set_tos(skb, ps, a->arg16, a->arg32);
+			break;
+		case ACT_DEC_TTL:
+			err = dec_ttl(skb, ps);
+			if (err > 0)
+				return drop(DROP_TTL_EXCEEDED);
+			break;
+		case ACT_PUSH_VLAN:
+			if (bpf_skb_vlan_push(skb, a->arg32, a->arg16) < 0)
+				return drop(DROP_VLAN);
+			break;
+		case ACT_POP_VLAN:
+			if (bpf_skb_vlan_pop(skb) < 0)
+				return drop(DROP_VLAN);
+			if (ps->vlan_in_data) {
+				ps->vlan_in_data = 0;
+				ps->l3_off -= 4;
+				if (ps->l4_off)
+					ps->l4_off -= 4;
+			}
+			break;
+		case ACT_SET_TUNNEL:
+			if (set_tunnel(skb, a, key) < 0)
+				return drop(DROP_TUNNEL_SET);
+			break;
+		case ACT_USERSPACE:
+			have_output = 1; /* userspace now owns the packet */
+			if (send_upcall(skb, key, UPCALL_ACTION, a->u64[0]) < 0)
+				drop(DROP_UPCALL_RING_FULL);
+			break;
+		case ACT_DROP:
+			return drop(DROP_ACTION);
+		default:
+			return drop(DROP_BAD_ACTION);
+		}
+		if (err < 0)
+			return drop(DROP_REWRITE);
+	}
+	if (!have_output && mode == MODE_PATH)
+		return drop(DROP_ACTION);
+	return verdict;
+}
+
+#endif

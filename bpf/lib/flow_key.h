@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* flow_key.h — the flow key: everything a cached flow can match on.
+ *
+ * The key is 96 bytes = 12 little-endian u64 words. Masks have the same
+ * layout, so masking a key is 12 ANDs and a mask says, word by word, which
+ * words it touches at all (struct mf_mask.words). The Go twin is
+ * pkg/flow.Key; a layout test keeps the two identical (offsets from BTF).
+ *
+ * Field conventions follow Open vSwitch's datapath so that OpenFlow fields
+ * map one to one:
+ *   - ICMP/ICMPv6 type and code live in tp_src / tp_dst (network order u16
+ *     whose low byte is the value).
+ *   - ARP: opcode in nw_proto, SPA/TPA in ip_src[0]/ip_dst[0], SHA/THA in
+ *     arp_sha/arp_tha.
+ *   - vlan_tci carries the 802.1Q TCI with bit 0x1000 (CFI) forced on when a
+ *     tag is present, so "no tag" and "tag with VID 0" differ.
+ *   - nw_frag: FRAG_ANY for every fragment, plus FRAG_LATER when offset != 0
+ *     (later fragments carry no L4 header: tp_* stay zero).
+ */
+#ifndef NAGARE_FLOW_KEY_H
+#define NAGARE_FLOW_KEY_H
+
+#define FLOW_KEY_WORDS 12
+
+#define FRAG_ANY (1 << 0)
+#define FRAG_LATER (1 << 1)
+
+#define TUN_PRESENT (1 << 0)
+
+#define VLAN_CFI 0x1000
+
+struct flow_key {
+	/* word 0 */
+	__u32 in_port;   /* OpenFlow port number of the ingress port */
+	__u32 tun_id;    /* tunnel VNI (VXLAN: 24 bits) */
+	/* word 1 */
+	__be32 tun_src;  /* outer IPv4 source */
+	__be32 tun_dst;  /* outer IPv4 destination */
+	/* word 2 */
+	__u8 tun_tos;    /* outer ToS (DSCP+ECN) */
+	__u8 tun_ttl;
+	__u8 tun_flags;  /* TUN_PRESENT */
+	__u8 nw_frag;    /* FRAG_* */
+	__be16 vlan_tci; /* TCI | VLAN_CFI when tagged, network order */
+	__be16 eth_type; /* after the VLAN tag */
+	/* words 3-4 */
+	__u8 eth_src[6];
+	__u8 eth_dst[6];
+	__u8 nw_proto;   /* IP protocol, or ARP opcode (low byte) */
+	__u8 nw_tos;     /* DSCP << 2 | ECN */
+	__u8 nw_ttl;     /* TTL / hop limit */
+	__u8 pad0;
+	/* word 5 */
+	__be32 ipv6_label; /* flow label (20 bits) */
+	__be32 ip_src[4];  /* IPv4 in [0], IPv6 in [0..3]; ARP SPA */
+	__be32 ip_dst[4];  /* ARP TPA */
+	/* word 10 */
+	__be16 tp_src;     /* L4 source port / ICMP type */
+	__be16 tp_dst;     /* L4 destination port / ICMP code */
+	__be16 tcp_flags;  /* TCP flags (12 bits) */
+	__u16 pad1;
+	/* word 11 */
+	__u8 arp_sha[6];
+	__u8 arp_tha[6];
+};
+
+_Static_assert(sizeof(struct flow_key) == FLOW_KEY_WORDS * 8, "flow_key must be 12 words");
+
+#endif

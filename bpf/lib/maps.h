@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* maps.h — every map of the fast path, in one place, with its layout.
+ *
+ *   ports        ifindex → {OpenFlow port, flags}       which devices are ours
+ *   config       [0] → {n_masks, emc on/off, ...}       knobs userspace flips
+ *   masks        [mask id] → {mask, word bitmap, valid}  the tuple-space masks
+ *   mask_filter  [mask id * FILTER_SLOTS + h] → count    "may a flow under this
+ *                mask match a key hashing to h?" — lets a probe skip the hash
+ *                map for masks that cannot hit (most of them)
+ *   megaflows    {mask id, key & mask} → flow id         the megaflow table
+ *   flows        flow id → {generation, actions}         what to do
+ *   stats        flow id → per-CPU {packets, bytes, used, tcp flags}
+ *   emc          full key → per-CPU {flow id, generation} exact-match cache
+ *   upcalls      ring buffer of misses and userspace actions
+ *   exec_actions [slot] → action list for packets userspace executes
+ *   drops        [reason] → per-CPU count
+ *   counters     [event] → per-CPU count (hits, misses, upcalls)
+ *
+ * Flow ids index stats, so they are small integers that userspace
+ * allocates; a generation number makes every allocation distinct, so an
+ * exact-match entry left behind by a deleted flow never matches the flow
+ * that reuses its id.
+ */
+#ifndef NAGARE_MAPS_H
+#define NAGARE_MAPS_H
+
+#include "common.h"
+#include "flow_key.h"
+#include "drop_reasons.h"
+
+#define MAX_MASKS 64
+#define FILTER_BITS 13
+#define FILTER_SLOTS (1 << FILTER_BITS)
+#define MAX_ACTIONS 16
+#define DEFAULT_MAX_FLOWS 262144 /* userspace may resize before load */
+#define EMC_ENTRIES 65536
+#define EXEC_SLOTS 64
+#define UPCALL_RING_BYTES (8 << 20)
+
+#define PORT_TUNNEL (1 << 0) /* external-mode tunnel device: read tunnel metadata */
+
+struct port_info {
+	__u32 ofport;
+	__u32 flags;
+};
+
+struct dp_config {
+	__u32 n_masks;   /* masks[0 .. n_masks) are probed, in order */
+	__u32 emc;       /* exact-match cache on (1) or off (0) */
+	__u32 upcalls;   /* send misses to userspace (1) or drop them (0) */
+	__u32 layout;    /* 0 until userspace has initialised the maps */
+};
+
+struct mf_mask {
+	struct flow_key mask;
+	__u32 words; /* bit w set: mask word w is not zero */
+	__u32 valid;
+	__u64 pad;
+};
+
+struct megaflow_key {
+	__u32 mask_id;
+	__u32 pad;
+	struct flow_key masked;
+};
+
+enum action_type {
+	ACT_OUTPUT = 1,       /* arg32 = ifindex; flags OUT_* */
+	ACT_LOCAL = 2,        /* deliver into the stack of the ingress device */
+	ACT_SET_ETH_SRC = 3,  /* mac */
+	ACT_SET_ETH_DST = 4,  /* mac */
+	ACT_SET_IPV4_SRC = 5, /* arg32 (network order) */
+	ACT_SET_IPV4_DST = 6,
+	ACT_SET_IPV6_SRC = 7, /* ip6 */
+	ACT_SET_IPV6_DST = 8,
+	ACT_SET_TP_SRC = 9,   /* arg16 (network order) */
+	ACT_SET_TP_DST = 10,
+	ACT_SET_TOS = 11,     /* arg16 = new bits, arg32 = mask of the ToS byte to replace */
+	ACT_DEC_TTL = 12,
+	ACT_PUSH_VLAN = 13,   /* arg16 = TCI (host order), arg32 = TPID (network order) */
+	ACT_POP_VLAN = 14,
+	ACT_SET_TUNNEL = 15,  /* arg32 = VNI, tun.* ; flags TUN_TOS_INHERIT */
+	ACT_USERSPACE = 16,   /* u64[0] = cookie */
+	ACT_DROP = 17,
+	ACT__MAX,
+};
+
+#define OUT_PEER (1 << 0)    /* redirect_peer: into the netns of the veth's peer */
+#define OUT_INGRESS (1 << 1) /* deliver as if received on the device */
+#define OUT_LAST (1 << 2)    /* the final output: redirect instead of clone */
+
+#define TUN_TOS_INHERIT (1 << 0) /* outer ToS = inner ToS (VS-extend FCF) */
+
+struct action {
+	__u8 type;
+	__u8 flags;
+	__u16 arg16;
+	__u32 arg32;
+	union {
+		__u8 mac[8];
+		__be32 ip6[4];
+		struct {
+			__be32 remote;
+			__be32 local;
+			__u8 tos;
+			__u8 ttl;
+			__u16 pad;
+			__u32 pad2;
+		} tun;
+		__u64 u64[2];
+	};
+};
+
+struct flow_entry {
+	__u32 gen;        /* 0 = unused */
+	__u16 n_actions;
+	__u16 flags;
+	struct action actions[MAX_ACTIONS];
+};
+
+struct flow_stats {
+	__u64 packets;
+	__u64 bytes;
+	__u64 used;       /* bpf_ktime_get_coarse_ns() of the last packet */
+	__u16 tcp_flags;  /* OR of the TCP flags seen */
+	__u16 pad[3];
+};
+
+struct emc_entry {
+	__u32 flow_id;
+	__u32 gen;
+};
+
+enum counter {
+	CTR_EMC_HIT = 0,
+	CTR_MEGAFLOW_HIT = 1,
+	CTR_MISS = 2,
+	CTR_UPCALL = 3,       /* upcall records written (misses + userspace actions) */
+	CTR_EXECUTED = 4,     /* packets executed for userspace */
+	CTR_MASK_PROBES = 5,  /* hash map lookups done by the megaflow search */
+	CTR__MAX = 16,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct port_info);
+} ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dp_config);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_MASKS);
+	__type(key, __u32);
+	__type(value, struct mf_mask);
+} masks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_MASKS * FILTER_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} mask_filter SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DEFAULT_MAX_FLOWS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct megaflow_key);
+	__type(value, __u32);
+} megaflows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DEFAULT_MAX_FLOWS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct flow_entry);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DEFAULT_MAX_FLOWS);
+	__type(key, __u32);
+	__type(value, struct flow_stats);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, EMC_ENTRIES);
+	__type(key, struct flow_key);
+	__type(value, struct emc_entry);
+} emc SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EXEC_SLOTS);
+	__type(key, __u32);
+	__type(value, struct flow_entry);
+} exec_actions SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP__MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CTR__MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, UPCALL_RING_BYTES);
+} upcalls SEC(".maps");
+
+static __always_inline void count(__u32 ctr)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &ctr);
+	if (v)
+		*v += 1;
+}
+
+/* drop counts the reason and returns the verdict that drops the packet. */
+static __always_inline int drop(__u32 reason)
+{
+	__u64 *v = bpf_map_lookup_elem(&drops, &reason);
+	if (v)
+		*v += 1;
+	return TC_ACT_SHOT;
+}
+
+#endif

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* upcall.h — hand a packet and its key to userspace through the ring.
+ *
+ * A record carries up to UPCALL_SNAP bytes of the packet: enough for any
+ * packet userspace can execute again (BPF_PROG_RUN takes at most a page
+ * of packet data), so a first packet up to that size is delivered, not
+ * lost. Larger ones (GSO super-packets after their flow expired) arrive
+ * with cap_len < pkt_len; userspace installs their flow and counts them. */
+#ifndef NAGARE_UPCALL_H
+#define NAGARE_UPCALL_H
+
+#include "maps.h"
+
+#define UPCALL_SNAP 3072
+
+enum upcall_reason {
+	UPCALL_MISS = 1,   /* no cached flow */
+	UPCALL_ACTION = 2, /* a flow's userspace action */
+};
+
+struct upcall {
+	__u32 reason;
+	__u32 ifindex;  /* device the packet arrived on */
+	__u32 pkt_len;  /* length of the packet */
+	__u32 cap_len;  /* bytes in pkt[] */
+	__u64 cookie;   /* userspace action argument */
+	struct flow_key key;
+	__u8 pkt[UPCALL_SNAP];
+};
+
+/* send_upcall returns 0, or -1 when the ring is full. */
+static __always_inline int send_upcall(struct __sk_buff *skb, const struct flow_key *key,
+				       __u32 reason, __u64 cookie)
+{
+	struct upcall *u;
+	__u64 cap = skb->len;
+
+	u = bpf_ringbuf_reserve(&upcalls, sizeof(*u), 0);
+	if (!u)
+		return -1;
+	u->reason = reason;
+	u->ifindex = skb->ifindex;
+	u->pkt_len = skb->len;
+	u->cookie = cookie;
+	__builtin_memcpy(&u->key, key, sizeof(*key));
+	if (cap > UPCALL_SNAP)
+		cap = UPCALL_SNAP;
+	/* Keep the bounds check and the use on one register for the verifier. */
+	asm volatile("" : "+r"(cap));
+	if (cap < 1 || bpf_skb_load_bytes(skb, 0, u->pkt, cap) < 0)
+		cap = 0;
+	u->cap_len = cap;
+	bpf_ringbuf_submit(u, 0);
+	count(CTR_UPCALL);
+	return 0;
+}
+
+#endif

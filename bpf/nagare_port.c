@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* nagare_port.c — the fast path's entry points.
+ *
+ *   nagare_port_ingress  tcx ingress of every switch port (pod-side veths,
+ *                        the uplink, external-mode tunnel devices)
+ *   nagare_execute       run by userspace with BPF_PROG_RUN to send a packet
+ *                        through an action list (upcalled first packets,
+ *                        OpenFlow PACKET_OUT)
+ *
+ * One packet's way: port lookup → parse → exact-match cache → megaflow
+ * search → stats → actions; a miss goes to userspace on the upcall ring.
+ * Everything the fast path does is decided by userspace: it replays flows,
+ * it never makes policy. */
+#include "lib/common.h"
+#include "lib/flow_key.h"
+#include "lib/maps.h"
+#include "lib/parse.h"
+#include "lib/megaflow.h"
+#include "lib/upcall.h"
+#include "lib/actions.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Tunnel ports read the metadata the external-mode device left on the
+ * skb after decapsulation. */
+static __always_inline int tunnel_key(struct __sk_buff *skb, struct flow_key *key)
+{
+	struct bpf_tunnel_key tk = {};
+
+	if (bpf_skb_get_tunnel_key(skb, &tk, sizeof(tk), 0) < 0)
+		return -DROP_TUNNEL_KEY;
+	key->tun_id = tk.tunnel_id;
+	key->tun_src = bpf_htonl(tk.remote_ipv4);
+	key->tun_dst = bpf_htonl(tk.local_ipv4);
+	key->tun_tos = tk.tunnel_tos;
+	key->tun_ttl = tk.tunnel_ttl;
+	key->tun_flags = TUN_PRESENT;
+	return 0;
+}
+
+static __always_inline void update_stats(__u32 fid, __u32 len, __be16 tcp_flags)
+{
+	struct flow_stats *st = bpf_map_lookup_elem(&stats, &fid);
+
+	if (!st)
+		return;
+	st->packets++;
+	st->bytes += len;
+	st->used = bpf_ktime_get_coarse_ns();
+	st->tcp_flags |= bpf_ntohs(tcp_flags);
+}
+
+static __always_inline void trace_reset(void)
+{
+	__u32 zero = 0;
+	struct out_trace *t;
+
+	if (!trace_outputs)
+		return;
+	t = bpf_map_lookup_elem(&out_traces, &zero);
+	if (t)
+		t->n = 0;
+}
+
+SEC("tc")
+int nagare_port_ingress(struct __sk_buff *skb)
+{
+	struct flow_key key = {};
+	struct parse_state ps = {};
+	const struct flow_entry *fe = NULL;
+	struct port_info *port;
+	struct dp_config *cfg;
+	__u32 ifindex = skb->ifindex, zero = 0, fid = NO_FLOW;
+	int ret;
+
+	if (skb->mark == NAGARE_MARK_BYPASS) {
+		skb->mark = 0;
+		return TC_ACT_OK;
+	}
+	port = bpf_map_lookup_elem(&ports, &ifindex);
+	if (!port)
+		return TC_ACT_OK; /* not a switch port (being added or removed) */
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
+		return TC_ACT_OK;
+	trace_reset();
+
+	key.in_port = port->ofport;
+	if (port->flags & PORT_TUNNEL) {
+		ret = tunnel_key(skb, &key);
+		if (ret < 0)
+			return drop(-ret);
+	}
+	ret = parse_packet(skb, &key, &ps);
+	if (ret < 0)
+		return drop(-ret);
+
+	if (cfg->emc) {
+		struct emc_entry *e = bpf_map_lookup_elem(&emc, &key);
+
+		if (e && e->gen) {
+			fid = e->flow_id;
+			fe = bpf_map_lookup_elem(&flows, &fid);
+			if (fe && fe->gen == e->gen)
+				count(CTR_EMC_HIT);
+			else
+				fe = NULL;
+		}
+	}
+	if (!fe) {
+		fid = megaflow_lookup(&key, cfg->n_masks);
+		if (fid != NO_FLOW)
+			fe = bpf_map_lookup_elem(&flows, &fid);
+		if (fe) {
+			count(CTR_MEGAFLOW_HIT);
+			if (cfg->emc) {
+				struct emc_entry e = { .flow_id = fid, .gen = fe->gen };
+
+				bpf_map_update_elem(&emc, &key, &e, BPF_ANY);
+			}
+		}
+	}
+	if (!fe) {
+		count(CTR_MISS);
+		if (!cfg->upcalls)
+			return drop(DROP_MISS_NO_UPCALL);
+		if (send_upcall(skb, &key, UPCALL_MISS, 0) < 0)
+			return drop(DROP_UPCALL_RING_FULL);
+		/* Userspace executes the packet once it has decided. */
+		return TC_ACT_SHOT;
+	}
+
+	update_stats(fid, skb->len, key.tcp_flags);
+	return run_actions(skb, fe, &ps, &key, MODE_PATH);
+}
+
+SEC("tc")
+int nagare_execute(struct __sk_buff *skb)
+{
+	struct flow_key key = {};
+	struct parse_state ps = {};
+	const struct flow_entry *fe;
+	__u32 slot = skb->cb[0];
+	int ret;
+
+	trace_reset();
+	fe = bpf_map_lookup_elem(&exec_actions, &slot);
+	if (!fe || !fe->gen)
+		return drop(DROP_EXEC_SLOT);
+	key.in_port = skb->cb[1];
+	ret = parse_packet(skb, &key, &ps);
+	if (ret < 0)
+		return drop(-ret);
+	count(CTR_EXECUTED);
+	run_actions(skb, fe, &ps, &key, MODE_EXECUTE);
+	return TC_ACT_SHOT;
+}

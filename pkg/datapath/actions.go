@@ -1,0 +1,285 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+)
+
+// Kernel action encoding (struct action, bpf/lib/maps.h), 24 bytes:
+//
+//	0  type  u8
+//	1  flags u8
+//	2  arg16 u16   (network order where the C side says __be16)
+//	4  arg32 u32   (network order for IPv4 addresses)
+//	8  union [16]  mac | ip6 | tunnel {remote be32, local be32, tos, ttl} | u64 cookie
+const actionSize = 24
+
+// flow_entry: gen u32, n_actions u16, flags u16, actions[16].
+const flowEntrySize = 8 + MaxActions*actionSize
+
+const (
+	actOutput    = 1
+	actLocal     = 2
+	actSetEthSrc = 3
+	actSetEthDst = 4
+	actSetIP4Src = 5
+	actSetIP4Dst = 6
+	actSetIP6Src = 7
+	actSetIP6Dst = 8
+	actSetTpSrc  = 9
+	actSetTpDst  = 10
+	actSetTOS    = 11
+	actDecTTL    = 12
+	actPushVLAN  = 13
+	actPopVLAN   = 14
+	actSetTunnel = 15
+	actUserspace = 16
+	actDrop      = 17
+
+	outPeer    = 1 << 0
+	outIngress = 1 << 1
+	outLast    = 1 << 2
+
+	tunTOSInherit = 1 << 0
+)
+
+type rawAction [actionSize]byte
+
+// compileActions turns a flow's actions into the kernel encoding, resolving
+// ports to devices. Rewrites after the last output have no effect on any
+// copy of the packet and are left out (the last output is a redirect that
+// happens when the program returns, so it must see the packet as it was).
+// Callers hold d.mu.
+func (d *Datapath) compileActions(acts []flow.Action) ([]rawAction, error) {
+	last := -1
+	for i, a := range acts {
+		switch a.(type) {
+		case flow.Output, flow.Local:
+			last = i
+		}
+	}
+	var out []rawAction
+	for i, a := range acts {
+		if i > last && last >= 0 {
+			if _, ok := a.(flow.Userspace); !ok {
+				continue
+			}
+		}
+		var r rawAction
+		switch a := a.(type) {
+		case flow.Output:
+			p, ok := d.ports[a.Port]
+			if !ok {
+				return nil, fmt.Errorf("datapath: output to %w %d", ErrUnknownPort, a.Port)
+			}
+			r[0] = actOutput
+			if p.Kind == PortPod {
+				r[1] |= outPeer
+			}
+			binary.NativeEndian.PutUint32(r[4:], uint32(p.Ifindex))
+		case flow.Local:
+			r[0] = actLocal
+		case flow.SetEthSrc:
+			if len(a.MAC) != 6 {
+				return nil, fmt.Errorf("datapath: bad MAC %v", a.MAC)
+			}
+			r[0] = actSetEthSrc
+			copy(r[8:], a.MAC)
+		case flow.SetEthDst:
+			if len(a.MAC) != 6 {
+				return nil, fmt.Errorf("datapath: bad MAC %v", a.MAC)
+			}
+			r[0] = actSetEthDst
+			copy(r[8:], a.MAC)
+		case flow.SetIPSrc:
+			if err := putIP(&r, a.Addr, actSetIP4Src, actSetIP6Src); err != nil {
+				return nil, err
+			}
+		case flow.SetIPDst:
+			if err := putIP(&r, a.Addr, actSetIP4Dst, actSetIP6Dst); err != nil {
+				return nil, err
+			}
+		case flow.SetTpSrc:
+			r[0] = actSetTpSrc
+			binary.BigEndian.PutUint16(r[2:], a.Port)
+		case flow.SetTpDst:
+			r[0] = actSetTpDst
+			binary.BigEndian.PutUint16(r[2:], a.Port)
+		case flow.SetDSCP:
+			if a.DSCP > 63 {
+				return nil, fmt.Errorf("datapath: DSCP %d out of range", a.DSCP)
+			}
+			r[0] = actSetTOS
+			binary.NativeEndian.PutUint16(r[2:], uint16(a.DSCP)<<2)
+			binary.NativeEndian.PutUint32(r[4:], 0xfc)
+		case flow.SetECN:
+			if a.ECN > 3 {
+				return nil, fmt.Errorf("datapath: ECN %d out of range", a.ECN)
+			}
+			r[0] = actSetTOS
+			binary.NativeEndian.PutUint16(r[2:], uint16(a.ECN))
+			binary.NativeEndian.PutUint32(r[4:], 0x03)
+		case flow.DecTTL:
+			r[0] = actDecTTL
+		case flow.PushVLAN:
+			tpid := a.TPID
+			if tpid == 0 {
+				tpid = 0x8100
+			}
+			if tpid != 0x8100 && tpid != 0x88a8 {
+				return nil, fmt.Errorf("datapath: VLAN TPID 0x%04x not supported", tpid)
+			}
+			r[0] = actPushVLAN
+			binary.NativeEndian.PutUint16(r[2:], a.TCI&^flow.VLANCFI)
+			// The helper takes the TPID as a __be16 in a register.
+			binary.NativeEndian.PutUint32(r[4:], uint32(tpid>>8|tpid<<8&0xff00))
+		case flow.PopVLAN:
+			r[0] = actPopVLAN
+		case flow.SetTunnel:
+			if !a.Remote.Is4() || (a.Local.IsValid() && !a.Local.Is4()) {
+				return nil, fmt.Errorf("datapath: tunnel endpoints must be IPv4 (remote %v local %v)", a.Remote, a.Local)
+			}
+			r[0] = actSetTunnel
+			if a.InheritTOS {
+				r[1] |= tunTOSInherit
+			}
+			binary.NativeEndian.PutUint32(r[4:], a.VNI)
+			rem := a.Remote.As4()
+			copy(r[8:], rem[:])
+			if a.Local.IsValid() {
+				loc := a.Local.As4()
+				copy(r[12:], loc[:])
+			}
+			r[16], r[17] = a.TOS, a.TTL
+		case flow.Userspace:
+			r[0] = actUserspace
+			binary.NativeEndian.PutUint64(r[8:], a.Cookie)
+		case flow.Drop:
+			r[0] = actDrop
+		default:
+			return nil, fmt.Errorf("datapath: unsupported action %T", a)
+		}
+		out = append(out, r)
+	}
+	for i := len(out) - 1; i >= 0; i-- {
+		if out[i][0] == actOutput || out[i][0] == actLocal {
+			out[i][1] |= outLast
+			break
+		}
+	}
+	if len(out) > MaxActions {
+		return nil, fmt.Errorf("datapath: %d actions: %w", len(out), ErrTooManyActs)
+	}
+	return out, nil
+}
+
+func putIP(r *rawAction, a netip.Addr, op4, op6 byte) error {
+	switch {
+	case a.Is4():
+		r[0] = op4
+		v := a.As4()
+		copy(r[4:], v[:])
+	case a.Is6():
+		r[0] = op6
+		v := a.As16()
+		copy(r[8:], v[:])
+	default:
+		return fmt.Errorf("datapath: bad address %v", a)
+	}
+	return nil
+}
+
+// decodeActions is the inverse of compileActions (for dumps of flows a
+// previous process installed). Callers hold d.mu.
+func (d *Datapath) decodeActions(raw []rawAction) []flow.Action {
+	out := make([]flow.Action, 0, len(raw))
+	for _, r := range raw {
+		switch r[0] {
+		case actOutput:
+			ifindex := int(binary.NativeEndian.Uint32(r[4:]))
+			port := uint32(0)
+			if p := d.portByIfindex(ifindex); p != nil {
+				port = p.OFPort
+			}
+			out = append(out, flow.Output{Port: port})
+		case actLocal:
+			out = append(out, flow.Local{})
+		case actSetEthSrc:
+			out = append(out, flow.SetEthSrc{MAC: net.HardwareAddr(append([]byte(nil), r[8:14]...))})
+		case actSetEthDst:
+			out = append(out, flow.SetEthDst{MAC: net.HardwareAddr(append([]byte(nil), r[8:14]...))})
+		case actSetIP4Src:
+			out = append(out, flow.SetIPSrc{Addr: netip.AddrFrom4([4]byte(r[4:8]))})
+		case actSetIP4Dst:
+			out = append(out, flow.SetIPDst{Addr: netip.AddrFrom4([4]byte(r[4:8]))})
+		case actSetIP6Src:
+			out = append(out, flow.SetIPSrc{Addr: netip.AddrFrom16([16]byte(r[8:24]))})
+		case actSetIP6Dst:
+			out = append(out, flow.SetIPDst{Addr: netip.AddrFrom16([16]byte(r[8:24]))})
+		case actSetTpSrc:
+			out = append(out, flow.SetTpSrc{Port: binary.BigEndian.Uint16(r[2:])})
+		case actSetTpDst:
+			out = append(out, flow.SetTpDst{Port: binary.BigEndian.Uint16(r[2:])})
+		case actSetTOS:
+			bits := binary.NativeEndian.Uint16(r[2:])
+			if binary.NativeEndian.Uint32(r[4:]) == 0x03 {
+				out = append(out, flow.SetECN{ECN: uint8(bits)})
+			} else {
+				out = append(out, flow.SetDSCP{DSCP: uint8(bits >> 2)})
+			}
+		case actDecTTL:
+			out = append(out, flow.DecTTL{})
+		case actPushVLAN:
+			be := uint16(binary.NativeEndian.Uint32(r[4:]))
+			out = append(out, flow.PushVLAN{TPID: be>>8 | be<<8, TCI: binary.NativeEndian.Uint16(r[2:])})
+		case actPopVLAN:
+			out = append(out, flow.PopVLAN{})
+		case actSetTunnel:
+			t := flow.SetTunnel{
+				VNI:        binary.NativeEndian.Uint32(r[4:]),
+				Remote:     netip.AddrFrom4([4]byte(r[8:12])),
+				TOS:        r[16],
+				TTL:        r[17],
+				InheritTOS: r[1]&tunTOSInherit != 0,
+			}
+			if l := [4]byte(r[12:16]); l != [4]byte{} {
+				t.Local = netip.AddrFrom4(l)
+			}
+			out = append(out, t)
+		case actUserspace:
+			out = append(out, flow.Userspace{Cookie: binary.NativeEndian.Uint64(r[8:])})
+		case actDrop:
+			out = append(out, flow.Drop{})
+		}
+	}
+	return out
+}
+
+// encodeEntry builds a struct flow_entry.
+func encodeEntry(gen uint32, acts []rawAction) []byte {
+	b := make([]byte, flowEntrySize)
+	binary.NativeEndian.PutUint32(b[0:], gen)
+	binary.NativeEndian.PutUint16(b[4:], uint16(len(acts)))
+	for i, a := range acts {
+		copy(b[8+i*actionSize:], a[:])
+	}
+	return b
+}
+
+// decodeEntry splits a struct flow_entry.
+func decodeEntry(b []byte) (gen uint32, acts []rawAction) {
+	gen = binary.NativeEndian.Uint32(b[0:])
+	n := int(binary.NativeEndian.Uint16(b[4:]))
+	if n > MaxActions {
+		n = MaxActions
+	}
+	acts = make([]rawAction, n)
+	for i := range acts {
+		copy(acts[i][:], b[8+i*actionSize:])
+	}
+	return gen, acts
+}

@@ -1,0 +1,281 @@
+// Package datapath loads, pins and programs nagare's kernel fast path: the
+// eBPF flow cache in bpf/ that every switch port runs at tcx ingress.
+//
+// A Datapath is one switch instance. Its maps and its port attachments are
+// pinned under PinRoot/Name on a BPF filesystem, so the process that owns
+// it can exit and a new one can Open the same instance again while packets
+// keep flowing through the flows already installed. Flows are described
+// with package flow (plain Go values); Put, Modify and Delete install them.
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+)
+
+// Limits shared with bpf/lib/maps.h.
+const (
+	MaxMasks        = 64   // masks searched by the megaflow lookup
+	MaxActions      = 16   // actions per flow
+	filterBits      = 13   // log2 of the filter slots per mask
+	execSlots       = 64   // concurrent Execute calls
+	upcallSnap      = 3072 // packet bytes carried by an upcall
+	layoutV1        = 1    // dp_config.layout written by this code
+	DefaultMaxFlows = 262144
+)
+
+// DefaultPinRoot is where instances are pinned unless Config says otherwise.
+const DefaultPinRoot = "/sys/fs/bpf/nagare"
+
+// Errors callers can test for.
+var (
+	// ErrNotSupported wraps every failure caused by a missing kernel feature
+	// (no BPF filesystem, no tcx, no BPF_PROG_RUN), so callers and tests can
+	// tell "can't here" from "broken".
+	ErrNotSupported = errors.New("not supported by this kernel or machine")
+	ErrMaskLimit    = fmt.Errorf("megaflow mask limit reached (%d masks)", MaxMasks)
+	ErrFlowLimit    = errors.New("flow limit reached")
+	ErrFlowExists   = errors.New("megaflow already installed")
+	ErrNoFlow       = errors.New("no such megaflow")
+	ErrTooManyActs  = fmt.Errorf("more than %d datapath actions", MaxActions)
+	ErrUnknownPort  = errors.New("unknown port")
+	ErrPacketSize   = errors.New("packet too short or too long to execute")
+)
+
+// Config describes one fast-path instance.
+type Config struct {
+	// Name identifies the instance; its pins live in PinRoot/Name. Several
+	// instances (one per node namespace) coexist on one kernel.
+	Name string
+	// PinRoot is a directory on a BPF filesystem. Default DefaultPinRoot.
+	PinRoot string
+	// MaxFlows bounds the megaflow table. Default DefaultMaxFlows. An
+	// instance reopened from its pins must use the value it was created with.
+	MaxFlows int
+	// NetNS is the path of the network namespace the ports live in (e.g.
+	// /var/run/netns/node1). Empty: the caller's namespace.
+	NetNS string
+	// Trace makes the programs record every output decision; tests use it.
+	Trace bool
+}
+
+// Datapath is an open fast-path instance.
+type Datapath struct {
+	cfg   Config
+	dir   string
+	objs  nagareObjects
+	ns    netns.NsHandle
+	ncpu  int
+	slots chan uint32
+
+	mu     sync.Mutex
+	ports  map[uint32]*Port // by OpenFlow port number
+	masks  [MaxMasks]maskSlot
+	flows  map[megaflowID]*installed
+	ids    idAllocator
+	gen    uint32
+	nMasks uint32
+}
+
+type maskSlot struct {
+	mask  flow.Mask
+	words uint32
+	refs  int
+}
+
+// megaflowID is the kernel megaflow key: mask slot + masked key.
+type megaflowID [8 + flow.KeySize]byte
+
+type installed struct {
+	id      uint32
+	gen     uint32
+	slot    int
+	key     flow.Key // masked
+	actions []flow.Action
+	filter  uint32 // filter slot index raised for this flow
+}
+
+// Open loads the fast path for cfg.Name, reusing its pinned maps and port
+// attachments when they exist (a restart), creating them otherwise.
+func Open(cfg Config) (*Datapath, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("datapath: Config.Name is required")
+	}
+	if cfg.PinRoot == "" {
+		cfg.PinRoot = DefaultPinRoot
+	}
+	if cfg.MaxFlows == 0 {
+		cfg.MaxFlows = DefaultMaxFlows
+	}
+	if err := ensureBPFFS(cfg.PinRoot); err != nil {
+		return nil, err
+	}
+	d := &Datapath{
+		cfg:   cfg,
+		dir:   filepath.Join(cfg.PinRoot, cfg.Name),
+		ports: make(map[uint32]*Port),
+		flows: make(map[megaflowID]*installed),
+		ns:    -1,
+		slots: make(chan uint32, execSlots),
+	}
+	for i := uint32(0); i < execSlots; i++ {
+		d.slots <- i
+	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, err
+	}
+	d.ncpu = ncpu
+	if cfg.NetNS != "" {
+		h, err := netns.GetFromPath(cfg.NetNS)
+		if err != nil {
+			return nil, fmt.Errorf("datapath: network namespace %s: %w", cfg.NetNS, err)
+		}
+		d.ns = h
+	}
+	if err := d.load(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if err := d.restore(); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("datapath: restoring state from %s: %w", d.dir, err)
+	}
+	return d, nil
+}
+
+func (d *Datapath) load() error {
+	spec, err := loadNagare()
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{"megaflows", "flows", "stats"} {
+		spec.Maps[name].MaxEntries = uint32(d.cfg.MaxFlows)
+	}
+	for _, m := range spec.Maps {
+		if m.Name != "out_traces" && m.Name != ".rodata" && m.Name != ".bss" && m.Name != ".data" {
+			m.Pinning = ebpf.PinByName
+		}
+	}
+	if d.cfg.Trace {
+		if err := spec.Variables["trace_outputs"].Set(uint32(1)); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(d.dir, "links"), 0o700); err != nil {
+		return err
+	}
+	opts := ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.dir}}
+	if err := spec.LoadAndAssign(&d.objs, &opts); err != nil {
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return fmt.Errorf("datapath: the maps pinned in %s were made with other limits (MaxFlows %d now); start with the old limits or remove the instance: %w", d.dir, d.cfg.MaxFlows, err)
+		}
+		return fmt.Errorf("datapath: loading the fast path: %w", err)
+	}
+	return nil
+}
+
+// Close releases this process's handles. Pinned maps and port attachments
+// stay: traffic keeps flowing through the installed flows.
+func (d *Datapath) Close() error {
+	err := d.objs.Close()
+	if d.ns >= 0 {
+		d.ns.Close()
+		d.ns = -1
+	}
+	return err
+}
+
+// Destroy detaches every port and removes the instance's pins: its traffic
+// stops and its flows are gone.
+func (d *Datapath) Destroy() error {
+	d.mu.Lock()
+	var errs []error
+	for _, p := range d.ports {
+		if err := d.detach(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.mu.Unlock()
+	errs = append(errs, d.Close(), os.RemoveAll(d.dir))
+	return errors.Join(errs...)
+}
+
+// Dir is the instance's pin directory.
+func (d *Datapath) Dir() string { return d.dir }
+
+// inNetns runs fn on an OS thread that has entered the instance's network
+// namespace: device names, ifindexes, tcx attachment and BPF_PROG_RUN's
+// redirects are all relative to the calling thread's namespace.
+func (d *Datapath) inNetns(fn func() error) error {
+	if d.ns < 0 {
+		return fn()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(d.ns); err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		err = fn()
+		if netns.Set(orig) == nil {
+			// Only a thread back in its own namespace may run other goroutines;
+			// otherwise it exits with this goroutine, still locked.
+			runtime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
+}
+
+// ensureBPFFS makes sure dir is on a BPF filesystem, mounting one on
+// /sys/fs/bpf when the machine has none mounted.
+func ensureBPFFS(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err == nil && isBPFFS(dir) {
+		return nil
+	}
+	if !isBPFFS("/sys/fs/bpf") {
+		if err := unix.Mount("bpffs", "/sys/fs/bpf", "bpf", 0, "mode=0700"); err != nil {
+			return fmt.Errorf("datapath: mounting a BPF filesystem on /sys/fs/bpf: %w (%w)", err, ErrNotSupported)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if !isBPFFS(dir) {
+		return fmt.Errorf("datapath: %s is not on a BPF filesystem: %w", dir, ErrNotSupported)
+	}
+	return nil
+}
+
+func isBPFFS(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && uint32(st.Type) == unix.BPF_FS_MAGIC
+}
+
+// linkPin is where the tcx attachment of the device with ifindex is pinned.
+func (d *Datapath) linkPin(ifindex int) string {
+	return filepath.Join(d.dir, "links", fmt.Sprintf("ifindex-%d", ifindex))
+}
+
+var _ = link.AttachTCX

@@ -1,0 +1,53 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+)
+
+// maxExecute is the largest packet BPF_PROG_RUN accepts for a tc program
+// (a page minus skb headroom and shared info).
+const maxExecute = 3500
+
+// Execute sends pkt through actions as if it had arrived on port inPort:
+// the same action code that cached flows use, run with BPF_PROG_RUN. This
+// is how the first packet of a flow is delivered after its upcall, and how
+// OpenFlow PACKET_OUT leaves the switch.
+func (d *Datapath) Execute(pkt []byte, inPort uint32, actions []flow.Action) error {
+	if len(pkt) < 14 || len(pkt) > maxExecute {
+		return fmt.Errorf("datapath: execute %d bytes: %w", len(pkt), ErrPacketSize)
+	}
+	d.mu.Lock()
+	raw, err := d.compileActions(actions)
+	ifindex := 0
+	if p, ok := d.ports[inPort]; ok {
+		ifindex = p.Ifindex
+	}
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	slot := <-d.slots
+	defer func() { d.slots <- slot }()
+	if err := d.objs.ExecActions.Put(slot, encodeEntry(1, raw)); err != nil {
+		return err
+	}
+	// struct __sk_buff as BPF_PROG_RUN context: ifindex (offset 40) picks
+	// the device the packet appears on, cb[0] (48) the action slot, cb[1]
+	// (52) the ingress port.
+	ctx := make([]byte, 192)
+	binary.NativeEndian.PutUint32(ctx[40:], uint32(ifindex))
+	binary.NativeEndian.PutUint32(ctx[48:], slot)
+	binary.NativeEndian.PutUint32(ctx[52:], inPort)
+	return d.inNetns(func() error {
+		_, err := d.objs.NagareExecute.Run(&ebpf.RunOptions{Data: pkt, Context: ctx})
+		if err != nil {
+			return fmt.Errorf("datapath: execute: %w", err)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,375 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+)
+
+const filterMul = 0x9E3779B97F4A7C15
+
+// filterHash is the Go twin of filter_hash in bpf/lib/megaflow.h: a
+// multiplicative hash of the masked key's non-zero mask words.
+func filterHash(k, m *[flow.KeyWords]uint64, words uint32) uint32 {
+	var h uint64
+	for w := 0; w < flow.KeyWords; w++ {
+		if words&(1<<w) != 0 {
+			h = (h ^ (k[w] & m[w])) * filterMul
+		}
+	}
+	return uint32(h >> (64 - filterBits))
+}
+
+func maskWords(m *[flow.KeyWords]uint64) uint32 {
+	var words uint32
+	for w, v := range m {
+		if v != 0 {
+			words |= 1 << w
+		}
+	}
+	return words
+}
+
+func makeMegaflowID(slot int, masked *flow.Key) megaflowID {
+	var id megaflowID
+	binary.NativeEndian.PutUint32(id[0:], uint32(slot))
+	masked.Put(id[8:])
+	return id
+}
+
+// Put installs a megaflow. Its mask takes a slot in the mask list if no
+// installed flow uses the same mask yet (at most MaxMasks masks).
+func (d *Datapath) Put(f flow.Flow) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f = f.Normalize()
+	if err := checkActions(f); err != nil {
+		return err
+	}
+	raw, err := d.compileActions(f.Actions)
+	if err != nil {
+		return err
+	}
+	slot, fresh, err := d.maskSlot(f.Mask)
+	if err != nil {
+		return err
+	}
+	mid := makeMegaflowID(slot, &f.Key)
+	if _, ok := d.flows[mid]; ok {
+		return fmt.Errorf("datapath: %s: %w", f, ErrFlowExists)
+	}
+	id, ok := d.ids.alloc(d.cfg.MaxFlows)
+	if !ok {
+		if fresh {
+			d.releaseMask(slot, true)
+		}
+		return fmt.Errorf("datapath: %w (%d flows)", ErrFlowLimit, d.cfg.MaxFlows)
+	}
+	d.gen++
+	if d.gen == 0 {
+		d.gen = 1
+	}
+	in := &installed{id: id, gen: d.gen, slot: slot, key: f.Key, actions: f.Actions}
+	kw, mw := f.Key.Words(), d.masks[slot].mask.Words()
+	in.filter = uint32(slot)<<filterBits | filterHash(&kw, &mw, d.masks[slot].words)
+
+	// Order matters for packets arriving meanwhile: stats and actions first,
+	// then the filter, then the megaflow that makes them reachable.
+	err = d.objs.Stats.Put(id, make([]nagareFlowStats, d.ncpu))
+	if err == nil {
+		err = d.objs.Flows.Put(id, encodeEntry(in.gen, raw))
+	}
+	if err == nil {
+		err = d.addFilter(in.filter, 1)
+	}
+	if err == nil {
+		err = d.objs.Megaflows.Update(mid[:], id, ebpf.UpdateNoExist)
+		if err != nil {
+			_ = d.addFilter(in.filter, -1)
+		}
+	}
+	if err != nil {
+		_ = d.objs.Flows.Delete(id)
+		d.ids.release(id)
+		if fresh {
+			d.releaseMask(slot, true)
+		}
+		return fmt.Errorf("datapath: installing %s: %w", f, err)
+	}
+	d.masks[slot].refs++
+	d.flows[mid] = in
+	return nil
+}
+
+// Modify replaces the actions of an installed megaflow in place. Packets
+// see the old or the new list, never a mix (a hash map update swaps the
+// whole element).
+func (d *Datapath) Modify(f flow.Flow) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f = f.Normalize()
+	if err := checkActions(f); err != nil {
+		return err
+	}
+	in, err := d.find(f.Key, f.Mask)
+	if err != nil {
+		return err
+	}
+	raw, err := d.compileActions(f.Actions)
+	if err != nil {
+		return err
+	}
+	if err := d.objs.Flows.Update(in.id, encodeEntry(in.gen, raw), ebpf.UpdateExist); err != nil {
+		return fmt.Errorf("datapath: modifying %s: %w", f, err)
+	}
+	in.actions = f.Actions
+	return nil
+}
+
+// Delete removes the megaflow with this key and mask, and returns its final
+// statistics. Exact-match cache entries that pointed at it stop matching at
+// once: the flow id's entry is gone, and a later flow reusing the id gets a
+// new generation number.
+func (d *Datapath) Delete(key flow.Key, mask flow.Mask) (Stats, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key = key.And(mask)
+	in, err := d.find(key, mask)
+	if err != nil {
+		return Stats{}, err
+	}
+	mid := makeMegaflowID(in.slot, &in.key)
+	if err := d.objs.Megaflows.Delete(mid[:]); err != nil {
+		return Stats{}, fmt.Errorf("datapath: deleting megaflow: %w", err)
+	}
+	st, _ := d.readStats(in.id)
+	_ = d.addFilter(in.filter, -1)
+	_ = d.objs.Flows.Delete(in.id)
+	d.ids.release(in.id)
+	delete(d.flows, mid)
+	d.releaseMask(in.slot, false)
+	return st, nil
+}
+
+// Flush deletes every megaflow.
+func (d *Datapath) Flush() error {
+	var errs []error
+	for _, f := range d.Flows() {
+		if _, err := d.Delete(f.Key, f.Mask); err != nil && !errors.Is(err, ErrNoFlow) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Datapath) find(key flow.Key, mask flow.Mask) (*installed, error) {
+	for slot := range d.masks {
+		if d.masks[slot].refs > 0 && d.masks[slot].mask == mask {
+			if in, ok := d.flows[makeMegaflowID(slot, &key)]; ok {
+				return in, nil
+			}
+			break
+		}
+	}
+	return nil, fmt.Errorf("datapath: %s: %w", flow.Format(key, mask), ErrNoFlow)
+}
+
+// checkActions refuses what the fast path cannot do correctly.
+func checkActions(f flow.Flow) error {
+	for _, a := range f.Actions {
+		switch a.(type) {
+		case flow.SetTpSrc, flow.SetTpDst:
+			// SCTP's CRC32c cannot be patched incrementally.
+			if f.Mask.NwProto == 0xff && f.Key.NwProto == 132 {
+				return fmt.Errorf("datapath: rewriting SCTP ports is not supported")
+			}
+		}
+	}
+	return nil
+}
+
+// maskSlot finds the slot of mask, or claims a free one. fresh reports a
+// newly claimed slot (so a failed install can give it back).
+func (d *Datapath) maskSlot(mask flow.Mask) (slot int, fresh bool, err error) {
+	free := -1
+	for i := range d.masks {
+		if d.masks[i].refs > 0 {
+			if d.masks[i].mask == mask {
+				return i, false, nil
+			}
+		} else if free < 0 {
+			free = i
+		}
+	}
+	if free < 0 {
+		return 0, false, fmt.Errorf("datapath: %w", ErrMaskLimit)
+	}
+	mw := mask.Words()
+	s := &d.masks[free]
+	s.mask, s.words = mask, maskWords(&mw)
+	var v nagareMfMask
+	buf := make([]byte, flow.KeySize)
+	mask.Put(buf)
+	if err := bytesTo(&v.Mask, buf); err != nil {
+		return 0, false, err
+	}
+	v.Words, v.Valid = s.words, 1
+	if err := d.objs.Masks.Put(uint32(free), v); err != nil {
+		return 0, false, err
+	}
+	if uint32(free)+1 > d.nMasks {
+		d.nMasks = uint32(free) + 1
+		if err := d.writeConfig(func(c *nagareDpConfig) { c.N_masks = d.nMasks }); err != nil {
+			return 0, false, err
+		}
+	}
+	return free, true, nil
+}
+
+// releaseMask drops a reference (or a fresh claim) and retires the slot when
+// no flow uses it any more.
+func (d *Datapath) releaseMask(slot int, fresh bool) {
+	s := &d.masks[slot]
+	if !fresh {
+		s.refs--
+	}
+	if s.refs > 0 {
+		return
+	}
+	s.refs = 0
+	_ = d.objs.Masks.Put(uint32(slot), nagareMfMask{})
+	n := uint32(0)
+	for i := range d.masks {
+		if d.masks[i].refs > 0 {
+			n = uint32(i) + 1
+		}
+	}
+	if n != d.nMasks {
+		d.nMasks = n
+		_ = d.writeConfig(func(c *nagareDpConfig) { c.N_masks = n })
+	}
+}
+
+func (d *Datapath) addFilter(slot uint32, delta int32) error {
+	var cnt uint32
+	if err := d.objs.MaskFilter.Lookup(slot, &cnt); err != nil {
+		return err
+	}
+	return d.objs.MaskFilter.Put(slot, uint32(int32(cnt)+delta))
+}
+
+// Stats are a cached flow's counters, summed over CPUs.
+type Stats struct {
+	Packets  uint64
+	Bytes    uint64
+	Used     time.Time // zero: never used
+	TCPFlags uint16
+}
+
+// FlowStats is one installed megaflow and its counters.
+type FlowStats struct {
+	flow.Flow
+	ID    uint32
+	Stats Stats
+}
+
+func (d *Datapath) readStats(id uint32) (Stats, error) {
+	per := make([]nagareFlowStats, d.ncpu)
+	if err := d.objs.Stats.Lookup(id, &per); err != nil {
+		return Stats{}, err
+	}
+	var st Stats
+	var used uint64
+	for _, p := range per {
+		st.Packets += p.Packets
+		st.Bytes += p.Bytes
+		st.TCPFlags |= p.TcpFlags
+		used = max(used, p.Used)
+	}
+	if used != 0 {
+		st.Used = coarseToTime(used)
+	}
+	return st, nil
+}
+
+// coarseToTime converts bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC_COARSE) to
+// wall-clock time.
+func coarseToTime(ns uint64) time.Time {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts) != nil {
+		return time.Time{}
+	}
+	now := uint64(ts.Nano())
+	return time.Now().Add(-time.Duration(now - min(ns, now)))
+}
+
+// Flows returns the installed megaflows (without statistics).
+func (d *Datapath) Flows() []flow.Flow {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]flow.Flow, 0, len(d.flows))
+	for _, in := range d.flows {
+		out = append(out, flow.Flow{Key: in.key, Mask: d.masks[in.slot].mask, Actions: in.actions})
+	}
+	return out
+}
+
+// Dump returns the installed megaflows with their statistics.
+func (d *Datapath) Dump() ([]FlowStats, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]FlowStats, 0, len(d.flows))
+	for _, in := range d.flows {
+		st, err := d.readStats(in.id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, FlowStats{
+			Flow:  flow.Flow{Key: in.key, Mask: d.masks[in.slot].mask, Actions: in.actions},
+			ID:    in.id,
+			Stats: st,
+		})
+	}
+	return out, nil
+}
+
+// NumMasks is the number of masks in use.
+func (d *Datapath) NumMasks() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for i := range d.masks {
+		if d.masks[i].refs > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// idAllocator hands out the smallest free flow ids (they index the
+// per-CPU stats array).
+type idAllocator struct {
+	next uint32
+	free []uint32
+}
+
+func (a *idAllocator) alloc(limit int) (uint32, bool) {
+	if n := len(a.free); n > 0 {
+		id := a.free[n-1]
+		a.free = a.free[:n-1]
+		return id, true
+	}
+	if int(a.next) >= limit {
+		return 0, false
+	}
+	a.next++
+	return a.next - 1, true
+}
+
+func (a *idAllocator) release(id uint32) { a.free = append(a.free, id) }

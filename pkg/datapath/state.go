@@ -1,0 +1,159 @@
+package datapath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+)
+
+// bytesTo decodes kernel-layout bytes into a bpf2go struct.
+func bytesTo(v any, b []byte) error {
+	return binary.Read(bytes.NewReader(b), binary.NativeEndian, v)
+}
+
+func (d *Datapath) writeConfig(change func(*nagareDpConfig)) error {
+	var c nagareDpConfig
+	if err := d.objs.Config.Lookup(uint32(0), &c); err != nil {
+		return err
+	}
+	change(&c)
+	return d.objs.Config.Put(uint32(0), c)
+}
+
+// SetEMC turns the exact-match cache on or off (benchmarks of the megaflow
+// search turn it off).
+func (d *Datapath) SetEMC(on bool) error {
+	return d.writeConfig(func(c *nagareDpConfig) { c.Emc = b2u(on) })
+}
+
+// SetUpcalls chooses whether misses go to userspace (on) or are dropped
+// and counted (off).
+func (d *Datapath) SetUpcalls(on bool) error {
+	return d.writeConfig(func(c *nagareDpConfig) { c.Upcalls = b2u(on) })
+}
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// restore rebuilds this process's view (ports, masks, flows, id allocator)
+// from the pinned maps, and re-points every pinned port attachment at the
+// freshly loaded program. A new instance just gets its defaults written.
+func (d *Datapath) restore() error {
+	var c nagareDpConfig
+	if err := d.objs.Config.Lookup(uint32(0), &c); err != nil {
+		return err
+	}
+	if c.Layout == 0 {
+		c = nagareDpConfig{Emc: 1, Upcalls: 1, Layout: layoutV1}
+		return d.objs.Config.Put(uint32(0), c)
+	}
+	if c.Layout != layoutV1 {
+		return fmt.Errorf("pinned maps have layout %d, this build understands %d", c.Layout, layoutV1)
+	}
+
+	// Ports, and their attachments.
+	var ifindex uint32
+	var info nagarePortInfo
+	it := d.objs.Ports.Iterate()
+	var ports []*Port
+	for it.Next(&ifindex, &info) {
+		ports = append(ports, &Port{Ifindex: int(ifindex), OFPort: info.Ofport, Kind: PortKind(info.Flags >> portKindShift)})
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	err := d.inNetns(func() error {
+		for _, p := range ports {
+			if ifc, err := net.InterfaceByIndex(p.Ifindex); err == nil {
+				p.Name = ifc.Name
+			}
+			if err := d.attachProgram(p.Ifindex); err != nil {
+				return err
+			}
+			d.ports[p.OFPort] = p
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+
+	// Masks.
+	for slot := uint32(0); slot < MaxMasks; slot++ {
+		var m nagareMfMask
+		if err := d.objs.Masks.Lookup(slot, &m); err != nil {
+			return err
+		}
+		if m.Valid == 0 {
+			continue
+		}
+		var b bytes.Buffer
+		_ = binary.Write(&b, binary.NativeEndian, m.Mask)
+		var mask flow.Mask
+		if err := mask.UnmarshalBinary(b.Bytes()); err != nil {
+			return err
+		}
+		d.masks[slot].mask, d.masks[slot].words = mask, m.Words
+		d.nMasks = max(d.nMasks, slot+1)
+	}
+
+	// Megaflows and their entries.
+	var mk megaflowID
+	var id uint32
+	used := map[uint32]bool{}
+	mit := d.objs.Megaflows.Iterate()
+	for mit.Next(&mk, &id) {
+		var entry = make([]byte, flowEntrySize)
+		if err := d.objs.Flows.Lookup(id, &entry); err != nil {
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				continue
+			}
+			return err
+		}
+		gen, raw := decodeEntry(entry)
+		slot := int(binary.NativeEndian.Uint32(mk[:]))
+		if slot >= MaxMasks || !d.maskValid(slot) {
+			continue
+		}
+		var key flow.Key
+		if err := key.UnmarshalBinary(mk[8:]); err != nil {
+			return err
+		}
+		in := &installed{id: id, gen: gen, slot: slot, key: key, actions: d.decodeActions(raw)}
+		kw, mw := key.Words(), d.masks[slot].mask.Words()
+		in.filter = uint32(slot)<<filterBits | filterHash(&kw, &mw, d.masks[slot].words)
+		d.flows[mk] = in
+		d.masks[slot].refs++
+		used[id] = true
+		d.gen = max(d.gen, gen)
+	}
+	if err := mit.Err(); err != nil {
+		return err
+	}
+	for i := uint32(0); i < uint32(d.cfg.MaxFlows) && len(used) > 0; i++ {
+		if used[i] {
+			d.ids.next = i + 1
+		}
+	}
+	for i := uint32(0); i < d.ids.next; i++ {
+		if !used[i] {
+			d.ids.release(i)
+		}
+	}
+	return nil
+}
+
+func (d *Datapath) maskValid(slot int) bool {
+	var m nagareMfMask
+	return d.objs.Masks.Lookup(uint32(slot), &m) == nil && m.Valid != 0
+}

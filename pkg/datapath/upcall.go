@@ -1,0 +1,100 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+)
+
+// UpcallReason says why the fast path handed a packet to userspace.
+type UpcallReason uint32
+
+const (
+	UpcallMiss   UpcallReason = 1 // no cached flow matched
+	UpcallAction UpcallReason = 2 // a flow's Userspace action
+)
+
+func (r UpcallReason) String() string {
+	switch r {
+	case UpcallMiss:
+		return "miss"
+	case UpcallAction:
+		return "action"
+	}
+	return fmt.Sprintf("reason(%d)", uint32(r))
+}
+
+// Upcall is one packet the fast path handed to userspace.
+type Upcall struct {
+	Reason  UpcallReason
+	Ifindex int
+	Key     flow.Key
+	Cookie  uint64 // Userspace action argument
+	Len     int    // length of the packet on the wire
+	Packet  []byte // its first bytes; shorter than Len for packets over the snapshot
+}
+
+// Truncated reports whether Packet misses part of the packet (it then cannot
+// be executed; its flow can still be installed).
+func (u *Upcall) Truncated() bool { return len(u.Packet) < u.Len }
+
+// struct upcall header (bpf/lib/upcall.h):
+//
+//	0 reason u32, 4 ifindex u32, 8 pkt_len u32, 12 cap_len u32,
+//	16 cookie u64, 24 key [96], 120 pkt [3072]
+const upcallHeader = 24 + flow.KeySize
+
+// UnmarshalBinary decodes one upcall record.
+func (u *Upcall) UnmarshalBinary(b []byte) error {
+	if len(b) < upcallHeader {
+		return io.ErrUnexpectedEOF
+	}
+	u.Reason = UpcallReason(binary.NativeEndian.Uint32(b[0:]))
+	u.Ifindex = int(binary.NativeEndian.Uint32(b[4:]))
+	u.Len = int(binary.NativeEndian.Uint32(b[8:]))
+	capLen := int(binary.NativeEndian.Uint32(b[12:]))
+	u.Cookie = binary.NativeEndian.Uint64(b[16:])
+	if err := u.Key.UnmarshalBinary(b[24:]); err != nil {
+		return err
+	}
+	if capLen > len(b)-upcallHeader || capLen > u.Len {
+		return fmt.Errorf("datapath: upcall claims %d captured bytes of %d", capLen, u.Len)
+	}
+	u.Packet = append(u.Packet[:0], b[upcallHeader:upcallHeader+capLen]...)
+	return nil
+}
+
+// UpcallReader reads upcalls from the ring. One reader per instance.
+type UpcallReader struct {
+	r   *ringbuf.Reader
+	rec ringbuf.Record
+}
+
+// Upcalls opens the upcall ring for reading.
+func (d *Datapath) Upcalls() (*UpcallReader, error) {
+	r, err := ringbuf.NewReader(d.objs.Upcalls)
+	if err != nil {
+		return nil, err
+	}
+	return &UpcallReader{r: r}, nil
+}
+
+// Read blocks until an upcall arrives (or Close). The returned Upcall's
+// Packet is a fresh slice.
+func (r *UpcallReader) Read() (*Upcall, error) {
+	if err := r.r.ReadInto(&r.rec); err != nil {
+		return nil, err
+	}
+	u := new(Upcall)
+	if err := u.UnmarshalBinary(r.rec.RawSample); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// Close unblocks Read and releases the reader.
+func (r *UpcallReader) Close() error { return r.r.Close() }

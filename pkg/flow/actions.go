@@ -1,0 +1,163 @@
+package flow
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+)
+
+// Action is one step of a flow's action list. The concrete types below are
+// the whole set the fast path can replay; ports are OpenFlow port numbers,
+// which the datapath resolves to devices when it installs the flow.
+type Action interface {
+	fmt.Stringer
+	isAction()
+}
+
+// Output sends the packet out of a port. Several outputs send copies.
+type Output struct{ Port uint32 }
+
+// Local hands the packet to the network stack of the node, as if the port
+// it arrived on had received it normally.
+type Local struct{}
+
+// SetEthSrc rewrites the Ethernet source address.
+type SetEthSrc struct{ MAC net.HardwareAddr }
+
+// SetEthDst rewrites the Ethernet destination address.
+type SetEthDst struct{ MAC net.HardwareAddr }
+
+// SetIPSrc rewrites the IPv4 or IPv6 source address (checksums fixed up).
+type SetIPSrc struct{ Addr netip.Addr }
+
+// SetIPDst rewrites the IPv4 or IPv6 destination address.
+type SetIPDst struct{ Addr netip.Addr }
+
+// SetTpSrc rewrites the TCP or UDP source port.
+type SetTpSrc struct{ Port uint16 }
+
+// SetTpDst rewrites the TCP or UDP destination port.
+type SetTpDst struct{ Port uint16 }
+
+// SetDSCP rewrites the 6-bit DSCP of IPv4 ToS / IPv6 traffic class.
+type SetDSCP struct{ DSCP uint8 }
+
+// SetECN rewrites the 2-bit ECN field.
+type SetECN struct{ ECN uint8 }
+
+// DecTTL decrements the IPv4 TTL or IPv6 hop limit; a packet whose TTL
+// would reach zero is dropped and counted.
+type DecTTL struct{}
+
+// PushVLAN adds an 802.1Q (TPID 0x8100) or 802.1ad (0x88a8) tag.
+type PushVLAN struct {
+	TPID uint16 // 0 means 0x8100
+	TCI  uint16 // PCP<<13 | VID
+}
+
+// PopVLAN removes the outer VLAN tag.
+type PopVLAN struct{}
+
+// SetTunnel sets the metadata the next output to a tunnel port encapsulates
+// with.
+type SetTunnel struct {
+	VNI        uint32
+	Remote     netip.Addr // outer destination
+	Local      netip.Addr // outer source; zero: chosen by routing
+	TOS        uint8
+	TTL        uint8 // 0 means 64
+	InheritTOS bool  // outer ToS = inner ToS (VS-extend's flow control field)
+}
+
+// Userspace sends a copy of the packet to userspace with a cookie.
+type Userspace struct{ Cookie uint64 }
+
+// Drop drops the packet (an empty action list drops too).
+type Drop struct{}
+
+func (Output) isAction()    {}
+func (Local) isAction()     {}
+func (SetEthSrc) isAction() {}
+func (SetEthDst) isAction() {}
+func (SetIPSrc) isAction()  {}
+func (SetIPDst) isAction()  {}
+func (SetTpSrc) isAction()  {}
+func (SetTpDst) isAction()  {}
+func (SetDSCP) isAction()   {}
+func (SetECN) isAction()    {}
+func (DecTTL) isAction()    {}
+func (PushVLAN) isAction()  {}
+func (PopVLAN) isAction()   {}
+func (SetTunnel) isAction() {}
+func (Userspace) isAction() {}
+func (Drop) isAction()      {}
+
+func (a Output) String() string    { return fmt.Sprintf("output:%d", a.Port) }
+func (Local) String() string       { return "local" }
+func (a SetEthSrc) String() string { return "set(eth_src=" + a.MAC.String() + ")" }
+func (a SetEthDst) String() string { return "set(eth_dst=" + a.MAC.String() + ")" }
+func (a SetIPSrc) String() string  { return "set(ip_src=" + a.Addr.String() + ")" }
+func (a SetIPDst) String() string  { return "set(ip_dst=" + a.Addr.String() + ")" }
+func (a SetTpSrc) String() string  { return fmt.Sprintf("set(tp_src=%d)", a.Port) }
+func (a SetTpDst) String() string  { return fmt.Sprintf("set(tp_dst=%d)", a.Port) }
+func (a SetDSCP) String() string   { return fmt.Sprintf("set(dscp=%d)", a.DSCP) }
+func (a SetECN) String() string    { return fmt.Sprintf("set(ecn=%d)", a.ECN) }
+func (DecTTL) String() string      { return "dec_ttl" }
+func (a PushVLAN) String() string {
+	tpid := a.TPID
+	if tpid == 0 {
+		tpid = 0x8100
+	}
+	return fmt.Sprintf("push_vlan(tpid=0x%04x,vid=%d,pcp=%d)", tpid, a.TCI&0xfff, a.TCI>>13)
+}
+func (PopVLAN) String() string { return "pop_vlan" }
+func (a SetTunnel) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "set(tunnel(vni=%d,dst=%s", a.VNI, a.Remote)
+	if a.Local.IsValid() {
+		fmt.Fprintf(&b, ",src=%s", a.Local)
+	}
+	if a.InheritTOS {
+		b.WriteString(",tos=inherit")
+	} else if a.TOS != 0 {
+		fmt.Fprintf(&b, ",tos=0x%x", a.TOS)
+	}
+	if a.TTL != 0 {
+		fmt.Fprintf(&b, ",ttl=%d", a.TTL)
+	}
+	b.WriteString("))")
+	return b.String()
+}
+func (a Userspace) String() string { return fmt.Sprintf("userspace(cookie=0x%x)", a.Cookie) }
+func (Drop) String() string        { return "drop" }
+
+// FormatActions prints an action list the way dump-cache shows it.
+func FormatActions(acts []Action) string {
+	if len(acts) == 0 {
+		return "drop"
+	}
+	s := make([]string, len(acts))
+	for i, a := range acts {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ",")
+}
+
+// Flow is one cached flow: packets whose key matches Key under Mask get
+// Actions.
+type Flow struct {
+	Key     Key
+	Mask    Mask
+	Actions []Action
+}
+
+// Normalize returns f with Key masked, so equal flows compare equal.
+func (f Flow) Normalize() Flow {
+	f.Key = f.Key.And(f.Mask)
+	return f
+}
+
+func (f Flow) String() string {
+	return Format(f.Key, f.Mask) + " actions:" + FormatActions(f.Actions)
+}

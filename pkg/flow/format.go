@@ -1,0 +1,214 @@
+package flow
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+)
+
+// Format prints key k under mask m in the style of Open vSwitch's
+// dpctl/dump-flows: only the fields the mask touches, a /mask suffix when a
+// field is matched partially.
+func Format(k Key, m Mask) string {
+	var parts []string
+	add := func(s string) { parts = append(parts, s) }
+	num := func(name string, v, mv, full uint64, hex bool) string {
+		f := "%d"
+		if hex {
+			f = "0x%x"
+		}
+		s := name + "=" + fmt.Sprintf(f, v)
+		if mv != full {
+			s += "/" + fmt.Sprintf("0x%x", mv)
+		}
+		return s
+	}
+	group := func(name string, fields []string) {
+		if len(fields) > 0 {
+			add(name + "(" + strings.Join(fields, ",") + ")")
+		}
+	}
+
+	if m.InPort != 0 {
+		add(num("in_port", uint64(k.InPort), uint64(m.InPort), 0xffffffff, false))
+	}
+	var tun []string
+	if m.TunID != 0 {
+		tun = append(tun, num("vni", uint64(k.TunID), uint64(m.TunID), 0xffffffff, false))
+	}
+	if m.TunSrc != [4]byte{} {
+		tun = append(tun, "src="+addrMasked(k.TunSrc[:], m.TunSrc[:]))
+	}
+	if m.TunDst != [4]byte{} {
+		tun = append(tun, "dst="+addrMasked(k.TunDst[:], m.TunDst[:]))
+	}
+	if m.TunTOS != 0 {
+		tun = append(tun, num("tos", uint64(k.TunTOS), uint64(m.TunTOS), 0xff, true))
+	}
+	if m.TunTTL != 0 {
+		tun = append(tun, num("ttl", uint64(k.TunTTL), uint64(m.TunTTL), 0xff, false))
+	}
+	if m.TunFlags != 0 {
+		tun = append(tun, num("flags", uint64(k.TunFlags), uint64(m.TunFlags), 0xff, true))
+	}
+	group("tunnel", tun)
+
+	var eth []string
+	if m.EthSrc != [6]byte{} {
+		eth = append(eth, "src="+macMasked(k.EthSrc, m.EthSrc))
+	}
+	if m.EthDst != [6]byte{} {
+		eth = append(eth, "dst="+macMasked(k.EthDst, m.EthDst))
+	}
+	group("eth", eth)
+	if m.VlanTCI != 0 {
+		add(num("vlan_tci", uint64(k.VlanTCI), uint64(m.VlanTCI), 0xffff, true))
+	}
+	if m.EthType != 0 {
+		add(num("eth_type", uint64(k.EthType), uint64(m.EthType), 0xffff, true))
+	}
+
+	var l3 []string
+	name := "ipv4"
+	isARP := k.EthType == 0x0806
+	switch k.EthType {
+	case 0x86dd:
+		name = "ipv6"
+	case 0x0806:
+		name = "arp"
+	}
+	v6 := k.EthType == 0x86dd
+	if !zero(m.IPSrc[:]) {
+		l3 = append(l3, choose(isARP, "sip=", "src=")+ipMasked(k.IPSrc[:], m.IPSrc[:], v6))
+	}
+	if !zero(m.IPDst[:]) {
+		l3 = append(l3, choose(isARP, "tip=", "dst=")+ipMasked(k.IPDst[:], m.IPDst[:], v6))
+	}
+	if m.IPv6Label != 0 {
+		l3 = append(l3, num("label", uint64(k.IPv6Label), uint64(m.IPv6Label), 0xfffff, true))
+	}
+	if m.NwProto != 0 {
+		l3 = append(l3, num(choose(isARP, "op", "proto"), uint64(k.NwProto), uint64(m.NwProto), 0xff, false))
+	}
+	if m.NwTOS != 0 {
+		l3 = append(l3, num("tos", uint64(k.NwTOS), uint64(m.NwTOS), 0xff, true))
+	}
+	if m.NwTTL != 0 {
+		l3 = append(l3, num("ttl", uint64(k.NwTTL), uint64(m.NwTTL), 0xff, false))
+	}
+	if m.NwFrag != 0 {
+		l3 = append(l3, "frag="+fragName(k.NwFrag, m.NwFrag))
+	}
+	if m.ArpSHA != [6]byte{} {
+		l3 = append(l3, "sha="+macMasked(k.ArpSHA, m.ArpSHA))
+	}
+	if m.ArpTHA != [6]byte{} {
+		l3 = append(l3, "tha="+macMasked(k.ArpTHA, m.ArpTHA))
+	}
+	group(name, l3)
+
+	var l4 []string
+	l4name := "l4"
+	switch k.NwProto {
+	case 6:
+		l4name = "tcp"
+	case 17:
+		l4name = "udp"
+	case 132:
+		l4name = "sctp"
+	case 1:
+		l4name = "icmp"
+	case 58:
+		l4name = "icmpv6"
+	}
+	icmp := l4name == "icmp" || l4name == "icmpv6"
+	if m.TpSrc != 0 {
+		l4 = append(l4, num(choose(icmp, "type", "src"), uint64(k.TpSrc), uint64(m.TpSrc), 0xffff, false))
+	}
+	if m.TpDst != 0 {
+		l4 = append(l4, num(choose(icmp, "code", "dst"), uint64(k.TpDst), uint64(m.TpDst), 0xffff, false))
+	}
+	if !isARP {
+		group(l4name, l4)
+	}
+	if m.TCPFlags != 0 {
+		add(num("tcp_flags", uint64(k.TCPFlags), uint64(m.TCPFlags), 0xfff, true))
+	}
+	if len(parts) == 0 {
+		return "any"
+	}
+	return strings.Join(parts, ",")
+}
+
+func choose(c bool, a, b string) string {
+	if c {
+		return a
+	}
+	return b
+}
+
+func zero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func fragName(v, m uint8) string {
+	switch {
+	case v&FragAny == 0:
+		return "no"
+	case m&FragLater == 0:
+		return "yes"
+	case v&FragLater != 0:
+		return "later"
+	}
+	return "first"
+}
+
+func macMasked(v, m [6]byte) string {
+	s := net.HardwareAddr(v[:]).String()
+	if m != [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff} {
+		s += "/" + net.HardwareAddr(m[:]).String()
+	}
+	return s
+}
+
+func addrMasked(v, m []byte) string {
+	return ipMasked(v, m, false)
+}
+
+func ipMasked(v, m []byte, v6 bool) string {
+	var a, ma netip.Addr
+	if v6 {
+		a, ma = netip.AddrFrom16([16]byte(v[:16])), netip.AddrFrom16([16]byte(m[:16]))
+	} else {
+		a, ma = netip.AddrFrom4([4]byte(v[:4])), netip.AddrFrom4([4]byte(m[:4]))
+	}
+	ones := prefixLen(ma.AsSlice())
+	switch {
+	case ones == ma.BitLen():
+		return a.String()
+	case ones >= 0:
+		return fmt.Sprintf("%s/%d", a, ones)
+	}
+	return a.String() + "/" + ma.String()
+}
+
+// prefixLen returns the number of leading one bits of a contiguous mask, or
+// -1 when the mask is not contiguous.
+func prefixLen(m []byte) int {
+	n := 0
+	for n < len(m)*8 && m[n/8]&(0x80>>(n%8)) != 0 {
+		n++
+	}
+	for i := n; i < len(m)*8; i++ {
+		if m[i/8]&(0x80>>(i%8)) != 0 {
+			return -1
+		}
+	}
+	return n
+}
