@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nagare-net/nagare/pkg/lab"
+)
+
+func init() {
+	register(&command{
+		name:    "lab",
+		summary: "run the lab's scenarios (data planes compared with real tools)",
+		usage:   "nagarectl lab run SCENARIO [--out DIR] [--reps N] [--duration S] [--timeout D] | nagarectl lab list",
+		run:     runLab,
+	})
+}
+
+func runLab(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("missing subcommand (run or list)")
+	}
+	switch args[0] {
+	case "list":
+		if len(args) > 1 {
+			return usagef("lab list takes no arguments")
+		}
+		return labList(stdout)
+	case "run":
+		return labRun(args[1:], stdout, stderr)
+	default:
+		return usagef("unknown lab subcommand %q (want run or list)", args[0])
+	}
+}
+
+func labList(w io.Writer) error {
+	fmt.Fprintln(w, "scenarios:")
+	for _, n := range lab.ScenarioNames() {
+		s, err := lab.LoadScenario(n)
+		if err != nil {
+			fmt.Fprintf(w, "  %-18s (invalid: %v)\n", n, err)
+			continue
+		}
+		fmt.Fprintf(w, "  %-18s %s\n", n, firstLine(s.Description))
+	}
+	fmt.Fprintln(w, "\ndata planes:")
+	for _, n := range lab.DataPlaneNames() {
+		dp, _ := lab.NewDataPlane(n)
+		avail := "available"
+		if err := dp.Available(); err != nil {
+			avail = err.Error()
+		}
+		fmt.Fprintf(w, "  %-20s %-16s %s [%s]\n", n, dp.Scope(), dp.Description(), avail)
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	for i, c := range s {
+		if c == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+func labRun(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("lab run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	out := fs.String("out", "", "output directory (default lab-results/<scenario>-<timestamp>)")
+	reps := fs.Int("reps", 0, "repetitions (default: the scenario's)")
+	dur := fs.Float64("duration", 0, "seconds per measurement (default: the scenario's)")
+	timeout := fs.Duration("timeout", 0, "give up (and clean up) after this long, e.g. 10m (default: no limit)")
+	// Flags may come before or after the scenario name.
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return usagef("%v", err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(pos) != 1 {
+		return usagef("want exactly one SCENARIO (a name from `nagarectl lab list` or a YAML file), got %d", len(pos))
+	}
+	if *reps < 0 || *dur < 0 || *timeout < 0 {
+		return usagef("--reps, --duration and --timeout must not be negative")
+	}
+	s, err := lab.LoadScenario(pos[0])
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+	res, err := lab.Run(ctx, s, lab.Options{
+		OutDir:   *out,
+		Reps:     *reps,
+		Duration: time.Duration(*dur * float64(time.Second)),
+		Progress: stderr,
+	})
+	if res != nil {
+		res.WriteMarkdown(stdout)
+		if res.OutDir != "" {
+			fmt.Fprintf(stderr, "results: %s (summary.md, results.json, samples.csv, commands.log, *.png)\n", res.OutDir)
+		}
+	}
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("interrupted; everything the lab created was removed")
+	}
+	return err
+}

@@ -1,0 +1,223 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Ports: each measurement (by index) gets its own server port, background
+// network load uses loadPort.
+const (
+	sockperfBasePort = 11111
+	iperfBasePort    = 5201
+	loadPort         = 5301
+)
+
+func (r *planeRun) measurementIndex(name string) int {
+	for i, m := range r.s.Measurements {
+		if m.Name == name {
+			return i
+		}
+	}
+	return 0
+}
+
+// runMeasurement starts the server of one measurement, pinned to the server
+// CPU, then runs its client once per placement.
+func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
+	m := tests[0].m
+	t := r.topo
+	client, server := t.Pod(m.Client), t.Pod(m.Server)
+	ip := server.IP
+	if client == server {
+		ip = "127.0.0.1"
+	}
+	idx := r.measurementIndex(m.Name)
+	srvCPU := strconv.Itoa(r.s.CPUs.Server)
+	var srvArgs []string
+	var ready, port string
+	switch m.Kind {
+	case KindRTT:
+		port = strconv.Itoa(sockperfBasePort + idx)
+		srvArgs = []string{"sockperf", "server", "-i", ip, "-p", port}
+		ready = "to block on socket"
+	default:
+		port = strconv.Itoa(iperfBasePort + idx)
+		srvArgs = []string{"iperf3", "-s", "-B", ip, "-p", port, "--forceflush"}
+		ready = "Server listening"
+	}
+	out := make([]Sample, 0, len(tests))
+	fail := func(tc test, err error) {
+		out = append(out, newSample(r.s, r.dp.Name(), tc, r.rep, StatusFailed, err.Error()))
+		r.bar.Add(1)
+	}
+	args := append([]string{"ip", "netns", "exec", server.NS, "taskset", "-c", srvCPU}, srvArgs...)
+	srv, err := r.sh.Start(t.Cleanup, ready, args...)
+	if err == nil {
+		err = srv.WaitReady(ctx, 10*time.Second)
+	}
+	if err != nil {
+		for _, tc := range tests {
+			fail(tc, fmt.Errorf("server: %w", err))
+		}
+		return out
+	}
+	defer srv.Stop()
+
+	for _, tc := range tests {
+		if ctx.Err() != nil {
+			fail(tc, ctx.Err())
+			continue
+		}
+		r.bar.Describe(fmt.Sprintf("rep %d/%d %-18s %s %s %s", r.rep, r.s.Reps, r.dp.Name(), m.Name, tc.placement, tc.load.Name))
+		s, err := r.runClient(ctx, tc, client, ip, port)
+		if err != nil {
+			fail(tc, err)
+			continue
+		}
+		out = append(out, s)
+		r.bar.Add(1)
+	}
+	return out
+}
+
+// runClient runs one client in one placement and samples host CPU,
+// softirqs and interrupts around it.
+func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port string) (Sample, error) {
+	m := tc.m
+	cpu := r.s.CPUs.Client
+	pids := r.dp.Processes()
+	if tc.placement == SameCore {
+		cpu = r.s.CPUs.Server
+		for _, pid := range pids {
+			restore, err := pinThreads(pid, []int{r.s.CPUs.Server})
+			if err != nil {
+				return Sample{}, fmt.Errorf("pinning switch process %d: %w", pid, err)
+			}
+			defer restore()
+		}
+	}
+	secs := strconv.FormatFloat(m.Duration.Seconds(), 'f', -1, 64)
+	args := []string{"ip", "netns", "exec", client.NS, "taskset", "-c", strconv.Itoa(cpu)}
+	switch m.Kind {
+	case KindRTT:
+		args = append(args, "sockperf", "ping-pong", "-i", ip, "-p", port, "-m", strconv.Itoa(m.Size), "-t", secs)
+	case KindTCP:
+		args = append(args, "iperf3", "-c", ip, "-p", port, "-t", secs, "-J")
+	case KindUDPPPS:
+		args = append(args, "iperf3", "-c", ip, "-p", port, "-t", secs, "-u", "-b", "0", "-l", strconv.Itoa(m.Size), "-J")
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Duration(m.Duration)+30*time.Second)
+	defer cancel()
+
+	smp := newSample(r.s, r.dp.Name(), tc, r.rep, StatusOK, "")
+	smp.SwitchProcs = len(pids)
+	smp.Start = time.Now()
+	before, err := takeSnapshot(pids)
+	if err != nil {
+		return smp, err
+	}
+	output, err := r.sh.Run(cctx, args...)
+	window := time.Since(smp.Start).Seconds()
+	after, serr := takeSnapshot(pids)
+	if err != nil {
+		return smp, err
+	}
+	if serr != nil {
+		return smp, serr
+	}
+	usage := usageBetween(before, after, window)
+	smp.CPU = &usage
+	switch m.Kind {
+	case KindRTT:
+		v, err := ParseSockperf(output)
+		if err != nil {
+			return smp, err
+		}
+		smp.RTT = &v
+	case KindTCP:
+		v, err := ParseIperfTCP(output)
+		if err != nil {
+			return smp, err
+		}
+		smp.TCP = &v
+	case KindUDPPPS:
+		v, err := ParseIperfUDP(output)
+		if err != nil {
+			return smp, err
+		}
+		smp.UDP = &v
+	}
+	return smp, nil
+}
+
+// startLoad starts a load step's background load; everything it starts or
+// creates is registered with step. Each load process also ends by itself
+// after budget, in case the lab is killed without a chance to clean up.
+func (r *planeRun) startLoad(ctx context.Context, l LoadSpec, step *Cleanup, budget time.Duration) error {
+	t := r.topo
+	secs := strconv.Itoa(int(budget.Seconds()))
+	// Load processes run inside the lab's namespaces, like everything else,
+	// so that "no process left in our namespaces" covers them too.
+	anyNS := t.Nodes[0].NS
+	if c := l.CPU; c != nil {
+		cpus := ""
+		for i, n := range c.CPUs {
+			if i > 0 {
+				cpus += ","
+			}
+			cpus += strconv.Itoa(n)
+		}
+		p, err := r.sh.Start(step, "dispatching hogs", "ip", "netns", "exec", anyNS, "taskset", "-c", cpus,
+			"stress-ng", "--cpu", strconv.Itoa(len(c.CPUs)), "--cpu-load", strconv.Itoa(c.Percent), "-t", secs, "--metrics-brief")
+		if err != nil {
+			return err
+		}
+		if err := p.WaitReady(ctx, 10*time.Second); err != nil {
+			return err
+		}
+	}
+	if n := l.Net; n != nil {
+		cl, sv := t.Pod(n.Client), t.Pod(n.Server)
+		port := strconv.Itoa(loadPort)
+		s, err := r.sh.Start(step, "Server listening", "ip", "netns", "exec", sv.NS, "iperf3", "-s", "-B", sv.IP, "-p", port, "--forceflush")
+		if err != nil {
+			return err
+		}
+		if err := s.WaitReady(ctx, 10*time.Second); err != nil {
+			return err
+		}
+		c, err := r.sh.Start(step, "connected to", "ip", "netns", "exec", cl.NS, "iperf3", "-c", sv.IP, "-p", port,
+			"-b", n.Rate, "-P", strconv.Itoa(n.Streams), "-t", secs, "-i", "0", "--forceflush")
+		if err != nil {
+			return err
+		}
+		if err := c.WaitReady(ctx, 10*time.Second); err != nil {
+			return err
+		}
+	}
+	if p := l.CPUPods; p != nil {
+		// The CPU pods belong to p.Node conceptually; CPU time is shared by
+		// the whole VM anyway, so they are not pinned.
+		for k := 1; k <= p.Count; k++ {
+			ns := fmt.Sprintf("%s-h%d", t.Prefix, k)
+			// A CPU pod is a namespace on the node with one busy worker; it
+			// needs no network to compete for the node's CPUs.
+			sub := &Topology{Sh: r.sh, Cleanup: step}
+			if err := sub.createNamespace(ctx, ns); err != nil {
+				return err
+			}
+			pr, err := r.sh.Start(step, "dispatching hogs", "ip", "netns", "exec", ns,
+				"stress-ng", "--cpu", "1", "--cpu-load", strconv.Itoa(p.Percent), "-t", secs)
+			if err != nil {
+				return err
+			}
+			if err := pr.WaitReady(ctx, 10*time.Second); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

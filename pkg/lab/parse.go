@@ -1,0 +1,216 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// RTTResult is a sockperf ping-pong result converted to round-trip times.
+//
+// sockperf reports one-way latency, which it computes as RTT/2; every field
+// here is that value multiplied by 2, comparable with netperf UDP_RR and the
+// papers' round-trip figures.
+type RTTResult struct {
+	MinUs  float64 `json:"rtt_min_us"`
+	AvgUs  float64 `json:"rtt_avg_us"`
+	P50Us  float64 `json:"rtt_p50_us"`
+	P90Us  float64 `json:"rtt_p90_us"`
+	P99Us  float64 `json:"rtt_p99_us"`
+	P999Us float64 `json:"rtt_p99_9_us"`
+	MaxUs  float64 `json:"rtt_max_us"`
+	// TransPerSec is completed round trips per second in the valid
+	// (post-warm-up) window; one request is outstanding at a time.
+	TransPerSec  float64 `json:"trans_per_s"`
+	Observations int     `json:"observations"`
+}
+
+var (
+	ansiRE        = regexp.MustCompile("\x1b\\[[0-9;]*m")
+	sockValidRE   = regexp.MustCompile(`\[Valid Duration\] RunTime=([0-9.]+) sec; SentMessages=(\d+); ReceivedMessages=(\d+)`)
+	sockAvgRE     = regexp.MustCompile(`avg-latency=([0-9.]+)`)
+	sockPctRE     = regexp.MustCompile(`---> percentile\s+([0-9.]+)\s*=\s*([0-9.]+)`)
+	sockMinMaxRE  = regexp.MustCompile(`---> <(MIN|MAX)> observation\s*=\s*([0-9.]+)`)
+	sockObsRE     = regexp.MustCompile(`Total (\d+) observations`)
+	sockNoReplyRE = regexp.MustCompile(`No messages were received`)
+)
+
+// ParseSockperf parses the output of `sockperf ping-pong` (version 3.x).
+func ParseSockperf(out string) (RTTResult, error) {
+	out = ansiRE.ReplaceAllString(out, "")
+	var r RTTResult
+	if sockNoReplyRE.MatchString(out) {
+		return r, fmt.Errorf("sockperf: no replies from the server")
+	}
+	m := sockValidRE.FindStringSubmatch(out)
+	if m == nil {
+		return r, fmt.Errorf("sockperf: no [Valid Duration] line in output: %s", lastLines(out, 3))
+	}
+	secs, _ := strconv.ParseFloat(m[1], 64)
+	recv, _ := strconv.ParseFloat(m[3], 64)
+	if secs > 0 {
+		r.TransPerSec = recv / secs
+	}
+	if m := sockAvgRE.FindStringSubmatch(out); m != nil {
+		v, _ := strconv.ParseFloat(m[1], 64)
+		r.AvgUs = 2 * v
+	} else {
+		return r, fmt.Errorf("sockperf: no avg-latency in output")
+	}
+	if m := sockObsRE.FindStringSubmatch(out); m != nil {
+		r.Observations, _ = strconv.Atoi(m[1])
+	}
+	pct := map[string]float64{}
+	for _, m := range sockPctRE.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		pct[strings.TrimRight(strings.TrimRight(m[1], "0"), ".")] = 2 * v
+	}
+	for _, m := range sockMinMaxRE.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		if m[1] == "MIN" {
+			r.MinUs = 2 * v
+		} else {
+			r.MaxUs = 2 * v
+		}
+	}
+	for _, want := range []struct {
+		key string
+		dst *float64
+	}{{"50", &r.P50Us}, {"90", &r.P90Us}, {"99", &r.P99Us}, {"99.9", &r.P999Us}} {
+		v, ok := pct[want.key]
+		if !ok {
+			return r, fmt.Errorf("sockperf: percentile %s missing from output", want.key)
+		}
+		*want.dst = v
+	}
+	if r.MinUs == 0 || r.Observations == 0 {
+		return r, fmt.Errorf("sockperf: no observations")
+	}
+	return r, nil
+}
+
+// TCPResult is an iperf3 TCP test.
+type TCPResult struct {
+	// Gbps is the receiver's goodput (end.sum_received).
+	Gbps        float64 `json:"gbps"`
+	Retransmits int64   `json:"retransmits"`
+}
+
+// UDPResult is an iperf3 UDP flood.
+type UDPResult struct {
+	// RxPPS is packets delivered to the receiver per second (sent - lost).
+	RxPPS float64 `json:"rx_pps"`
+	// TxPPS is packets the sender sent per second.
+	TxPPS   float64 `json:"tx_pps"`
+	LossPct float64 `json:"loss_pct"`
+}
+
+type iperfSum struct {
+	Seconds       float64 `json:"seconds"`
+	Bytes         float64 `json:"bytes"`
+	BitsPerSecond float64 `json:"bits_per_second"`
+	Retransmits   int64   `json:"retransmits"`
+	Packets       float64 `json:"packets"`
+	LostPackets   float64 `json:"lost_packets"`
+	LostPercent   float64 `json:"lost_percent"`
+}
+
+type iperfJSON struct {
+	Error string `json:"error"`
+	Start struct {
+		TestStart struct {
+			Protocol string `json:"protocol"`
+		} `json:"test_start"`
+	} `json:"start"`
+	End struct {
+		SumSent     *iperfSum `json:"sum_sent"`
+		SumReceived *iperfSum `json:"sum_received"`
+		Sum         *iperfSum `json:"sum"`
+	} `json:"end"`
+}
+
+func decodeIperf(out string) (iperfJSON, error) {
+	var j iperfJSON
+	// iperf3 may print warnings before the JSON object.
+	if i := strings.IndexByte(out, '{'); i > 0 {
+		out = out[i:]
+	}
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		return j, fmt.Errorf("iperf3: bad JSON output: %w: %s", err, lastLines(out, 3))
+	}
+	if j.Error != "" {
+		return j, fmt.Errorf("iperf3: %s", j.Error)
+	}
+	return j, nil
+}
+
+// ParseIperfTCP parses `iperf3 -c ... -J` TCP output.
+func ParseIperfTCP(out string) (TCPResult, error) {
+	j, err := decodeIperf(out)
+	if err != nil {
+		return TCPResult{}, err
+	}
+	if p := j.Start.TestStart.Protocol; p != "TCP" {
+		return TCPResult{}, fmt.Errorf("iperf3: protocol %q, want TCP", p)
+	}
+	if j.End.SumReceived == nil || j.End.SumSent == nil {
+		return TCPResult{}, fmt.Errorf("iperf3: no end.sum_received/sum_sent")
+	}
+	return TCPResult{Gbps: j.End.SumReceived.BitsPerSecond / 1e9, Retransmits: j.End.SumSent.Retransmits}, nil
+}
+
+// ParseIperfUDP parses `iperf3 -u -c ... -J` output.
+func ParseIperfUDP(out string) (UDPResult, error) {
+	j, err := decodeIperf(out)
+	if err != nil {
+		return UDPResult{}, err
+	}
+	if p := j.Start.TestStart.Protocol; p != "UDP" {
+		return UDPResult{}, fmt.Errorf("iperf3: protocol %q, want UDP", p)
+	}
+	rx, tx := j.End.SumReceived, j.End.SumSent
+	if rx == nil { // iperf3 < 3.11 only has end.sum
+		rx = j.End.Sum
+	}
+	if tx == nil {
+		tx = j.End.Sum
+	}
+	if rx == nil || tx == nil || rx.Seconds <= 0 || tx.Seconds <= 0 {
+		return UDPResult{}, fmt.Errorf("iperf3: no UDP summary")
+	}
+	return UDPResult{
+		RxPPS:   (rx.Packets - rx.LostPackets) / rx.Seconds,
+		TxPPS:   tx.Packets / tx.Seconds,
+		LossPct: rx.LostPercent,
+	}, nil
+}
+
+// StressResult is the stress-ng --metrics-brief line of one stressor.
+type StressResult struct {
+	Stressor    string  `json:"stressor"`
+	BogoOps     float64 `json:"bogo_ops"`
+	RealSeconds float64 `json:"real_s"`
+	// CPUSeconds is usr+sys time of all its workers.
+	CPUSeconds float64 `json:"cpu_s"`
+}
+
+var stressRE = regexp.MustCompile(`metrc: \[\d+\]\s+([a-z][a-z0-9-]*)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+`)
+
+// ParseStressNG parses `stress-ng --metrics-brief` output; it fails unless
+// stress-ng says the run completed.
+func ParseStressNG(out string) ([]StressResult, error) {
+	var rs []StressResult
+	for _, m := range stressRE.FindAllStringSubmatch(out, -1) {
+		f := func(i int) float64 { v, _ := strconv.ParseFloat(m[i], 64); return v }
+		rs = append(rs, StressResult{Stressor: m[1], BogoOps: f(2), RealSeconds: f(3), CPUSeconds: f(4) + f(5)})
+	}
+	if !strings.Contains(out, "successful run completed") {
+		return rs, fmt.Errorf("stress-ng: run not completed: %s", lastLines(out, 3))
+	}
+	if len(rs) == 0 {
+		return nil, fmt.Errorf("stress-ng: no metrics lines (need --metrics-brief)")
+	}
+	return rs, nil
+}

@@ -1,0 +1,323 @@
+package lab
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// rowKey identifies one report row: a data plane in one measurement,
+// placement and load step; its cell values aggregate the repetitions.
+type rowKey struct {
+	Measurement, Placement, Load, DataPlane string
+}
+
+// Row is the aggregate of one data plane's repetitions of one test.
+type Row struct {
+	rowKey
+	Kind    string
+	Runs    int // repetitions attempted
+	OK      int
+	Skipped string // reason, if the data plane did not run here
+	Errors  []string
+	// Values by column name, one entry per successful repetition.
+	Values      map[string][]float64
+	SwitchProcs int
+}
+
+// Cell returns the median (min–max) summary of a column.
+func (r *Row) Cell(col string) Summary { return Summarize(r.Values[col]) }
+
+// Rows aggregates the samples, in scenario order: measurement, placement,
+// load step, data plane.
+func (res *Result) Rows() []*Row {
+	byKey := map[rowKey]*Row{}
+	for _, s := range res.Samples {
+		k := rowKey{s.Measurement, s.Placement, s.Load, s.DataPlane}
+		row := byKey[k]
+		if row == nil {
+			row = &Row{rowKey: k, Kind: s.Kind, Values: map[string][]float64{}}
+			byKey[k] = row
+		}
+		switch s.Status {
+		case StatusSkipped:
+			row.Skipped = s.Error
+			continue
+		case StatusFailed:
+			row.Runs++
+			row.Errors = append(row.Errors, fmt.Sprintf("rep %d: %s", s.Rep, s.Error))
+			continue
+		}
+		row.Runs++
+		row.OK++
+		row.SwitchProcs = s.SwitchProcs
+		add := func(col string, v float64) { row.Values[col] = append(row.Values[col], v) }
+		if r := s.RTT; r != nil {
+			add("min", r.MinUs)
+			add("avg", r.AvgUs)
+			add("p50", r.P50Us)
+			add("p90", r.P90Us)
+			add("p99", r.P99Us)
+			add("p99.9", r.P999Us)
+			add("max", r.MaxUs)
+			add("trans/s", r.TransPerSec)
+		}
+		if r := s.TCP; r != nil {
+			add("gbps", r.Gbps)
+			add("retrans", float64(r.Retransmits))
+		}
+		if r := s.UDP; r != nil {
+			add("rx kpps", r.RxPPS/1000)
+			add("tx kpps", r.TxPPS/1000)
+			add("loss %", r.LossPct)
+		}
+		if c := s.CPU; c != nil {
+			add("switch cpu", c.SwitchCPUSeconds)
+			add("host cpu", c.HostCPUSeconds)
+			add("softirqs", float64(c.TotalSoftirqs()))
+			add("interrupts", float64(c.TotalInterrupts()))
+		}
+	}
+	var rows []*Row
+	s := res.Scenario
+	for _, m := range s.Measurements {
+		for _, pl := range m.Placements {
+			for _, l := range s.Loads {
+				for _, p := range res.Planes {
+					if row := byKey[rowKey{m.Name, pl, l.Name, p.Name}]; row != nil {
+						rows = append(rows, row)
+					}
+				}
+			}
+		}
+	}
+	return rows
+}
+
+type column struct {
+	title, key string
+	prec       int
+	// cpu marks the switch CPU column, shown as "–" for in-kernel planes.
+	cpu bool
+}
+
+func columnsFor(kind string) []column {
+	common := []column{{"switch CPU-s", "switch cpu", 2, true}, {"host CPU-s", "host cpu", 2, false},
+		{"softirqs", "softirqs", 0, false}, {"interrupts", "interrupts", 0, false}}
+	var cols []column
+	switch kind {
+	case KindRTT:
+		cols = []column{{"RTT min", "min", 1, false}, {"RTT avg", "avg", 1, false}, {"RTT p50", "p50", 1, false},
+			{"RTT p90", "p90", 1, false}, {"RTT p99", "p99", 1, false}, {"trans/s", "trans/s", 0, false}}
+	case KindTCP:
+		cols = []column{{"TCP Gbit/s", "gbps", 2, false}, {"retransmits", "retrans", 0, false}}
+	case KindUDPPPS:
+		cols = []column{{"rx kpps", "rx kpps", 0, false}, {"tx kpps", "tx kpps", 0, false}, {"loss %", "loss %", 1, false}}
+	}
+	return append(cols, common...)
+}
+
+func formatSummary(s Summary, prec int) string {
+	if s.N == 0 || math.IsNaN(s.Median) {
+		return "–"
+	}
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', prec, 64) }
+	if s.N == 1 || s.Min == s.Max {
+		return f(s.Median)
+	}
+	return fmt.Sprintf("%s (%s–%s)", f(s.Median), f(s.Min), f(s.Max))
+}
+
+func (res *Result) measurementTitle(m MeasurementSpec, placement string) string {
+	s := res.Scenario
+	what := ""
+	switch m.Kind {
+	case KindRTT:
+		what = fmt.Sprintf("%d B UDP ping-pong (sockperf), RTT µs = 2 × sockperf one-way", m.Size)
+	case KindTCP:
+		what = "TCP throughput, 1 stream (iperf3)"
+	case KindUDPPPS:
+		what = fmt.Sprintf("UDP %d B flood packet rate (iperf3 -b 0)", m.Size)
+	}
+	cpus := fmt.Sprintf("client CPU %d, server CPU %d, switch unpinned", s.CPUs.Client, s.CPUs.Server)
+	if placement == SameCore {
+		cpus = fmt.Sprintf("client, server and switch on CPU %d", s.CPUs.Server)
+	}
+	return fmt.Sprintf("%s: %s → %s (%s), %s; %s (%s), %s per test",
+		m.Name, m.Client, m.Server, s.scope(m.Client, m.Server), what, placement, cpus, formatSeconds(m.Duration.Seconds()))
+}
+
+func formatSeconds(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) + " s" }
+
+// WriteMarkdown writes the results as Markdown tables, one per measurement
+// and placement; cells are median (min–max) over repetitions.
+func (res *Result) WriteMarkdown(w io.Writer) {
+	s := res.Scenario
+	fmt.Fprintf(w, "## Lab scenario %s\n\n", s.Name)
+	fmt.Fprintf(w, "%s, %d CPUs, kernel %s; %d repetition(s), data planes interleaved; wall time %.0f s.\n",
+		res.Host.CPU, res.Host.CPUs, res.Host.Kernel, s.Reps, res.WallSeconds)
+	fmt.Fprintf(w, "Cells: median (min–max) over repetitions. RTT in µs = 2 × sockperf's one-way latency (sockperf prints RTT/2).\n")
+	fmt.Fprintf(w, "CPU-s: CPU seconds during the client's run; switch = the data plane's processes (– = in-kernel, counted in host), host = whole VM.\n")
+	if res.Interrupted {
+		fmt.Fprintf(w, "\n**Interrupted: partial results.**\n")
+	}
+	rows := res.Rows()
+	multiLoad := len(s.Loads) > 1
+	for _, m := range s.Measurements {
+		for _, pl := range m.Placements {
+			fmt.Fprintf(w, "\n### %s\n\n", res.measurementTitle(m, pl))
+			cols := columnsFor(m.Kind)
+			hdr := []string{}
+			if multiLoad {
+				hdr = append(hdr, "load")
+			}
+			hdr = append(hdr, "data plane", "runs ok")
+			for _, c := range cols {
+				hdr = append(hdr, c.title)
+			}
+			fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
+			var na []string
+			present := map[string]bool{}
+			for _, row := range rows {
+				if row.Measurement != m.Name || row.Placement != pl {
+					continue
+				}
+				present[row.DataPlane] = true
+				cells := []string{}
+				if multiLoad {
+					cells = append(cells, row.Load)
+				}
+				cells = append(cells, row.DataPlane)
+				if row.Skipped != "" {
+					cells = append(cells, "skipped: "+row.Skipped)
+					for range cols {
+						cells = append(cells, "–")
+					}
+				} else {
+					cells = append(cells, fmt.Sprintf("%d/%d", row.OK, row.Runs))
+					for _, c := range cols {
+						if c.cpu && row.SwitchProcs == 0 {
+							cells = append(cells, "–")
+							continue
+						}
+						cells = append(cells, formatSummary(row.Cell(c.key), c.prec))
+					}
+				}
+				fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+			}
+			for _, p := range res.Planes {
+				if !present[p.Name] {
+					na = append(na, fmt.Sprintf("%s (%s)", p.Name, p.Scope))
+				}
+			}
+			if len(na) > 0 {
+				fmt.Fprintf(w, "\nNot applicable (data plane scope): %s.\n", strings.Join(na, ", "))
+			}
+		}
+	}
+	var failures []string
+	for _, row := range rows {
+		for _, e := range row.Errors {
+			failures = append(failures, fmt.Sprintf("- %s / %s / %s / %s: %s", row.DataPlane, row.Measurement, row.Placement, row.Load, e))
+		}
+	}
+	if len(failures) > 0 {
+		fmt.Fprintf(w, "\n### Failures\n\n%s\n", strings.Join(failures, "\n"))
+	}
+	fmt.Fprintf(w, "\n### Data planes\n\n")
+	for _, p := range res.Planes {
+		fmt.Fprintf(w, "- **%s** (%s): %s\n", p.Name, p.Scope, p.Description)
+	}
+}
+
+// csvHeader lists samples.csv's columns.
+var csvHeader = []string{"dataplane", "measurement", "kind", "client", "server", "scope", "placement", "load", "rep", "status", "error",
+	"start", "rtt_min_us", "rtt_avg_us", "rtt_p50_us", "rtt_p90_us", "rtt_p99_us", "rtt_p99_9_us", "rtt_max_us", "trans_per_s",
+	"tcp_gbps", "tcp_retransmits", "udp_rx_pps", "udp_tx_pps", "udp_loss_pct",
+	"window_s", "switch_procs", "switch_cpu_s", "host_cpu_s", "host_busy_per_cpu", "softirqs_per_cpu", "net_rx_softirqs", "interrupts_per_cpu"}
+
+// WriteCSV writes one line per sample (per repetition, unaggregated).
+func (res *Result) WriteCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	cw.Write(csvHeader)
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	for _, s := range res.Samples {
+		rec := []string{s.DataPlane, s.Measurement, s.Kind, s.Client, s.Server, s.Scope, s.Placement, s.Load,
+			strconv.Itoa(s.Rep), s.Status, s.Error, ""}
+		if !s.Start.IsZero() {
+			rec[11] = s.Start.UTC().Format("2006-01-02T15:04:05Z")
+		}
+		if r := s.RTT; r != nil {
+			rec = append(rec, f(r.MinUs), f(r.AvgUs), f(r.P50Us), f(r.P90Us), f(r.P99Us), f(r.P999Us), f(r.MaxUs), f(r.TransPerSec))
+		} else {
+			rec = append(rec, "", "", "", "", "", "", "", "")
+		}
+		if r := s.TCP; r != nil {
+			rec = append(rec, f(r.Gbps), strconv.FormatInt(r.Retransmits, 10))
+		} else {
+			rec = append(rec, "", "")
+		}
+		if r := s.UDP; r != nil {
+			rec = append(rec, f(r.RxPPS), f(r.TxPPS), f(r.LossPct))
+		} else {
+			rec = append(rec, "", "", "")
+		}
+		if c := s.CPU; c != nil {
+			busy := make([]string, len(c.HostBusyPerCPU))
+			for i, b := range c.HostBusyPerCPU {
+				busy[i] = strconv.FormatFloat(b, 'f', 3, 64)
+			}
+			rec = append(rec, f(c.WindowSeconds), strconv.Itoa(s.SwitchProcs), f(c.SwitchCPUSeconds), f(c.HostCPUSeconds),
+				strings.Join(busy, " "), joinUints(c.Softirqs), strconv.FormatUint(c.NetRxSoftirqs, 10), joinUints(c.Interrupts))
+		} else {
+			rec = append(rec, "", strconv.Itoa(s.SwitchProcs), "", "", "", "", "", "")
+		}
+		cw.Write(rec)
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func joinUints(v []uint64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.FormatUint(x, 10)
+	}
+	return strings.Join(s, " ")
+}
+
+// WriteFiles writes results.json, samples.csv, summary.md and the plots
+// into dir.
+func (res *Result) WriteFiles(dir string) error {
+	data, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), data, 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "samples.csv"))
+	if err != nil {
+		return err
+	}
+	if err := res.WriteCSV(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	var md strings.Builder
+	res.WriteMarkdown(&md)
+	fmt.Fprintf(&md, "\nCommand: `%s`\n", res.Command)
+	if err := os.WriteFile(filepath.Join(dir, "summary.md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+	return res.WritePlots(dir)
+}

@@ -1,0 +1,449 @@
+package lab
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/nagare-net/nagare/lab/scenarios"
+)
+
+// Scenario is one lab experiment as written in a YAML file under
+// lab/scenarios/: the nodes and pods to build, the data planes to compare,
+// what to measure between which pods, under which background loads, and how
+// many interleaved repetitions to run.
+type Scenario struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+	// Nodes are the node network namespaces, joined by the underlay.
+	Nodes []string `yaml:"nodes"`
+	// Pods are network namespaces placed on a node. Their order fixes the
+	// address plan: the i-th pod (1-based) is 10.99.0.i.
+	Pods []PodSpec `yaml:"pods"`
+	// Underlay is the link that joins the nodes.
+	Underlay UnderlaySpec `yaml:"underlay"`
+	// DataPlanes lists the data planes to compare, in report order. The
+	// single entry "all" means every registered data plane.
+	DataPlanes []string `yaml:"dataplanes"`
+	// Reps is the number of interleaved repetitions (A B C A B C ...).
+	Reps int `yaml:"reps"`
+	// CPUs places the processes: the cross-core placement runs the client on
+	// CPUs.Client and the server on CPUs.Server; the same-core placement puts
+	// client, server and the switch processes on CPUs.Server.
+	CPUs         CPUSpec           `yaml:"cpus"`
+	Measurements []MeasurementSpec `yaml:"measurements"`
+	// Loads are background-load steps; every measurement runs once per step.
+	// No steps means one step without load, named "none".
+	Loads []LoadSpec `yaml:"loads"`
+}
+
+// PodSpec places one pod on a node.
+type PodSpec struct {
+	Name string `yaml:"name"`
+	Node string `yaml:"node"`
+}
+
+// UnderlaySpec describes the link between nodes. Two nodes are joined by one
+// veth pair; more nodes by a Linux bridge in an underlay namespace.
+type UnderlaySpec struct {
+	MTU int `yaml:"mtu"`
+}
+
+// CPUSpec names the CPUs used by the two placements.
+type CPUSpec struct {
+	Client int `yaml:"client"`
+	Server int `yaml:"server"`
+}
+
+// Measurement kinds.
+const (
+	// KindRTT is a sockperf ping-pong (UDP request/response) latency test.
+	KindRTT = "rtt"
+	// KindTCP is a one-stream iperf3 TCP throughput test.
+	KindTCP = "tcp"
+	// KindUDPPPS is an iperf3 UDP flood of small datagrams (packet rate).
+	KindUDPPPS = "udp-pps"
+)
+
+// Placements of the client, server and switch processes on CPUs.
+const (
+	// CrossCore runs the client on CPUs.Client and the server on CPUs.Server;
+	// switch processes are left unpinned.
+	CrossCore = "cross-core"
+	// SameCore pins client, server and switch processes on CPUs.Server.
+	SameCore = "same-core"
+)
+
+// MeasurementSpec is one test between two pods.
+type MeasurementSpec struct {
+	Name string `yaml:"name"`
+	// Kind is rtt, tcp or udp-pps.
+	Kind string `yaml:"kind"`
+	// Client and Server are pod names. Client == Server measures over the
+	// pod's loopback (the host stack without any data plane).
+	Client string `yaml:"client"`
+	Server string `yaml:"server"`
+	// Placements lists cross-core and/or same-core; default cross-core.
+	Placements []string `yaml:"placements"`
+	// Duration of each test; default 5s.
+	Duration Duration `yaml:"duration"`
+	// Size is the message size in bytes (rtt: default 128; udp-pps: default 64).
+	Size int `yaml:"size"`
+}
+
+// LoadSpec is one step of background load. All parts given run together.
+type LoadSpec struct {
+	Name string `yaml:"name"`
+	// CPU runs stress-ng CPU workers at a percentage on the given CPUs.
+	CPU *CPULoadSpec `yaml:"cpu"`
+	// Net runs iperf3 TCP streams at a rate between two pods.
+	Net *NetLoadSpec `yaml:"net"`
+	// CPUPods creates extra pods on a node, each running one CPU-heavy
+	// stress-ng worker.
+	CPUPods *CPUPodsSpec `yaml:"cpu_pods"`
+}
+
+// CPULoadSpec is stress-ng --cpu len(CPUs) --cpu-load Percent, pinned to CPUs.
+type CPULoadSpec struct {
+	Percent int   `yaml:"percent"`
+	CPUs    []int `yaml:"cpus"`
+}
+
+// NetLoadSpec is iperf3 TCP from Client to Server at Rate (iperf3 -b syntax,
+// e.g. 500M, 2G) with Streams parallel streams.
+type NetLoadSpec struct {
+	Client  string `yaml:"client"`
+	Server  string `yaml:"server"`
+	Rate    string `yaml:"rate"`
+	Streams int    `yaml:"streams"`
+}
+
+// CPUPodsSpec is Count extra namespaces on Node, each with one stress-ng CPU
+// worker at Percent (default 100).
+type CPUPodsSpec struct {
+	Node    string `yaml:"node"`
+	Count   int    `yaml:"count"`
+	Percent int    `yaml:"percent"`
+}
+
+// Duration is a time.Duration that YAML may give as "2s", "500ms" or a
+// number of seconds.
+type Duration time.Duration
+
+// UnmarshalYAML accepts a Go duration string or a number of seconds.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if f, err := strconv.ParseFloat(n.Value, 64); err == nil {
+		*d = Duration(f * float64(time.Second))
+		return nil
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: duration %q: want e.g. 2s, 500ms or a number of seconds", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration as a Go duration string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// Seconds returns the duration in seconds.
+func (d Duration) Seconds() float64 { return time.Duration(d).Seconds() }
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,7}$`)
+
+// maxPods bounds the 10.99.0.0/24 address plan (leaves room for CPU pods,
+// which have no address).
+const maxPods = 200
+
+// ParseScenario decodes and validates a scenario. Unknown YAML fields are
+// errors, so that a typo does not silently drop a setting.
+func ParseScenario(data []byte) (*Scenario, error) {
+	var s Scenario
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("scenario: %w", err)
+	}
+	s.applyDefaults()
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func (s *Scenario) applyDefaults() {
+	if s.Underlay.MTU == 0 {
+		s.Underlay.MTU = 1500
+	}
+	if s.CPUs == (CPUSpec{}) {
+		s.CPUs = CPUSpec{Client: 0, Server: 1}
+	}
+	for i := range s.Measurements {
+		m := &s.Measurements[i]
+		if len(m.Placements) == 0 {
+			m.Placements = []string{CrossCore}
+		}
+		if m.Duration == 0 {
+			m.Duration = Duration(5 * time.Second)
+		}
+		if m.Size == 0 {
+			switch m.Kind {
+			case KindRTT:
+				m.Size = 128
+			case KindUDPPPS:
+				m.Size = 64
+			}
+		}
+	}
+	if len(s.Loads) == 0 {
+		s.Loads = []LoadSpec{{Name: "none"}}
+	}
+	for i := range s.Loads {
+		if n := s.Loads[i].Net; n != nil && n.Streams == 0 {
+			n.Streams = 1
+		}
+		if p := s.Loads[i].CPUPods; p != nil && p.Percent == 0 {
+			p.Percent = 100
+		}
+	}
+}
+
+// Validate checks the scenario and returns all problems found, one per line.
+func (s *Scenario) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+
+	if s.Name == "" {
+		bad("name: missing")
+	}
+	names := map[string]string{} // namespace-producing names must not collide
+	nodes := map[string]bool{}
+	if len(s.Nodes) == 0 {
+		bad("nodes: at least one node is needed")
+	}
+	for _, n := range s.Nodes {
+		if !nameRE.MatchString(n) {
+			bad("nodes: %q: names are 1-8 characters [a-z0-9], starting with a letter", n)
+		}
+		if what, dup := names[n]; dup {
+			bad("nodes: %q is already a %s", n, what)
+		}
+		names[n] = "node"
+		nodes[n] = true
+	}
+	pods := map[string]PodSpec{}
+	if len(s.Pods) > maxPods {
+		bad("pods: %d pods, at most %d", len(s.Pods), maxPods)
+	}
+	for _, p := range s.Pods {
+		if !nameRE.MatchString(p.Name) {
+			bad("pods: %q: names are 1-8 characters [a-z0-9], starting with a letter", p.Name)
+		}
+		if what, dup := names[p.Name]; dup {
+			bad("pods: %q is already a %s", p.Name, what)
+		}
+		names[p.Name] = "pod"
+		if !nodes[p.Node] {
+			bad("pods: pod %q is on unknown node %q (nodes: %s)", p.Name, p.Node, strings.Join(s.Nodes, ", "))
+		}
+		pods[p.Name] = p
+	}
+	if s.Underlay.MTU < 1280 || s.Underlay.MTU > 9000 {
+		bad("underlay.mtu: %d, want 1280-9000", s.Underlay.MTU)
+	}
+	if len(s.DataPlanes) == 0 {
+		bad("dataplanes: none given (list names or [all]; known: %s)", strings.Join(DataPlaneNames(), ", "))
+	}
+	seenDP := map[string]bool{}
+	for _, d := range s.DataPlanes {
+		if d == "all" {
+			if len(s.DataPlanes) != 1 {
+				bad("dataplanes: \"all\" must be the only entry")
+			}
+			continue
+		}
+		if _, ok := lookupDataPlane(d); !ok {
+			bad("dataplanes: unknown data plane %q (known: %s)", d, strings.Join(DataPlaneNames(), ", "))
+		}
+		if seenDP[d] {
+			bad("dataplanes: %q listed twice", d)
+		}
+		seenDP[d] = true
+	}
+	if s.Reps < 1 {
+		bad("reps: %d, need at least 1", s.Reps)
+	}
+	if s.CPUs.Client < 0 || s.CPUs.Server < 0 {
+		bad("cpus: negative CPU number")
+	}
+	if s.CPUs.Client == s.CPUs.Server {
+		bad("cpus: client and server CPU are both %d; cross-core needs two CPUs", s.CPUs.Client)
+	}
+	if len(s.Measurements) == 0 {
+		bad("measurements: none given")
+	}
+	mnames := map[string]bool{}
+	for i, m := range s.Measurements {
+		where := fmt.Sprintf("measurements[%d] %q", i, m.Name)
+		if m.Name == "" {
+			bad("measurements[%d]: name missing", i)
+		} else if mnames[m.Name] {
+			bad("%s: name used twice", where)
+		}
+		mnames[m.Name] = true
+		switch m.Kind {
+		case KindRTT, KindTCP, KindUDPPPS:
+		default:
+			bad("%s: unknown kind %q (want rtt, tcp or udp-pps)", where, m.Kind)
+		}
+		for _, role := range []struct{ name, pod string }{{"client", m.Client}, {"server", m.Server}} {
+			if _, ok := pods[role.pod]; !ok {
+				bad("%s: %s %q is not a pod", where, role.name, role.pod)
+			}
+		}
+		for _, p := range m.Placements {
+			if p != CrossCore && p != SameCore {
+				bad("%s: unknown placement %q (want cross-core or same-core)", where, p)
+			}
+		}
+		if m.Duration < Duration(time.Second) {
+			bad("%s: duration %s, need at least 1s", where, time.Duration(m.Duration))
+		}
+		if m.Kind != KindTCP && (m.Size < 16 || m.Size > 1400) {
+			bad("%s: size %d, want 16-1400 bytes", where, m.Size)
+		}
+	}
+	lnames := map[string]bool{}
+	for i, l := range s.Loads {
+		where := fmt.Sprintf("loads[%d] %q", i, l.Name)
+		if l.Name == "" {
+			bad("loads[%d]: name missing", i)
+		} else if lnames[l.Name] {
+			bad("%s: name used twice", where)
+		}
+		lnames[l.Name] = true
+		if c := l.CPU; c != nil {
+			if c.Percent < 1 || c.Percent > 100 {
+				bad("%s: cpu.percent %d, want 1-100", where, c.Percent)
+			}
+			if len(c.CPUs) == 0 {
+				bad("%s: cpu.cpus: list the CPUs to load", where)
+			}
+		}
+		if n := l.Net; n != nil {
+			for _, role := range []struct{ name, pod string }{{"client", n.Client}, {"server", n.Server}} {
+				if _, ok := pods[role.pod]; !ok {
+					bad("%s: net.%s %q is not a pod", where, role.name, role.pod)
+				}
+			}
+			if n.Client == n.Server {
+				bad("%s: net: client and server are the same pod", where)
+			}
+			if !regexp.MustCompile(`^[0-9]+(\.[0-9]+)?[KMG]?$`).MatchString(n.Rate) {
+				bad("%s: net.rate %q, want iperf3 -b syntax such as 500M or 2G", where, n.Rate)
+			}
+			if n.Streams < 1 || n.Streams > 32 {
+				bad("%s: net.streams %d, want 1-32", where, n.Streams)
+			}
+			for _, m := range s.Measurements {
+				for _, p := range []string{n.Client, n.Server} {
+					if p == m.Client || p == m.Server {
+						bad("%s: net load pod %q is also measured by %q; use other pods", where, p, m.Name)
+					}
+				}
+			}
+		}
+		if p := l.CPUPods; p != nil {
+			if !nodes[p.Node] {
+				bad("%s: cpu_pods.node %q is not a node", where, p.Node)
+			}
+			if p.Count < 0 || p.Count > 100 {
+				bad("%s: cpu_pods.count %d, want 0-100", where, p.Count)
+			}
+			if p.Percent < 1 || p.Percent > 100 {
+				bad("%s: cpu_pods.percent %d, want 1-100", where, p.Percent)
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("scenario %q is invalid:\n  %w", s.Name, joinIndented(errs))
+}
+
+func joinIndented(errs []error) error {
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "\n  "))
+}
+
+// PlaneNames returns the data planes the scenario compares, "all" expanded.
+func (s *Scenario) PlaneNames() []string {
+	if len(s.DataPlanes) == 1 && s.DataPlanes[0] == "all" {
+		return DataPlaneNames()
+	}
+	return s.DataPlanes
+}
+
+func (s *Scenario) pod(name string) PodSpec {
+	for _, p := range s.Pods {
+		if p.Name == name {
+			return p
+		}
+	}
+	return PodSpec{}
+}
+
+// scope of the traffic between two pods of the scenario.
+func (s *Scenario) scope(client, server string) Scope {
+	switch {
+	case client == server:
+		return ScopeLocal
+	case s.pod(client).Node == s.pod(server).Node:
+		return ScopeIntraNode
+	default:
+		return ScopeInterNode
+	}
+}
+
+// LoadScenario finds a scenario by name among the embedded ones
+// (lab/scenarios/NAME.yaml) or, if arg names an existing file, reads it.
+func LoadScenario(arg string) (*Scenario, error) {
+	if st, err := os.Stat(arg); err == nil && !st.IsDir() {
+		data, err := os.ReadFile(arg)
+		if err != nil {
+			return nil, err
+		}
+		return ParseScenario(data)
+	}
+	data, err := fs.ReadFile(scenarios.FS, arg+".yaml")
+	if err != nil {
+		return nil, fmt.Errorf("no scenario %q: not a file, and not one of the built-in scenarios (%s)", arg, strings.Join(ScenarioNames(), ", "))
+	}
+	return ParseScenario(data)
+}
+
+// ScenarioNames lists the built-in scenarios.
+func ScenarioNames() []string {
+	ents, _ := fs.ReadDir(scenarios.FS, ".")
+	var names []string
+	for _, e := range ents {
+		if n, ok := strings.CutSuffix(e.Name(), ".yaml"); ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,333 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Address plan (see docs/lab.md). All of it lives only inside the lab's own
+// namespaces; nothing is added to the host's namespace.
+//
+//	pod i (1-based, scenario order)  eth0 10.99.0.i/24, MAC 02:99:00:00:00:ii (hex)
+//	node j (1-based)                 underlay ul0 192.168.99.j/24, MAC 02:00:00:00:99:jj
+//	routed plane gateway             169.254.1.1, MAC ee:ee:ee:ee:ee:ee (every node)
+//	VXLAN                            VNI 1, UDP 4789, pod MTU 1450
+const (
+	podSubnet      = "10.99.0."
+	podPrefixLen   = 24
+	underlaySubnet = "192.168.99."
+	// VXLANPodMTU leaves room for the 50-byte VXLAN/UDP/IP/Ethernet header on
+	// a 1500-byte underlay.
+	VXLANPodMTU = 1450
+)
+
+// Topology is what one run builds: namespaces named Prefix-<name>, an
+// underlay between the nodes, and the pods that must reach each other.
+type Topology struct {
+	// Prefix makes every namespace name unique to the run (nl<pid> by default).
+	Prefix string
+	Nodes  []*Node
+	Pods   []*Pod
+	// Pairs are the pods that must reach each other (measured and
+	// background-load traffic), client first.
+	Pairs [][2]*Pod
+	// UnderlayMTU is the MTU of the links between nodes.
+	UnderlayMTU int
+	// Cleanup undoes everything the run created, newest first.
+	Cleanup *Cleanup
+	// Sh runs and logs commands.
+	Sh *Shell
+	// TempDir is a scratch directory of this run (removed by Cleanup).
+	TempDir string
+}
+
+// Node is a node network namespace.
+type Node struct {
+	Name  string
+	NS    string
+	Index int // 1-based
+	// UnderlayIP (without prefix length) and UnderlayMAC are on UnderlayDev.
+	UnderlayIP  string
+	UnderlayMAC string
+	UnderlayDev string
+}
+
+// Pod is a pod network namespace on a node.
+type Pod struct {
+	Name  string
+	NS    string
+	Node  *Node
+	Index int // 1-based, fixes IP and MAC
+	IP    string
+	MAC   string
+	// HostIf is the name of the pod's veth peer in the node namespace
+	// (set by AddPodLink).
+	HostIf string
+}
+
+// CIDR returns the pod's address with the pod subnet's prefix length.
+func (p *Pod) CIDR() string { return fmt.Sprintf("%s/%d", p.IP, podPrefixLen) }
+
+// Node returns the node of that name, or nil.
+func (t *Topology) Node(name string) *Node {
+	for _, n := range t.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// Pod returns the pod of that name, or nil.
+func (t *Topology) Pod(name string) *Pod {
+	for _, p := range t.Pods {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// NodePods returns the pods on node n.
+func (t *Topology) NodePods(n *Node) []*Pod {
+	var ps []*Pod
+	for _, p := range t.Pods {
+		if p.Node == n {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// NodesWithPods returns the nodes that have at least one pod.
+func (t *Topology) NodesWithPods() []*Node {
+	var ns []*Node
+	for _, n := range t.Nodes {
+		if len(t.NodePods(n)) > 0 {
+			ns = append(ns, n)
+		}
+	}
+	return ns
+}
+
+// newTopology lays out (but does not create) the namespaces for the given
+// pods of s. Only the pods listed are part of the topology; their addresses
+// still follow their position in the scenario.
+func newTopology(s *Scenario, prefix string, podNames map[string]bool, sh *Shell, c *Cleanup) *Topology {
+	t := &Topology{Prefix: prefix, UnderlayMTU: s.Underlay.MTU, Sh: sh, Cleanup: c}
+	for j, name := range s.Nodes {
+		t.Nodes = append(t.Nodes, &Node{
+			Name: name, NS: prefix + "-" + name, Index: j + 1,
+			UnderlayIP:  fmt.Sprintf("%s%d", underlaySubnet, j+1),
+			UnderlayMAC: fmt.Sprintf("02:00:00:00:99:%02x", j+1),
+			UnderlayDev: "ul0",
+		})
+	}
+	for i, ps := range s.Pods {
+		if !podNames[ps.Name] {
+			continue
+		}
+		t.Pods = append(t.Pods, &Pod{
+			Name: ps.Name, NS: prefix + "-" + ps.Name, Node: t.Node(ps.Node), Index: i + 1,
+			IP:  fmt.Sprintf("%s%d", podSubnet, i+1),
+			MAC: fmt.Sprintf("02:99:00:00:00:%02x", i+1),
+		})
+	}
+	return t
+}
+
+// createNamespace adds a network namespace with loopback up and IPv6 off
+// (no router solicitations or MLD reports in the measurements), and
+// registers its deletion.
+func (t *Topology) createNamespace(ctx context.Context, ns string) error {
+	if _, err := os.Stat("/run/netns/" + ns); err == nil {
+		return fmt.Errorf("network namespace %s exists already (left over from a killed run? delete it with: ip netns del %s)", ns, ns)
+	}
+	if _, err := t.Sh.Run(ctx, "ip", "netns", "add", ns); err != nil {
+		return err
+	}
+	t.Cleanup.Add("delete netns "+ns, func() error { return deleteNamespace(t.Sh, ns) })
+	if _, err := t.Sh.Run(ctx, "ip", "-n", ns, "link", "set", "lo", "up"); err != nil {
+		return err
+	}
+	_, err := t.Sh.NS(ctx, ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+	return err
+}
+
+func deleteNamespace(sh *Shell, ns string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	// A process still inside would keep the namespace (and its links)
+	// alive after the name is gone: report it, it is a bug in the lab.
+	pids := pidsInNamespace(ns)
+	_, err := sh.Run(ctx, "ip", "netns", "del", ns)
+	if len(pids) > 0 {
+		return fmt.Errorf("processes %v were still running in %s", pids, ns)
+	}
+	return err
+}
+
+// pidsInNamespace lists processes whose network namespace is /run/netns/ns.
+func pidsInNamespace(ns string) []int {
+	ino, err := nsInode("/run/netns/" + ns)
+	if err != nil {
+		return nil
+	}
+	return pidsWithNetnsInode(map[uint64]bool{ino: true})
+}
+
+// build creates every namespace and the underlay.
+func (t *Topology) build(ctx context.Context) error {
+	for _, n := range t.Nodes {
+		if err := t.createNamespace(ctx, n.NS); err != nil {
+			return err
+		}
+	}
+	for _, p := range t.Pods {
+		if err := t.createNamespace(ctx, p.NS); err != nil {
+			return err
+		}
+	}
+	return t.buildUnderlay(ctx)
+}
+
+// buildUnderlay joins the nodes: two nodes by one veth pair (ul0 in each),
+// more by a bridge in namespace Prefix-ul. The links are created directly
+// inside the lab's namespaces, never in the host's.
+func (t *Topology) buildUnderlay(ctx context.Context) error {
+	mtu := fmt.Sprint(t.UnderlayMTU)
+	sh := t.Sh
+	switch len(t.Nodes) {
+	case 0, 1:
+		return nil
+	case 2:
+		a, b := t.Nodes[0], t.Nodes[1]
+		if _, err := sh.Run(ctx, "ip", "link", "add", a.UnderlayDev, "netns", a.NS, "mtu", mtu, "address", a.UnderlayMAC,
+			"type", "veth", "peer", "name", b.UnderlayDev, "netns", b.NS, "mtu", mtu, "address", b.UnderlayMAC); err != nil {
+			return err
+		}
+	default:
+		ul := t.Prefix + "-ul"
+		if err := t.createNamespace(ctx, ul); err != nil {
+			return err
+		}
+		if _, err := sh.Run(ctx, "ip", "-n", ul, "link", "add", "br0", "mtu", mtu, "type", "bridge", "stp_state", "0", "forward_delay", "0"); err != nil {
+			return err
+		}
+		if _, err := sh.Run(ctx, "ip", "-n", ul, "link", "set", "br0", "up"); err != nil {
+			return err
+		}
+		for _, n := range t.Nodes {
+			port := fmt.Sprintf("p%d", n.Index)
+			if _, err := sh.Run(ctx, "ip", "link", "add", n.UnderlayDev, "netns", n.NS, "mtu", mtu, "address", n.UnderlayMAC,
+				"type", "veth", "peer", "name", port, "netns", ul, "mtu", mtu); err != nil {
+				return err
+			}
+			if _, err := sh.Run(ctx, "ip", "-n", ul, "link", "set", port, "master", "br0", "up"); err != nil {
+				return err
+			}
+		}
+	}
+	for _, n := range t.Nodes {
+		if _, err := sh.Run(ctx, "ip", "-n", n.NS, "addr", "add", n.UnderlayIP+"/24", "dev", n.UnderlayDev); err != nil {
+			return err
+		}
+		if _, err := sh.Run(ctx, "ip", "-n", n.NS, "link", "set", n.UnderlayDev, "up"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PodLinkOptions tune AddPodLink.
+type PodLinkOptions struct {
+	// MTU of both ends; 0 means 1500.
+	MTU int
+	// Addr is the address to put on eth0; "" means p.CIDR().
+	Addr string
+	// TxOff disables transmit checksum offload (and with it TSO) on the
+	// pod's eth0, as Open vSwitch's userspace datapath needs.
+	TxOff bool
+}
+
+// AddPodLink gives pod p its eth0, a veth whose peer HostIf ("v-<pod>") is
+// in the node namespace, both up. The host side has no address.
+func (t *Topology) AddPodLink(ctx context.Context, p *Pod, o PodLinkOptions) error {
+	if o.MTU == 0 {
+		o.MTU = 1500
+	}
+	if o.Addr == "" {
+		o.Addr = p.CIDR()
+	}
+	p.HostIf = "v-" + p.Name
+	mtu := fmt.Sprint(o.MTU)
+	sh := t.Sh
+	cmds := [][]string{
+		{"ip", "link", "add", "eth0", "netns", p.NS, "mtu", mtu, "address", p.MAC, "type", "veth", "peer", "name", p.HostIf, "netns", p.Node.NS, "mtu", mtu},
+		{"ip", "-n", p.NS, "addr", "add", o.Addr, "dev", "eth0"},
+		{"ip", "-n", p.NS, "link", "set", "eth0", "up"},
+		{"ip", "-n", p.Node.NS, "link", "set", p.HostIf, "up"},
+	}
+	if o.TxOff {
+		cmds = append(cmds, []string{"ip", "netns", "exec", p.NS, "ethtool", "-K", "eth0", "tx", "off"})
+	}
+	for _, c := range cmds {
+		if _, err := sh.Run(ctx, c...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AddDirectLink joins pods a and b with one veth pair (eth0 in each).
+func (t *Topology) AddDirectLink(ctx context.Context, a, b *Pod) error {
+	sh := t.Sh
+	cmds := [][]string{
+		{"ip", "link", "add", "eth0", "netns", a.NS, "address", a.MAC, "type", "veth", "peer", "name", "eth0", "netns", b.NS, "address", b.MAC},
+		{"ip", "-n", a.NS, "addr", "add", a.CIDR(), "dev", "eth0"},
+		{"ip", "-n", b.NS, "addr", "add", b.CIDR(), "dev", "eth0"},
+		{"ip", "-n", a.NS, "link", "set", "eth0", "up"},
+		{"ip", "-n", b.NS, "link", "set", "eth0", "up"},
+	}
+	for _, c := range cmds {
+		if _, err := sh.Run(ctx, c...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// IP runs `ip -n ns ARGS...`.
+func (t *Topology) IP(ctx context.Context, ns string, args ...string) error {
+	_, err := t.Sh.Run(ctx, append([]string{"ip", "-n", ns}, args...)...)
+	return err
+}
+
+// namespaces lists the names of all namespaces of the topology.
+func (t *Topology) namespaces() []string {
+	var out []string
+	for _, n := range t.Nodes {
+		out = append(out, n.NS)
+	}
+	for _, p := range t.Pods {
+		out = append(out, p.NS)
+	}
+	if len(t.Nodes) > 2 {
+		out = append(out, t.Prefix+"-ul")
+	}
+	return out
+}
+
+// ListNamespaces returns the names in /run/netns that start with prefix+"-".
+func ListNamespaces(prefix string) []string {
+	ents, _ := os.ReadDir("/run/netns")
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), prefix+"-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
