@@ -14,6 +14,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 )
 
+// testHookBuilt, if set, is called once a run's namespaces exist.
+var testHookBuilt func(*Topology)
+
 // cleanupTimeout bounds each teardown command, which runs even after the
 // run's context was cancelled.
 const cleanupTimeout = 30 * time.Second
@@ -334,6 +337,9 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 	r.bar.Describe(fmt.Sprintf("rep %d/%d %-18s setup", r.rep, r.s.Reps, r.dp.Name()))
 	if err := t.build(ctx); err != nil {
 		return r.failAll(fmt.Errorf("building namespaces: %w", err)), nil
+	}
+	if testHookBuilt != nil {
+		testHookBuilt(t)
 	}
 	if err := r.dp.Setup(ctx, t); err != nil {
 		return r.failAll(fmt.Errorf("%s setup: %w", r.dp.Name(), err)), nil
