@@ -525,6 +525,9 @@ func (t ActionType) String() string {
 //   - set_field of a field whose prerequisites the match (and earlier
 //     push actions) do not establish: OFPBAC_MATCH_INCONSISTENT
 //   - experimenter actions: OFPBAC_BAD_EXPERIMENTER (none are supported)
+//
+// push_mpls and pop_mpls change the packet's ethertype for the actions
+// after them, so set_field mpls_label after push_mpls is consistent.
 func ValidateActions(as Actions, m Match) error {
 	pushedVLAN := false
 	for _, a := range as {
@@ -546,6 +549,9 @@ func ValidateActions(as Actions, m Match) error {
 			if a.EtherType != 0x8847 && a.EtherType != 0x8848 {
 				return bad(ErrTypeBadAction, BadActionBadArgument, "push_mpls ethertype %#04x", a.EtherType)
 			}
+			m = m.retyped(a.EtherType)
+		case ActionPopMPLS:
+			m = m.retyped(a.EtherType)
 		case ActionPushPBB:
 			if a.EtherType != 0x88e7 {
 				return bad(ErrTypeBadAction, BadActionBadArgument, "push_pbb ethertype %#04x", a.EtherType)
@@ -601,4 +607,21 @@ func validateSetField(o OXM, m Match, pushedVLAN bool) error {
 		return bad(ErrTypeBadAction, BadActionMatchInconsistent, "set_field %s: %v", o.Field, err.(*Error).Reason)
 	}
 	return nil
+}
+
+// retyped returns the match as seen after an action changed the packet's
+// ethertype: the new eth_type, and no L3/L4 fields (they are now hidden
+// behind, or unknown after, the MPLS shim). Pipeline and L2 fields stay.
+func (m Match) retyped(ethType uint16) Match {
+	var n Match
+	for _, o := range m.Fields {
+		switch o.Field {
+		case FieldInPort, FieldInPhyPort, FieldMetadata, FieldTunnelID, FieldEthSrc, FieldEthDst,
+			FieldVLANVID, FieldVLANPCP:
+			if o.Class == ClassOpenFlowBasic {
+				n.Fields = append(n.Fields, o)
+			}
+		}
+	}
+	return n.Add(Uint(FieldEthType, uint64(ethType)))
 }
