@@ -50,6 +50,47 @@ static __always_inline void update_stats(__u32 fid, __u32 len, __be16 tcp_flags)
 	st->tcp_flags |= bpf_ntohs(tcp_flags);
 }
 
+static __always_inline struct port_info *port_lookup(__u32 ifindex)
+{
+	if (ifindex < PORT_ARRAY) {
+		struct port_info *p = bpf_map_lookup_elem(&ports, &ifindex);
+
+		return p && p->ofport ? p : NULL;
+	}
+	return bpf_map_lookup_elem(&ports_big, &ifindex);
+}
+
+/* emc_hash spreads a key over the EMC slots: two xor lanes, two
+ * multiplies, a final mix (cheaper than hashing 96 bytes word by word). */
+static __always_inline __u32 emc_hash(const struct flow_key *key)
+{
+	const __u64 *k = (const __u64 *)key;
+	__u64 a = k[0] ^ k[2] ^ k[4] ^ k[6] ^ k[8] ^ k[10];
+	__u64 b = k[1] ^ k[3] ^ k[5] ^ k[7] ^ k[9] ^ k[11];
+	__u64 h = a * 0x9E3779B97F4A7C15ull ^ b * 0xC2B2AE3D27D4EB4Full;
+
+	h ^= h >> 29;
+	h *= 0x165667B19E3779F9ull;
+	return h >> (64 - EMC_BITS);
+}
+
+static __always_inline int key_equal(const struct flow_key *a, const struct flow_key *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+
+	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) |
+		 (x[4] ^ y[4]) | (x[5] ^ y[5]) | (x[6] ^ y[6]) | (x[7] ^ y[7]) |
+		 (x[8] ^ y[8]) | (x[9] ^ y[9]) | (x[10] ^ y[10]) | (x[11] ^ y[11]));
+}
+
+/* flow_alive: is (fid, gen) still the installed flow? */
+static __always_inline int flow_alive(__u32 fid, __u32 gen)
+{
+	__u32 *g = bpf_map_lookup_elem(&flow_gens, &fid);
+
+	return g && gen && *g == gen;
+}
+
 static __always_inline void trace_reset(void)
 {
 	__u32 zero = 0;
@@ -68,6 +109,7 @@ int nagare_port_ingress(struct __sk_buff *skb)
 	struct flow_key key = {};
 	struct parse_state ps = {};
 	const struct flow_entry *fe = NULL;
+	struct emc_entry *emc_slot = NULL;
 	struct port_info *port;
 	struct dp_config *cfg;
 	__u32 ifindex = skb->ifindex, zero = 0, fid = NO_FLOW;
@@ -77,7 +119,7 @@ int nagare_port_ingress(struct __sk_buff *skb)
 		skb->mark = 0;
 		return TC_ACT_OK;
 	}
-	port = bpf_map_lookup_elem(&ports, &ifindex);
+	port = port_lookup(ifindex);
 	if (!port)
 		return TC_ACT_OK; /* not a switch port (being added or removed) */
 	cfg = bpf_map_lookup_elem(&config, &zero);
@@ -96,15 +138,14 @@ int nagare_port_ingress(struct __sk_buff *skb)
 		return drop(-ret);
 
 	if (cfg->emc) {
-		struct emc_entry *e = bpf_map_lookup_elem(&emc, &key);
+		__u32 slot = emc_hash(&key);
 
-		if (e && e->gen) {
-			fid = e->flow_id;
-			fe = bpf_map_lookup_elem(&flows, &fid);
-			if (fe && fe->gen == e->gen)
-				count(CTR_EMC_HIT);
-			else
-				fe = NULL;
+		emc_slot = bpf_map_lookup_elem(&emc, &slot);
+		if (emc_slot && key_equal(&emc_slot->key, &key) &&
+		    flow_alive(emc_slot->flow_id, emc_slot->gen)) {
+			fid = emc_slot->flow_id;
+			fe = &emc_slot->fe;
+			count(CTR_EMC_HIT);
 		}
 	}
 	if (!fe) {
@@ -113,10 +154,12 @@ int nagare_port_ingress(struct __sk_buff *skb)
 			fe = bpf_map_lookup_elem(&flows, &fid);
 		if (fe) {
 			count(CTR_MEGAFLOW_HIT);
-			if (cfg->emc) {
-				struct emc_entry e = { .flow_id = fid, .gen = fe->gen };
-
-				bpf_map_update_elem(&emc, &key, &e, BPF_ANY);
+			/* Remember it in this CPU's slot; a colliding key is evicted. */
+			if (emc_slot && flow_alive(fid, fe->gen)) {
+				__builtin_memcpy(&emc_slot->key, &key, sizeof(key));
+				emc_slot->flow_id = fid;
+				emc_slot->gen = fe->gen;
+				__builtin_memcpy(&emc_slot->fe, fe, sizeof(*fe));
 			}
 		}
 	}

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* maps.h — every map of the fast path, in one place, with its layout.
  *
- *   ports        ifindex → {OpenFlow port, flags}       which devices are ours
+ *   ports        [ifindex] → {OpenFlow port, flags}     which devices are ours
+ *   ports_big    ifindex → ... for ifindex >= PORT_ARRAY (long-lived hosts)
  *   config       [0] → {n_masks, emc on/off, ...}       knobs userspace flips
  *   masks        [mask id] → {mask, word bitmap, valid}  the tuple-space masks
  *   mask_filter  [mask id * FILTER_SLOTS + h] → count    "may a flow under this
@@ -9,8 +10,11 @@
  *                map for masks that cannot hit (most of them)
  *   megaflows    {mask id, key & mask} → flow id         the megaflow table
  *   flows        flow id → {generation, actions}         what to do
+ *   flow_gens    [flow id] → generation (0 = dead)       validates cache hits
  *   stats        flow id → per-CPU {packets, bytes, used, tcp flags}
- *   emc          full key → per-CPU {flow id, generation} exact-match cache
+ *   emc          per-CPU [hash(key)] → {key, flow id, generation, actions}
+ *                the exact-match cache: one array slot per hash, no locks,
+ *                a copy of the actions so a hit needs no second lookup
  *   upcalls      ring buffer of misses and userspace actions
  *   exec_actions [slot] → action list for packets userspace executes
  *   drops        [reason] → per-CPU count
@@ -33,7 +37,9 @@
 #define FILTER_SLOTS (1 << FILTER_BITS)
 #define MAX_ACTIONS 16
 #define DEFAULT_MAX_FLOWS 262144 /* userspace may resize before load */
-#define EMC_ENTRIES 65536
+#define EMC_BITS 13
+#define EMC_ENTRIES (1 << EMC_BITS) /* per CPU, as Open vSwitch's EMC */
+#define PORT_ARRAY 65536
 #define EXEC_SLOTS 64
 #define UPCALL_RING_BYTES (8 << 20)
 
@@ -127,8 +133,10 @@ struct flow_stats {
 };
 
 struct emc_entry {
+	struct flow_key key;
 	__u32 flow_id;
-	__u32 gen;
+	__u32 gen;       /* 0 = empty; valid while flow_gens[flow_id] == gen */
+	struct flow_entry fe;
 };
 
 enum counter {
@@ -141,12 +149,22 @@ enum counter {
 	CTR__MAX = 16,
 };
 
+/* Port lookups happen for every packet: an array indexed by ifindex is an
+ * inlined load, a hash lookup is not. Devices with larger ifindexes (hosts
+ * that have created many veths) fall back to ports_big. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PORT_ARRAY);
+	__type(key, __u32);
+	__type(value, struct port_info);
+} ports SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u32);
 	__type(value, struct port_info);
-} ports SEC(".maps");
+} ports_big SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -193,9 +211,16 @@ struct {
 } stats SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DEFAULT_MAX_FLOWS);
+	__type(key, __u32);
+	__type(value, __u32);
+} flow_gens SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, EMC_ENTRIES);
-	__type(key, struct flow_key);
+	__type(key, __u32);
 	__type(value, struct emc_entry);
 } emc SEC(".maps");
 

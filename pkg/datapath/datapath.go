@@ -26,12 +26,13 @@ import (
 
 // Limits shared with bpf/lib/maps.h.
 const (
-	MaxMasks        = 64   // masks searched by the megaflow lookup
-	MaxActions      = 16   // actions per flow
-	filterBits      = 13   // log2 of the filter slots per mask
-	execSlots       = 64   // concurrent Execute calls
-	upcallSnap      = 3072 // packet bytes carried by an upcall
-	layoutV1        = 1    // dp_config.layout written by this code
+	MaxMasks        = 64    // masks searched by the megaflow lookup
+	MaxActions      = 16    // actions per flow
+	filterBits      = 13    // log2 of the filter slots per mask
+	execSlots       = 64    // concurrent Execute calls
+	upcallSnap      = 3072  // packet bytes carried by an upcall
+	portArray       = 65536 // ifindexes below this use the ports array
+	layoutV1        = 1     // dp_config.layout written by this code
 	DefaultMaxFlows = 262144
 )
 
@@ -160,7 +161,7 @@ func (d *Datapath) load() error {
 	if err != nil {
 		return err
 	}
-	for _, name := range []string{"megaflows", "flows", "stats"} {
+	for _, name := range []string{"megaflows", "flows", "flow_gens", "stats"} {
 		spec.Maps[name].MaxEntries = uint32(d.cfg.MaxFlows)
 	}
 	for _, m := range spec.Maps {

@@ -71,11 +71,7 @@ func (d *Datapath) Put(f flow.Flow) error {
 		}
 		return fmt.Errorf("datapath: %w (%d flows)", ErrFlowLimit, d.cfg.MaxFlows)
 	}
-	d.gen++
-	if d.gen == 0 {
-		d.gen = 1
-	}
-	in := &installed{id: id, gen: d.gen, slot: slot, key: f.Key, actions: f.Actions}
+	in := &installed{id: id, gen: d.nextGen(), slot: slot, key: f.Key, actions: f.Actions}
 	kw, mw := f.Key.Words(), d.masks[slot].mask.Words()
 	in.filter = uint32(slot)<<filterBits | filterHash(&kw, &mw, d.masks[slot].words)
 
@@ -84,6 +80,9 @@ func (d *Datapath) Put(f flow.Flow) error {
 	err = d.objs.Stats.Put(id, make([]nagareFlowStats, d.ncpu))
 	if err == nil {
 		err = d.objs.Flows.Put(id, encodeEntry(in.gen, raw))
+	}
+	if err == nil {
+		err = d.objs.FlowGens.Put(id, in.gen)
 	}
 	if err == nil {
 		err = d.addFilter(in.filter, 1)
@@ -95,6 +94,7 @@ func (d *Datapath) Put(f flow.Flow) error {
 		}
 	}
 	if err != nil {
+		_ = d.objs.FlowGens.Put(id, uint32(0))
 		_ = d.objs.Flows.Delete(id)
 		d.ids.release(id)
 		if fresh {
@@ -109,7 +109,8 @@ func (d *Datapath) Put(f flow.Flow) error {
 
 // Modify replaces the actions of an installed megaflow in place. Packets
 // see the old or the new list, never a mix (a hash map update swaps the
-// whole element).
+// whole element). The flow gets a new generation, which retires the copies
+// of its old actions in the exact-match cache.
 func (d *Datapath) Modify(f flow.Flow) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -125,17 +126,21 @@ func (d *Datapath) Modify(f flow.Flow) error {
 	if err != nil {
 		return err
 	}
-	if err := d.objs.Flows.Update(in.id, encodeEntry(in.gen, raw), ebpf.UpdateExist); err != nil {
+	gen := d.nextGen()
+	if err := d.objs.Flows.Update(in.id, encodeEntry(gen, raw), ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("datapath: modifying %s: %w", f, err)
 	}
-	in.actions = f.Actions
+	if err := d.objs.FlowGens.Put(in.id, gen); err != nil {
+		return fmt.Errorf("datapath: modifying %s: %w", f, err)
+	}
+	in.gen, in.actions = gen, f.Actions
 	return nil
 }
 
 // Delete removes the megaflow with this key and mask, and returns its final
 // statistics. Exact-match cache entries that pointed at it stop matching at
-// once: the flow id's entry is gone, and a later flow reusing the id gets a
-// new generation number.
+// once: its generation is cleared first, and a later flow reusing the id
+// gets a new generation number.
 func (d *Datapath) Delete(key flow.Key, mask flow.Mask) (Stats, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -145,6 +150,9 @@ func (d *Datapath) Delete(key flow.Key, mask flow.Mask) (Stats, error) {
 		return Stats{}, err
 	}
 	mid := makeMegaflowID(in.slot, &in.key)
+	if err := d.objs.FlowGens.Put(in.id, uint32(0)); err != nil {
+		return Stats{}, fmt.Errorf("datapath: deleting megaflow: %w", err)
+	}
 	if err := d.objs.Megaflows.Delete(mid[:]); err != nil {
 		return Stats{}, fmt.Errorf("datapath: deleting megaflow: %w", err)
 	}
@@ -166,6 +174,15 @@ func (d *Datapath) Flush() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// nextGen returns a fresh, non-zero generation number.
+func (d *Datapath) nextGen() uint32 {
+	d.gen++
+	if d.gen == 0 {
+		d.gen = 1
+	}
+	return d.gen
 }
 
 func (d *Datapath) find(key flow.Key, mask flow.Mask) (*installed, error) {

@@ -80,7 +80,7 @@ func (d *Datapath) AttachPort(name string, ofport uint32, kind PortKind) (*Port,
 		if kind == PortTunnel {
 			info.Flags |= portFlagTunnel
 		}
-		if err := d.objs.Ports.Put(uint32(p.Ifindex), info); err != nil {
+		if err := d.portMap(p.Ifindex).Put(uint32(p.Ifindex), info); err != nil {
 			return fmt.Errorf("datapath: attach %s: %w", name, err)
 		}
 		return d.attachProgram(p.Ifindex)
@@ -141,7 +141,9 @@ func (d *Datapath) detach(p *Port) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	if err := d.objs.Ports.Delete(uint32(p.Ifindex)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if p.Ifindex < portArray {
+		errs = append(errs, d.objs.Ports.Put(uint32(p.Ifindex), nagarePortInfo{}))
+	} else if err := d.objs.PortsBig.Delete(uint32(p.Ifindex)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		errs = append(errs, err)
 	}
 	delete(d.ports, p.OFPort)
@@ -157,6 +159,14 @@ func (d *Datapath) Ports() []Port {
 		out = append(out, *p)
 	}
 	return out
+}
+
+// portMap is the map that holds ifindex's entry.
+func (d *Datapath) portMap(ifindex int) *ebpf.Map {
+	if ifindex < portArray {
+		return d.objs.Ports
+	}
+	return d.objs.PortsBig
 }
 
 // portByIfindex finds a port by device; callers hold d.mu.

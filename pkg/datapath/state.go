@@ -62,15 +62,19 @@ func (d *Datapath) restore() error {
 	}
 
 	// Ports, and their attachments.
-	var ifindex uint32
-	var info nagarePortInfo
-	it := d.objs.Ports.Iterate()
 	var ports []*Port
-	for it.Next(&ifindex, &info) {
-		ports = append(ports, &Port{Ifindex: int(ifindex), OFPort: info.Ofport, Kind: PortKind(info.Flags >> portKindShift)})
-	}
-	if err := it.Err(); err != nil {
-		return err
+	for _, m := range []*ebpf.Map{d.objs.Ports, d.objs.PortsBig} {
+		var ifindex uint32
+		var info nagarePortInfo
+		it := m.Iterate()
+		for it.Next(&ifindex, &info) {
+			if info.Ofport != 0 {
+				ports = append(ports, &Port{Ifindex: int(ifindex), OFPort: info.Ofport, Kind: PortKind(info.Flags >> portKindShift)})
+			}
+		}
+		if err := it.Err(); err != nil {
+			return err
+		}
 	}
 	err := d.inNetns(func() error {
 		for _, p := range ports {
