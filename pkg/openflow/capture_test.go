@@ -39,7 +39,7 @@ var goldenCommands = []struct{ name, args string }{
 	{"dump_groups", "dump-groups SOCK"},
 	{"dump_group_stats", "dump-group-stats SOCK"},
 	{"dump_group_features", "dump-group-features SOCK"},
-	{"packet_out", "packet-out SOCK in_port=1,packet=ffffffffffff0200000000010806000108000604000102000000000a0a000001000000000000000a000002,actions=output:2"},
+	{"packet_out", "packet-out SOCK in_port=1,packet=ffffffffffff020000000001080600010800060400010200000000010a0000010000000000000a000002,actions=output:2"},
 	{"mod_port_down", "mod-port SOCK 1 down"},
 	{"mod_port_noflood", "mod-port SOCK p2 no-flood"},
 	{"dump_ports", "dump-ports SOCK"},

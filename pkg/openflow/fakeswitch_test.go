@@ -28,8 +28,8 @@ type fakeSwitch struct {
 	mu     sync.Mutex
 	config SwitchConfig
 	got    [][]byte
-	errs []error
-	wg   sync.WaitGroup
+	errs   []error
+	wg     sync.WaitGroup
 }
 
 func newFakeSwitch(t *testing.T, reply func(Message) []Message) *fakeSwitch {

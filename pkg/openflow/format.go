@@ -116,14 +116,13 @@ func formatMatchField(o OXM) string {
 	name := ovsName[o.Field]
 	switch o.Field {
 	case FieldVLANVID:
-		v, mask := o.Uint(), o.MaskUint()
-		switch {
-		case mask == 0x1fff && v&0x1000 != 0:
+		// ovs-ofctl shows vlan_vid as the 802.1Q TCI it matches: an exact
+		// VID with OFPVID_PRESENT is dl_vlan=N, anything else a masked TCI.
+		v, mask := o.Uint(), o.MaskUint()&0x1fff
+		if mask == 0x1fff && v&uint64(VIDPresent) != 0 {
 			return fmt.Sprintf("dl_vlan=%d", v&0xfff)
-		case mask == 0x1fff && v == 0:
-			return "vlan_tci=0x0000"
 		}
-		return fmt.Sprintf("vlan_tci=0x%04x/0x%04x", v, mask&0x1fff)
+		return fmt.Sprintf("vlan_tci=0x%04x/0x%04x", v, mask)
 	case FieldIPDSCP:
 		return fmt.Sprintf("nw_tos=%d", o.Uint()<<2)
 	case FieldInPort, FieldInPhyPort:
@@ -201,32 +200,66 @@ func prefixLen(mask []byte) (int, bool) {
 	return n, true
 }
 
-// String formats the flow as "table=0,priority=100,<match> actions=<instructions>".
+// String formats the flow in ovs-ofctl add-flow syntax:
+// "table=0,priority=100,<match>,actions=<instructions>".
 func (m *FlowMod) String() string {
-	return flowString(m.TableID, m.Priority, m.Cookie, m.IdleTimeout, m.HardTimeout, m.Match, m.Instructions)
-}
-
-// String formats the entry like one line of ovs-ofctl dump-flows, without
-// counters and durations: "table=0, priority=100,<match> actions=...".
-func (s FlowStats) String() string {
-	return flowString(s.TableID, s.Priority, s.Cookie, s.IdleTimeout, s.HardTimeout, s.Match, s.Instructions)
-}
-
-func flowString(table uint8, prio uint16, cookie uint64, idle, hard uint16, m Match, is Instructions) string {
-	var parts []string
-	if cookie != 0 {
-		parts = append(parts, fmt.Sprintf("cookie=%#x", cookie))
+	parts := []string{fmt.Sprintf("table=%d", m.TableID)}
+	if m.Cookie != 0 {
+		parts = append(parts, fmt.Sprintf("cookie=%#x", m.Cookie))
 	}
-	parts = append(parts, fmt.Sprintf("table=%d", table))
-	if idle != 0 {
-		parts = append(parts, fmt.Sprintf("idle_timeout=%d", idle))
+	if m.IdleTimeout != 0 {
+		parts = append(parts, fmt.Sprintf("idle_timeout=%d", m.IdleTimeout))
 	}
-	if hard != 0 {
-		parts = append(parts, fmt.Sprintf("hard_timeout=%d", hard))
+	if m.HardTimeout != 0 {
+		parts = append(parts, fmt.Sprintf("hard_timeout=%d", m.HardTimeout))
 	}
-	parts = append(parts, fmt.Sprintf("priority=%d", prio))
-	if ms := m.String(); ms != "" {
+	parts = append(parts, fmt.Sprintf("priority=%d", m.Priority))
+	if ms := m.Match.String(); ms != "" {
 		parts = append(parts, ms)
 	}
-	return strings.Join(parts, ",") + " actions=" + is.String()
+	return strings.Join(parts, ",") + ",actions=" + m.Instructions.String()
+}
+
+// defaultPriority is OFP_DEFAULT_PRIORITY, which ovs-ofctl does not print.
+const defaultPriority = 0x8000
+
+// String formats the entry exactly like one line of
+// "ovs-ofctl --no-stats dump-flows" (without the leading space), e.g.
+// "cookie=0x10, table=1, priority=5,in_port=1 actions=output:2".
+func (s FlowStats) String() string {
+	var b strings.Builder
+	if s.Cookie != 0 {
+		fmt.Fprintf(&b, "cookie=%#x, ", s.Cookie)
+	}
+	if s.TableID != 0 {
+		fmt.Fprintf(&b, "table=%d, ", s.TableID)
+	}
+	if s.IdleTimeout != 0 {
+		fmt.Fprintf(&b, "idle_timeout=%d, ", s.IdleTimeout)
+	}
+	if s.HardTimeout != 0 {
+		fmt.Fprintf(&b, "hard_timeout=%d, ", s.HardTimeout)
+	}
+	for _, f := range []struct {
+		bit  uint16
+		name string
+	}{{FlowFlagSendFlowRem, "send_flow_rem"}, {FlowFlagCheckOverlap, "check_overlap"},
+		{FlowFlagResetCounts, "reset_counts"}, {FlowFlagNoPktCounts, "no_packet_counts"},
+		{FlowFlagNoBytCounts, "no_byte_counts"}} {
+		if s.Flags&f.bit != 0 {
+			b.WriteString(f.name + " ")
+		}
+	}
+	var ms []string
+	if s.Priority != defaultPriority {
+		ms = append(ms, fmt.Sprintf("priority=%d", s.Priority))
+	}
+	if m := s.Match.String(); m != "" {
+		ms = append(ms, m)
+	}
+	b.WriteString(strings.Join(ms, ","))
+	if b.Len() > 0 && !strings.HasSuffix(b.String(), " ") {
+		b.WriteByte(' ')
+	}
+	return b.String() + "actions=" + s.Instructions.String()
 }

@@ -148,7 +148,7 @@ func TestGoldenValues(t *testing.T) {
 		}},
 		{"packet_out", TypePacketOut, &PacketOut{
 			MsgHeader: hdr(6), BufferID: NoBuffer, InPort: 1, Actions: Actions{ActionOutput{Port: 2}},
-			Data: mustHex("ffffffffffff0200000000010806000108000604000102000000000a0a000001000000000000000a000002"),
+			Data: mustHex("ffffffffffff020000000001080600010800060400010200000000010a0000010000000000000a000002"),
 		}},
 		{"mod_port_down", TypePortMod, &PortMod{
 			MsgHeader: hdr(4), PortNo: 1, HWAddr: mustMAC("02:00:00:00:00:01"),
