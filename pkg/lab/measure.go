@@ -189,8 +189,8 @@ func (r *planeRun) startLoad(ctx context.Context, l LoadSpec, step *Cleanup, bud
 		if err := s.WaitReady(ctx, 10*time.Second); err != nil {
 			return err
 		}
-		c, err := r.sh.Start(step, "connected to", "ip", "netns", "exec", cl.NS, "iperf3", "-c", sv.IP, "-p", port,
-			"-b", n.Rate, "-P", strconv.Itoa(n.Streams), "-t", secs, "-i", "0", "--forceflush")
+		c, err := r.sh.Start(step, "connected to", "ip", "netns", "exec", cl.NS, "stdbuf", "-oL", "iperf3", "-c", sv.IP, "-p", port,
+			"-b", n.Rate, "-P", strconv.Itoa(n.Streams), "-t", secs, "-i", "0")
 		if err != nil {
 			return err
 		}

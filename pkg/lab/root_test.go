@@ -1,0 +1,163 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// skipUnlessLab skips tests that build namespaces: they need root, the
+// tools, and are not for -short runs.
+func skipUnlessLab(t *testing.T, tools ...string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds network namespaces and runs real traffic; skipped with -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if m := MissingTools(append([]string{"ip", "ethtool", "ping", "taskset", "sysctl"}, tools...)...); len(m) > 0 {
+		t.Skipf("missing %v", m)
+	}
+	if numCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+}
+
+// unavailablePlane is a data plane that cannot run here, to check that it is
+// reported as skipped rather than failing the run.
+type unavailablePlane struct{ vethPlane }
+
+func (*unavailablePlane) Name() string     { return "test-unavailable" }
+func (*unavailablePlane) Available() error { return notAvailable("no such hardware (test)") }
+
+func init() { RegisterDataPlane(func() DataPlane { return &unavailablePlane{} }) }
+
+// rootLinks lists the host namespace's interfaces, to prove the lab adds
+// none there.
+func rootLinks(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("ip", "-o", "link", "show").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(line); len(f) > 1 {
+			names = append(names, strings.TrimSuffix(strings.SplitN(f[1], "@", 2)[0], ":"))
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+const tinyScenario = `
+name: tiny
+nodes: [n1]
+pods:
+  - {name: a, node: n1}
+  - {name: b, node: n1}
+  - {name: x, node: n1}
+  - {name: y, node: n1}
+dataplanes: [veth, linux-bridge, test-unavailable]
+reps: 1
+measurements:
+  - {name: rtt, kind: rtt, client: a, server: b, duration: 1s, placements: [cross-core, same-core]}
+  - {name: tcp, kind: tcp, client: a, server: b, duration: 1s}
+  - {name: udp, kind: udp-pps, client: a, server: b, duration: 1s}
+loads:
+  - {name: none}
+  - name: busy
+    cpu: {percent: 20, cpus: [0]}
+    net: {client: x, server: y, rate: 100M}
+    cpu_pods: {node: n1, count: 2, percent: 20}
+`
+
+func TestRunTinyScenarioEndToEnd(t *testing.T) {
+	skipUnlessLab(t, "sockperf", "iperf3", "stress-ng")
+	s, err := ParseScenario([]byte(tinyScenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	linksBefore := rootLinks(t)
+	prefix := fmt.Sprintf("nlt%d", os.Getpid())
+	inodes := map[uint64]bool{}
+	testHookBuilt = func(topo *Topology) {
+		for _, ns := range topo.namespaces() {
+			ino, err := nsInode("/run/netns/" + ns)
+			if err != nil {
+				t.Errorf("namespace %s: %v", ns, err)
+			}
+			inodes[ino] = true
+		}
+	}
+	defer func() { testHookBuilt = nil }()
+
+	res, err := Run(context.Background(), s, Options{Prefix: prefix, Progress: io.Discard, NoFiles: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md strings.Builder
+	res.WriteMarkdown(&md)
+	t.Log("\n" + md.String())
+
+	if left := ListNamespaces(prefix); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+	if pids := pidsWithNetnsInode(inodes); len(pids) > 0 {
+		t.Errorf("processes left in the lab's namespaces: %v", pids)
+	}
+	if after := rootLinks(t); strings.Join(after, " ") != strings.Join(linksBefore, " ") {
+		t.Errorf("host links changed: before %v after %v", linksBefore, after)
+	}
+
+	rows := map[string]*Row{}
+	for _, r := range res.Rows() {
+		rows[r.DataPlane+"/"+r.Measurement+"/"+r.Placement+"/"+r.Load] = r
+	}
+	for _, dp := range []string{"veth", "linux-bridge"} {
+		for _, load := range []string{"none", "busy"} {
+			for _, key := range []string{"rtt/cross-core", "rtt/same-core", "tcp/cross-core", "udp/cross-core"} {
+				r := rows[dp+"/"+key+"/"+load]
+				if r == nil {
+					t.Errorf("%s %s %s: no row", dp, key, load)
+					continue
+				}
+				if r.OK != 1 {
+					t.Errorf("%s %s %s: %d/%d ok: %v", dp, key, load, r.OK, r.Runs, r.Errors)
+					continue
+				}
+				c := func(col string) float64 { return r.Cell(col).Median }
+				switch r.Kind {
+				case KindRTT:
+					if !(c("min") > 0 && c("min") <= c("p50") && c("p50") <= c("p90") && c("p90") <= c("p99") && c("trans/s") > 0) {
+						t.Errorf("%s %s %s: implausible RTT %v", dp, key, load, r.Values)
+					}
+				case KindTCP:
+					if c("gbps") <= 0 {
+						t.Errorf("%s %s %s: TCP %v Gbit/s", dp, key, load, c("gbps"))
+					}
+				case KindUDPPPS:
+					if c("rx kpps") <= 0 || c("tx kpps") < c("rx kpps")*0.99 {
+						t.Errorf("%s %s %s: UDP rx %v tx %v kpps", dp, key, load, c("rx kpps"), c("tx kpps"))
+					}
+				}
+				if c("host cpu") <= 0 || c("softirqs") <= 0 {
+					t.Errorf("%s %s %s: no host CPU/softirqs accounted: %v", dp, key, load, r.Values)
+				}
+			}
+		}
+	}
+	skipped := rows["test-unavailable/rtt/cross-core/none"]
+	if skipped == nil || !strings.Contains(skipped.Skipped, "no such hardware") {
+		t.Errorf("unavailable plane not reported as skipped: %+v", skipped)
+	}
+	if !strings.Contains(md.String(), "skipped: not available: no such hardware (test)") {
+		t.Error("markdown lacks the skip reason")
+	}
+}
