@@ -1,0 +1,38 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestDispatchExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		args       []string
+		code       int
+		wantStdout string
+		wantStderr string
+	}{
+		{nil, 2, "", "usage: nagarectl COMMAND"},
+		{[]string{"help"}, 0, "lab", ""},
+		{[]string{"help", "lab"}, 0, "nagarectl lab run SCENARIO", ""},
+		{[]string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{[]string{"lab"}, 2, "", "missing subcommand"},
+		{[]string{"lab", "walk"}, 2, "", `unknown lab subcommand "walk"`},
+		{[]string{"lab", "run"}, 2, "", "want exactly one SCENARIO"},
+		{[]string{"lab", "run", "a", "b"}, 2, "", "got 2"},
+		{[]string{"lab", "run", "quickstart", "--reps", "x"}, 2, "", "invalid value"},
+		{[]string{"lab", "run", "quickstart", "--bogus"}, 2, "", "flag provided but not defined"},
+		{[]string{"lab", "run", "--reps", "-1", "quickstart"}, 2, "", "must not be negative"},
+		{[]string{"lab", "run", "no-such-scenario"}, 1, "", "not one of the built-in scenarios"},
+		{[]string{"lab", "list"}, 0, "quickstart", ""},
+		{[]string{"lab", "list", "extra"}, 2, "", "takes no arguments"},
+	} {
+		var out, errb bytes.Buffer
+		code := dispatch(c.args, &out, &errb)
+		if code != c.code || !strings.Contains(out.String(), c.wantStdout) || !strings.Contains(errb.String(), c.wantStderr) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q",
+				c.args, code, out.String(), errb.String(), c.code, c.wantStdout, c.wantStderr)
+		}
+	}
+}
