@@ -161,6 +161,10 @@ func (h *MsgHeader) parse(b []byte, t MsgType) ([]byte, error) {
 	if hd.Type != t {
 		return nil, bad(ErrTypeBadRequest, BadRequestBadType, "message type %s, want %s", hd.Type, t)
 	}
+	if hd.Version == 0 {
+		// No OpenFlow version 0 exists, and MsgHeader uses 0 for "Version".
+		return nil, bad(ErrTypeBadRequest, BadRequestBadVersion, "version 0")
+	}
 	switch {
 	case int(hd.Length) < HeaderLen:
 		return nil, bad(ErrTypeBadRequest, BadRequestBadLen, "header length %d", hd.Length)
