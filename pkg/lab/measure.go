@@ -50,7 +50,7 @@ func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 	}
 	out := make([]Sample, 0, len(tests))
 	fail := func(tc test, err error) {
-		out = append(out, newSample(r.s, r.dp.Name(), tc, r.rep, StatusFailed, err.Error()))
+		out = append(out, r.sample(tc, StatusFailed, err.Error()))
 		r.bar.Add(1)
 	}
 	args := append([]string{"ip", "netns", "exec", server.NS, "taskset", "-c", srvCPU}, srvArgs...)
@@ -112,7 +112,7 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(m.Duration)+30*time.Second)
 	defer cancel()
 
-	smp := newSample(r.s, r.dp.Name(), tc, r.rep, StatusOK, "")
+	smp := r.sample(tc, StatusOK, "")
 	smp.SwitchProcs = len(pids)
 	smp.Start = time.Now()
 	before, err := takeSnapshot(pids)

@@ -77,6 +77,9 @@ func (res *Result) Rows() []*Row {
 			add("tx kpps", r.TxPPS/1000)
 			add("loss %", r.LossPct)
 		}
+		if s.BackgroundBusyPct >= 0 {
+			add("bg busy", s.BackgroundBusyPct)
+		}
 		if c := s.CPU; c != nil {
 			add("switch cpu", c.SwitchCPUSeconds)
 			add("host cpu", c.HostCPUSeconds)
@@ -109,7 +112,7 @@ type column struct {
 
 func columnsFor(kind string) []column {
 	common := []column{{"switch CPU-s", "switch cpu", 2, true}, {"host CPU-s", "host cpu", 2, false},
-		{"softirqs", "softirqs", 0, false}, {"interrupts", "interrupts", 0, false}}
+		{"softirqs", "softirqs", 0, false}, {"interrupts", "interrupts", 0, false}, {"bg busy %", "bg busy", 0, false}}
 	var cols []column
 	switch kind {
 	case KindRTT:
@@ -164,6 +167,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 		res.Host.CPU, res.Host.CPUs, res.Host.Kernel, s.Reps, res.WallSeconds)
 	fmt.Fprintf(w, "Cells: median (min–max) over repetitions. RTT in µs = 2 × sockperf's one-way latency (sockperf prints RTT/2).\n")
 	fmt.Fprintf(w, "CPU-s: CPU seconds during the client's run; switch = the data plane's processes (– = in-kernel, counted in host), host = whole VM.\n")
+	fmt.Fprintf(w, "softirqs, interrupts: counts on all CPUs during the client's run. bg busy %%: VM load from others just before the data plane's run (high = noisy row).\n")
 	if res.Interrupted {
 		fmt.Fprintf(w, "\n**Interrupted: partial results.**\n")
 	}
@@ -240,7 +244,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 var csvHeader = []string{"dataplane", "measurement", "kind", "client", "server", "scope", "placement", "load", "rep", "status", "error",
 	"start", "rtt_min_us", "rtt_avg_us", "rtt_p50_us", "rtt_p90_us", "rtt_p99_us", "rtt_p99_9_us", "rtt_max_us", "trans_per_s",
 	"tcp_gbps", "tcp_retransmits", "udp_rx_pps", "udp_tx_pps", "udp_loss_pct",
-	"window_s", "switch_procs", "switch_cpu_s", "host_cpu_s", "host_busy_per_cpu", "softirqs_per_cpu", "net_rx_softirqs", "interrupts_per_cpu"}
+	"background_busy_pct", "window_s", "switch_procs", "switch_cpu_s", "host_cpu_s", "host_busy_per_cpu", "softirqs_per_cpu", "net_rx_softirqs", "interrupts_per_cpu"}
 
 // WriteCSV writes one line per sample (per repetition, unaggregated).
 func (res *Result) WriteCSV(w io.Writer) error {
@@ -268,6 +272,7 @@ func (res *Result) WriteCSV(w io.Writer) error {
 		} else {
 			rec = append(rec, "", "", "")
 		}
+		rec = append(rec, f(s.BackgroundBusyPct))
 		if c := s.CPU; c != nil {
 			busy := make([]string, len(c.HostBusyPerCPU))
 			for i, b := range c.HostBusyPerCPU {

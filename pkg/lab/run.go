@@ -61,6 +61,11 @@ type Sample struct {
 	// plane is in the kernel and its cost is inside host CPU).
 	SwitchProcs int       `json:"switch_procs"`
 	Start       time.Time `json:"start"`
+	// BackgroundBusyPct is how busy the VM was (percent of all CPUs) in the
+	// half second before this data plane's run started, i.e. with none of
+	// the run's processes alive: load from other users of the machine;
+	// -1 if it could not be sampled.
+	BackgroundBusyPct float64 `json:"background_busy_pct"`
 }
 
 // Sample statuses.
@@ -287,6 +292,34 @@ type planeRun struct {
 	tmp    string
 	bar    *progressbar.ProgressBar
 	topo   *Topology
+	bgBusy float64
+}
+
+// backgroundWindow is how long the VM's load is sampled before each data
+// plane's run, while none of the lab's processes exist.
+const backgroundWindow = 500 * time.Millisecond
+
+// backgroundBusy returns the VM's busy percentage (all CPUs) over window,
+// or -1.
+func backgroundBusy(ctx context.Context, window time.Duration) float64 {
+	a, err := takeSnapshot(nil)
+	if err != nil {
+		return -1
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(window): // the measurement window itself
+	}
+	b, err := takeSnapshot(nil)
+	if err != nil {
+		return -1
+	}
+	busy := float64(b.stat.Total.Busy() - a.stat.Total.Busy())
+	idle := float64(b.stat.Total.Idle + b.stat.Total.IOWait - a.stat.Total.Idle - a.stat.Total.IOWait)
+	if busy+idle <= 0 {
+		return -1
+	}
+	return 100 * busy / (busy + idle)
 }
 
 // run builds the topology, measures, and tears everything down. The error
@@ -335,6 +368,7 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 	}()
 
 	r.bar.Describe(fmt.Sprintf("rep %d/%d %-18s setup", r.rep, r.s.Reps, r.dp.Name()))
+	r.bgBusy = backgroundBusy(ctx, backgroundWindow)
 	if err := t.build(ctx); err != nil {
 		return r.failAll(fmt.Errorf("building namespaces: %w", err)), nil
 	}
@@ -365,10 +399,17 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 func (r *planeRun) failAll(err error) []Sample {
 	var out []Sample
 	for _, tc := range r.tests {
-		out = append(out, newSample(r.s, r.dp.Name(), tc, r.rep, StatusFailed, err.Error()))
+		out = append(out, r.sample(tc, StatusFailed, err.Error()))
 		r.bar.Add(1)
 	}
 	return out
+}
+
+// sample starts a Sample of this run.
+func (r *planeRun) sample(tc test, status, errText string) Sample {
+	s := newSample(r.s, r.dp.Name(), tc, r.rep, status, errText)
+	s.BackgroundBusyPct = r.bgBusy
+	return s
 }
 
 // waitConnected pings b from a until it answers (switches may need a moment
@@ -400,7 +441,7 @@ func (r *planeRun) runLoadStep(ctx context.Context, tests []test) []Sample {
 	if err := r.startLoad(ctx, tests[0].load, step, budget+60*time.Second); err != nil {
 		var out []Sample
 		for _, tc := range tests {
-			out = append(out, newSample(r.s, r.dp.Name(), tc, r.rep, StatusFailed, "starting load: "+err.Error()))
+			out = append(out, r.sample(tc, StatusFailed, "starting load: "+err.Error()))
 			r.bar.Add(1)
 		}
 		return out
