@@ -139,7 +139,7 @@ func TestParse(t *testing.T) {
 		{"ipv4-first-fragment", serialize(t, eth(layers.EthernetTypeIPv4), frag(layers.IPv4MoreFragments, 0), udp), 0,
 			with(base4, func(k *flow.Key) { k.NwProto, k.TpSrc, k.TpDst, k.NwFrag = 17, 1000, 2000, flow.FragAny }), true},
 		{"ipv4-later-fragment", serialize(t, eth(layers.EthernetTypeIPv4), frag(0, 100), gopacket.Payload("12345678")), 0,
-			with(base4, func(k *flow.Key) { k.NwProto, k.NwFrag = 17, flow.FragAny | flow.FragLater }), false},
+			with(base4, func(k *flow.Key) { k.NwProto, k.NwFrag = 17, flow.FragAny|flow.FragLater }), false},
 		// BPF_PROG_RUN refuses IPv4/IPv6 frames shorter than the IP header, so
 		// the truncated-header cases travel behind a VLAN tag.
 		{"ipv4-short-header", rawEth(0x8100, "\x00\x64\x08\x00\x45\x00\x00\x20\x00\x00"), DropShortIP, flow.Key{}, false},
@@ -174,10 +174,12 @@ func TestParse(t *testing.T) {
 			with(base6, func(k *flow.Key) { k.NwProto, k.TpSrc, k.TpDst, k.NwFrag = 17, 1000, 2000, flow.FragAny }), true},
 		{"ipv6-later-fragment", serialize(t, eth(layers.EthernetTypeIPv6), v6(layers.IPProtocolIPv6Fragment),
 			&layers.IPv6Fragment{NextHeader: layers.IPProtocolUDP, FragmentOffset: 10, Identification: 7}, gopacket.Payload("12345678")), 0,
-			with(base6, func(k *flow.Key) { k.NwProto, k.NwFrag = 17, flow.FragAny | flow.FragLater }), false},
+			with(base6, func(k *flow.Key) { k.NwProto, k.NwFrag = 17, flow.FragAny|flow.FragLater }), false},
 		{"ipv6-ext-chain-too-long", ext6Chain(t, 5), DropIPv6ExtChain, flow.Key{}, false},
 		{"ipv6-ext-chain-max", ext6Chain(t, 4), 0,
-			with(base6, func(k *flow.Key) { k.NwTOS, k.NwTTL, k.IPv6Label, k.NwProto, k.TpSrc, k.TpDst = 0, 64, 0, 17, 1000, 2000 }), true},
+			with(base6, func(k *flow.Key) {
+				k.NwTOS, k.NwTTL, k.IPv6Label, k.NwProto, k.TpSrc, k.TpDst = 0, 64, 0, 17, 1000, 2000
+			}), true},
 		{"ipv6-short", rawEth(0x8100, "\x00\x64\x86\xdd\x60\x00\x00\x00\x00\x08\x11\x40"), DropShortIP, flow.Key{}, false},
 		{"ipv6-short-ext", serialize(t, eth(layers.EthernetTypeIPv6), v6(layers.IPProtocolIPv6HopByHop)), DropShortIP, flow.Key{}, false},
 		{"unknown-ethertype", serialize(t, eth(layers.EthernetType(0x88cc)), gopacket.Payload("lldp.......")), 0,

@@ -28,7 +28,9 @@ func (r UpcallReason) String() string {
 	return fmt.Sprintf("reason(%d)", uint32(r))
 }
 
-// Upcall is one packet the fast path handed to userspace.
+// Upcall is one packet the fast path handed to userspace. A TCP/UDP
+// checksum its sender left to offload is completed (see completeChecksum),
+// so Packet can be executed as it is.
 type Upcall struct {
 	Reason  UpcallReason
 	Ifindex int
@@ -65,6 +67,9 @@ func (u *Upcall) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("datapath: upcall claims %d captured bytes of %d", capLen, u.Len)
 	}
 	u.Packet = append(u.Packet[:0], b[upcallHeader:upcallHeader+capLen]...)
+	if !u.Truncated() {
+		completeChecksum(u.Packet)
+	}
 	return nil
 }
 

@@ -1,0 +1,184 @@
+package datapath
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+)
+
+// podPair builds node N with pods A (10.1.0.1) and B (10.1.0.2) attached to
+// a fast-path instance in N as ports 1 and 2.
+func podPair(t *testing.T) (n, a, b testNetns, d *Datapath) {
+	n, a, b = newNetns(t, "node"), newNetns(t, "a"), newNetns(t, "b")
+	veth(t, a, "eth0", n, "va", 1500)
+	veth(t, b, "eth0", n, "vb", 1500)
+	a.ip(t, "addr", "add", "10.1.0.1/24", "dev", "eth0")
+	b.ip(t, "addr", "add", "10.1.0.2/24", "dev", "eth0")
+	d, err := Open(Config{Name: n.name, PinRoot: testPinDir, NetNS: n.path, MaxFlows: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if d.objs.Ports != nil && d.objs.Ports.FD() >= 0 {
+			_ = d.Destroy()
+		}
+	})
+	for _, p := range []struct {
+		dev string
+		no  uint32
+	}{{"va", 1}, {"vb", 2}} {
+		if _, err := d.AttachPort(p.dev, p.no, PortPod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n, a, b, d
+}
+
+func crossConnect(t *testing.T, d *Datapath, p1, p2 uint32) {
+	t.Helper()
+	for _, f := range []flow.Flow{
+		{Key: flow.Key{InPort: p1}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{flow.Output{Port: p2}}},
+		{Key: flow.Key{InPort: p2}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{flow.Output{Port: p1}}},
+	} {
+		if err := d.Put(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestPodsThroughFastPath(t *testing.T) {
+	_, a, b, d := podPair(t)
+	crossConnect(t, d, 1, 2)
+	if err := a.sh(t, "ping", "-c", "3", "-i", "0.2", "-W", "2", "10.1.0.2"); err != nil {
+		t.Fatal(err)
+	}
+	udpEcho(t, b, "10.1.0.2:7000")
+	if n := udpRoundTrips(t, a, "10.1.0.2:7000", 50); n != 50 {
+		t.Fatalf("%d of 50 UDP round trips", n)
+	}
+	tcpTransfer(t, b, a, "10.1.0.2:7001", 32<<20)
+	fs, err := d.Dump()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkts uint64
+	for _, f := range fs {
+		pkts += f.Stats.Packets
+	}
+	if pkts < 1000 {
+		t.Fatalf("flows counted %d packets", pkts)
+	}
+}
+
+// TestFirstPacketDelivered runs a minimal slow path: on each miss it
+// installs an exact flow to the other pod and executes the packet. A single
+// datagram sent once must arrive, and the flows must land in the cache.
+func TestFirstPacketDelivered(t *testing.T) {
+	_, a, b, d := podPair(t)
+	r, err := d.Upcalls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	go func() {
+		for {
+			u, err := r.Read()
+			if err != nil {
+				return
+			}
+			other := uint32(3) - u.Key.InPort
+			mask := flow.ExactMask()
+			mask.TCPFlags = 0
+			f := flow.Flow{Key: u.Key, Mask: mask, Actions: []flow.Action{flow.Output{Port: other}}}
+			_ = d.Put(f) // may exist already: a packet raced its flow
+			if err := d.Execute(u.Packet, u.Key.InPort, f.Actions); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	// The ARP exchange and the datagram each start as misses.
+	if msg := udpOnce(t, a, b, "10.1.0.2:7100", "only once"); msg != "only once" {
+		c, _ := d.Counters()
+		dr, _ := d.Drops()
+		t.Fatalf("received %q; counters %v drops %v", msg, c, dr)
+	}
+	cnt, err := d.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cnt["executed"] < 3 || len(d.Flows()) < 3 {
+		t.Fatalf("counters %v, %d flows: the slow path did not run", cnt, len(d.Flows()))
+	}
+}
+
+func TestVXLANBetweenNodes(t *testing.T) {
+	n1, n2 := newNetns(t, "n1"), newNetns(t, "n2")
+	a, b := newNetns(t, "a"), newNetns(t, "b")
+	veth(t, n1, "u1", n2, "u2", 1500)
+	n1.ip(t, "addr", "add", "192.168.50.1/24", "dev", "u1")
+	n2.ip(t, "addr", "add", "192.168.50.2/24", "dev", "u2")
+	veth(t, a, "eth0", n1, "va", 1450)
+	veth(t, b, "eth0", n2, "vb", 1450)
+	a.ip(t, "addr", "add", "10.2.0.1/24", "dev", "eth0")
+	b.ip(t, "addr", "add", "10.2.0.2/24", "dev", "eth0")
+
+	type node struct {
+		ns         testNetns
+		pod, local string
+		remote     string
+		d          *Datapath
+	}
+	nodes := []*node{{ns: n1, pod: "va", local: "192.168.50.1", remote: "192.168.50.2"}, {ns: n2, pod: "vb", local: "192.168.50.2", remote: "192.168.50.1"}}
+	for _, nd := range nodes {
+		nd.ns.ip(t, "link", "add", "vx0", "type", "vxlan", "external", "dstport", "4789")
+		nd.ns.ip(t, "link", "set", "vx0", "up")
+		d, err := Open(Config{Name: nd.ns.name, PinRoot: testPinDir, NetNS: nd.ns.path, MaxFlows: 1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Destroy() })
+		nd.d = d
+		if _, err := d.AttachPort(nd.pod, 1, PortPod); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.AttachPort("vx0", 10, PortTunnel); err != nil {
+			t.Fatal(err)
+		}
+		out := flow.Flow{Key: flow.Key{InPort: 1}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{
+			flow.SetTunnel{VNI: 5001, Remote: netip.MustParseAddr(nd.remote), Local: netip.MustParseAddr(nd.local)},
+			flow.Output{Port: 10},
+		}}
+		in := flow.Flow{
+			Key:     flow.Key{InPort: 10, TunID: 5001, TunFlags: flow.TunPresent},
+			Mask:    flow.Mask{InPort: 0xffffffff, TunID: 0xffffffff, TunFlags: 0xff},
+			Actions: []flow.Action{flow.Output{Port: 1}},
+		}
+		in.Key.TunSrc = netip.MustParseAddr(nd.remote).As4()
+		in.Mask.TunSrc = [4]byte{0xff, 0xff, 0xff, 0xff}
+		for _, f := range []flow.Flow{out, in} {
+			if err := d.Put(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := a.sh(t, "ping", "-c", "3", "-i", "0.2", "-W", "2", "10.2.0.2"); err != nil {
+		t.Fatal(err)
+	}
+	udpEcho(t, b, "10.2.0.2:7000")
+	if n := udpRoundTrips(t, a, "10.2.0.2:7000", 50); n != 50 {
+		t.Fatalf("%d of 50 UDP round trips", n)
+	}
+	tcpTransfer(t, b, a, "10.2.0.2:7001", 16<<20)
+	for _, nd := range nodes {
+		fs, err := nd.d.Dump()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fs {
+			if f.Stats.Packets == 0 {
+				t.Errorf("%s: flow %s saw no packets", nd.ns.name, f.Flow)
+			}
+		}
+	}
+}

@@ -1,0 +1,229 @@
+package datapath
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+)
+
+// dstFlow matches packets to an IPv4 destination (under one mask) and
+// outputs to port.
+func dstFlow(dst string, port uint32) flow.Flow {
+	k := flow.Key{InPort: portIn, EthType: 0x0800}
+	k.SetIPDst(netip.MustParseAddr(dst))
+	m := flow.Mask{InPort: 0xffffffff, EthType: 0xffff, IPDst: [16]byte{0xff, 0xff, 0xff, 0xff}}
+	return flow.Flow{Key: k, Mask: m, Actions: []flow.Action{flow.Output{Port: port}}}
+}
+
+func (t *testDP) outputOf(pkt []byte) int {
+	t.tb.Helper()
+	r := t.run(pkt, "lo")
+	if len(r.outputs) == 0 {
+		return 0
+	}
+	return r.outputs[len(r.outputs)-1].ifindex
+}
+
+// TestOverlapAndInvalidation: two overlapping megaflows; the one under the
+// first mask in probe order wins, also once the exact-match cache holds the
+// packet; deleting it must expose the other at once (no stale EMC entry),
+// and modifying a flow's actions must take effect for cached packets.
+func TestOverlapAndInvalidation(t *testing.T) {
+	d := newTestDP(t)
+	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, "x")
+	specific := dstFlow("10.0.0.2", portOut)
+	broad := inPortFlow(flow.Output{Port: portOut2})
+	d.put(specific)
+	d.put(broad)
+	out0, out1 := d.ifindex["dummy0"], d.ifindex["dummy1"]
+
+	for i := 0; i < 3; i++ { // megaflow hit, then EMC hits
+		if got := d.outputOf(pkt); got != out0 {
+			t.Fatalf("packet %d went to %d, want the first mask's flow (%d)", i, got, out0)
+		}
+	}
+	if c := d.counters(); c["emc-hit"] != 2 {
+		t.Fatalf("counters %v: want 2 EMC hits", c)
+	}
+	if _, err := d.Delete(specific.Key, specific.Mask); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.outputOf(pkt); got != out1 {
+		t.Fatalf("after delete the packet went to %d, want the remaining flow (%d)", got, out1)
+	}
+	if err := d.Modify(inPortFlow(flow.Output{Port: portOut})); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.outputOf(pkt); got != out0 {
+		t.Fatalf("after modify the packet went to %d, want %d", got, out0)
+	}
+	if _, err := d.Delete(broad.Key, broad.Mask); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetUpcalls(false); err != nil {
+		t.Fatal(err)
+	}
+	if r := d.run(pkt, "lo"); r.verdict != tcActShot || len(r.outputs) != 0 {
+		t.Fatalf("with no flows left the packet was forwarded: %+v", r)
+	}
+	if d.drops()[DropMissNoUpcall] != 1 {
+		t.Fatalf("miss not counted: %v", d.drops())
+	}
+}
+
+// TestReusedIDDoesNotResurrectEMC: a flow id freed by a delete and reused by
+// another flow must not let the old flow's EMC entries forward packets.
+func TestReusedIDDoesNotResurrectEMC(t *testing.T) {
+	d := newTestDP(t)
+	a := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, "x")
+	fa := dstFlow("10.0.0.2", portOut)
+	d.put(fa)
+	d.outputOf(a)
+	d.outputOf(a) // now in the EMC
+	if _, err := d.Delete(fa.Key, fa.Mask); err != nil {
+		t.Fatal(err)
+	}
+	d.put(dstFlow("10.0.0.3", portOut2)) // takes the freed id
+	if err := d.SetUpcalls(false); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.outputOf(a); got != 0 {
+		t.Fatalf("packet of the deleted flow forwarded to %d", got)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	requireRoot(t)
+	d := newTestDP(t)
+	// Mask limit: MaxMasks distinct masks fit, one more does not.
+	mk := func(i int) flow.Flow {
+		k := flow.Key{InPort: portIn, TpDst: uint16(i)}
+		m := flow.Mask{InPort: 0xffffffff, TpDst: uint16(i) | 1, TpSrc: uint16(i)}
+		return flow.Flow{Key: k, Mask: m, Actions: []flow.Action{flow.Drop{}}}
+	}
+	for i := 0; i < MaxMasks; i++ {
+		d.put(mk(i))
+	}
+	if err := d.Put(mk(MaxMasks)); !errors.Is(err, ErrMaskLimit) {
+		t.Fatalf("mask %d: err %v, want ErrMaskLimit", MaxMasks+1, err)
+	}
+	f := mk(5)
+	if _, err := d.Delete(f.Key, f.Mask); err != nil {
+		t.Fatal(err)
+	}
+	d.put(mk(MaxMasks)) // a freed mask slot is reused
+	if err := d.Put(mk(MaxMasks)); !errors.Is(err, ErrFlowExists) {
+		t.Fatalf("duplicate put: err %v, want ErrFlowExists", err)
+	}
+
+	// Flow limit.
+	small, err := Open(Config{Name: "limits-small", PinRoot: testPinDir, NetNS: "/var/run/netns/" + testNS, MaxFlows: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Destroy()
+	for i := 0; i < 8; i++ {
+		if err := small.Put(flow.Flow{Key: flow.Key{InPort: uint32(i + 1)}, Mask: flow.Mask{InPort: 0xffffffff}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := small.Put(flow.Flow{Key: flow.Key{InPort: 99}, Mask: flow.Mask{InPort: 0xffffffff}}); !errors.Is(err, ErrFlowLimit) {
+		t.Fatalf("flow 9 of 8: err %v, want ErrFlowLimit", err)
+	}
+	if _, err := Open(Config{Name: "limits-small", PinRoot: testPinDir, MaxFlows: 16}); err == nil {
+		t.Fatal("reopening with other limits succeeded")
+	}
+}
+
+// TestClassifierMatchesReference installs random flows under random masks
+// and checks that the kernel picks, for random packets, the flow that a
+// straightforward Go classifier picks (first matching mask in probe order).
+// This is what keeps the filter hash and the key layout in step with Go.
+func TestClassifierMatchesReference(t *testing.T) {
+	d := newTestDP(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	if err := d.SetUpcalls(false); err != nil {
+		t.Fatal(err)
+	}
+	fields := []func(m *flow.Mask){
+		func(m *flow.Mask) { m.IPDst = [16]byte{0xff, 0xff, 0xff, 0xff} },
+		func(m *flow.Mask) { m.IPDst = [16]byte{0xff, 0xff, 0xff, 0} },
+		func(m *flow.Mask) { m.IPSrc = [16]byte{0xff, 0xff, 0xff, 0xff} },
+		func(m *flow.Mask) { m.TpDst = 0xffff },
+		func(m *flow.Mask) { m.TpSrc = 0xff00 },
+		func(m *flow.Mask) { m.NwProto = 0xff },
+		func(m *flow.Mask) { m.EthDst = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff} },
+	}
+	var masks []flow.Mask
+	for len(masks) < 12 {
+		m := flow.Mask{InPort: 0xffffffff, EthType: 0xffff}
+		for _, f := range fields {
+			if rng.IntN(2) == 0 {
+				f(&m)
+			}
+		}
+		dup := false
+		for _, o := range masks {
+			dup = dup || o == m
+		}
+		if !dup {
+			masks = append(masks, m)
+		}
+	}
+	randPkt := func() (flow.Key, []byte) {
+		src := netip.AddrFrom4([4]byte{10, 0, 0, byte(rng.IntN(4))})
+		dst := netip.AddrFrom4([4]byte{10, 0, byte(rng.IntN(2)), byte(rng.IntN(4))})
+		sport, dport := uint16(1000+rng.IntN(2)*256), uint16(3000+rng.IntN(4))
+		pkt := udpPkt(t, src.String(), dst.String(), sport, dport, "r")
+		return exactKeyUDP4(src.String(), dst.String(), sport, dport), pkt
+	}
+	type ref struct {
+		f    flow.Flow
+		slot int
+	}
+	var installed []ref
+	portsOut := []uint32{portOut, portOut2}
+	for i := 0; i < 150; i++ {
+		k, _ := randPkt()
+		m := masks[rng.IntN(len(masks))]
+		f := flow.Flow{Key: k, Mask: m, Actions: []flow.Action{flow.Output{Port: portsOut[rng.IntN(2)]}}}
+		if err := d.Put(f); errors.Is(err, ErrFlowExists) {
+			continue
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		installed = append(installed, ref{f.Normalize(), -1})
+	}
+	slotOf := func(m flow.Mask) int {
+		for i := range d.masks {
+			if d.masks[i].refs > 0 && d.masks[i].mask == m {
+				return i
+			}
+		}
+		return -1
+	}
+	for i := range installed {
+		installed[i].slot = slotOf(installed[i].f.Mask)
+	}
+	for _, emc := range []bool{false, true} {
+		if err := d.SetEMC(emc); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 400; i++ {
+			k, pkt := randPkt()
+			want, best := 0, MaxMasks
+			for _, r := range installed {
+				if r.slot < best && r.f.Key.Matches(r.f.Mask, k) {
+					best = r.slot
+					want = d.ports[r.f.Actions[0].(flow.Output).Port].Ifindex
+				}
+			}
+			if got := d.outputOf(pkt); got != want {
+				t.Fatalf("emc=%v packet %s: kernel output %d, reference %d", emc, flow.Format(k, flow.ExactMask()), got, want)
+			}
+		}
+	}
+}
