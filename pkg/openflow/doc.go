@@ -7,7 +7,7 @@
 //
 // # Reading one message from entry to exit
 //
-//	r := openflow.NewReader(conn)          // frames messages (reader.go)
+//	r := openflow.NewReader(conn)          // frames messages (header.go)
 //	raw, err := r.ReadRaw()                // one message's bytes, header checked
 //	msg, err := openflow.Unmarshal(raw)    // concrete type: *FlowMod, *PacketOut, ...
 //	if err != nil {
@@ -20,6 +20,14 @@
 //		err := fm.Validate()               // prerequisites, masks, actions
 //	}
 //	out, err := openflow.Marshal(reply)
+//
+// Files, one concern each: header.go (ofp_header, Message, Unmarshal,
+// Reader), errors.go (error types/codes, *Error, ErrorReply), hello.go
+// (HELLO, version negotiation), messages.go (fixed-layout messages),
+// port.go, packet.go (PACKET_IN/OUT), flow.go (FLOW_MOD/REMOVED), group.go,
+// meter.go, multipart.go, tablefeatures.go, oxm.go (OXM and Match),
+// validate.go (match checks), action.go, instruction.go, format.go
+// (ovs-ofctl printing) and parse.go (ovs-ofctl flow syntax).
 //
 // Decoding is structural: lengths, padding and TLV framing are checked and
 // violations are reported with the error code the spec asks for. Semantic
@@ -38,6 +46,10 @@
 // matched" in one AND, and Match.Get returns a field in O(n) over at most 40
 // entries. A switch compiles a validated Match into its own datapath key
 // (the megaflow); this package stops at the wire.
+//
+// Actions and instructions are small value types implementing the Action
+// and Instruction interfaces (ActionOutput, ActionSetField, InstGotoTable,
+// ...), so a switch dispatches on them with a type switch.
 //
 // # Byte layouts
 //

@@ -569,3 +569,33 @@ func (m *TableMod) UnmarshalBinary(b []byte) error {
 	m.TableID, m.Config = body[0], be.Uint32(body[4:])
 	return nil
 }
+
+// Validate checks a SET_CONFIG: unknown flag bits are
+// OFPSCFC_BAD_FLAGS.
+func (m *SetConfig) Validate() error {
+	if m.Flags&^ConfigFragMask != 0 {
+		return bad(ErrTypeSwitchConfigFailed, SwitchConfigBadFlags, "flags %#x", m.Flags)
+	}
+	return nil
+}
+
+// Validate checks a ROLE_REQUEST: a role above SLAVE is OFPRRFC_BAD_ROLE.
+func (m *RoleRequest) Validate() error {
+	if m.Role.Role > RoleSlave {
+		return bad(ErrTypeRoleRequestFailed, RoleRequestBadRole, "role %d", m.Role.Role)
+	}
+	return nil
+}
+
+// Validate checks a TABLE_MOD: a table above TableMax other than
+// TableAll is OFPTMFC_BAD_TABLE; unknown config bits (only OFPTC_DEPRECATED_MASK
+// = 3 is defined) are OFPTMFC_BAD_CONFIG.
+func (m *TableMod) Validate() error {
+	if m.TableID > TableMax && m.TableID != TableAll {
+		return bad(ErrTypeTableModFailed, TableModBadTable, "table %d", m.TableID)
+	}
+	if m.Config&^3 != 0 {
+		return bad(ErrTypeTableModFailed, TableModBadConfig, "config %#x", m.Config)
+	}
+	return nil
+}

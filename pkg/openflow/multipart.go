@@ -854,3 +854,79 @@ func (r *MeterFeaturesReply) UnmarshalBinary(b []byte) error {
 	*r = MeterFeaturesReply{be.Uint32(b), be.Uint32(b[4:]), be.Uint32(b[8:]), b[12], b[13]}
 	return nil
 }
+
+// Validate checks a MULTIPART_REQUEST as a switch must: types it does not
+// decode are OFPBRC_BAD_MULTIPART, flow and aggregate filters must carry
+// a valid match, and the table must exist (OFPBRC_BAD_TABLE_ID above
+// TableMax, except TableAll).
+func (m *MultipartRequest) Validate() error {
+	switch b := m.Body.(type) {
+	case *RawBody:
+		return bad(ErrTypeBadRequest, BadRequestBadMultipart, "multipart type %s", b.Type)
+	case *FlowStatsRequest:
+		return b.validate()
+	case *AggregateStatsRequest:
+		return (*FlowStatsRequest)(b).validate()
+	}
+	return nil
+}
+
+func (r *FlowStatsRequest) validate() error {
+	if r.TableID > TableMax && r.TableID != TableAll {
+		return bad(ErrTypeBadRequest, BadRequestBadTableID, "table %d", r.TableID)
+	}
+	return r.Match.Validate()
+}
+
+// SplitReply splits a reply whose body is a list (FLOW, TABLE, PORT_STATS,
+// PORT_DESC, GROUP, GROUP_DESC, TABLE_FEATURES) into as many
+// MULTIPART_REPLY messages as needed to keep each within MaxMessageLen;
+// all but the last carry MultipartMore. Other replies come back as the one
+// message. Every part keeps m's xid.
+func SplitReply(m *MultipartReply) ([]*MultipartReply, error) {
+	var n int
+	var part func(i, j int) MultipartBody
+	switch b := m.Body.(type) {
+	case *FlowStatsReply:
+		n, part = len(b.Stats), func(i, j int) MultipartBody { return &FlowStatsReply{Stats: b.Stats[i:j]} }
+	case *TableStatsReply:
+		n, part = len(b.Stats), func(i, j int) MultipartBody { return &TableStatsReply{Stats: b.Stats[i:j]} }
+	case *PortStatsReply:
+		n, part = len(b.Stats), func(i, j int) MultipartBody { return &PortStatsReply{Stats: b.Stats[i:j]} }
+	case *PortDescReply:
+		n, part = len(b.Ports), func(i, j int) MultipartBody { return &PortDescReply{Ports: b.Ports[i:j]} }
+	case *GroupStatsReply:
+		n, part = len(b.Stats), func(i, j int) MultipartBody { return &GroupStatsReply{Stats: b.Stats[i:j]} }
+	case *GroupDescReply:
+		n, part = len(b.Groups), func(i, j int) MultipartBody { return &GroupDescReply{Groups: b.Groups[i:j]} }
+	case *TableFeaturesBody:
+		n, part = len(b.Tables), func(i, j int) MultipartBody {
+			return &TableFeaturesBody{Tables: b.Tables[i:j], Reply: b.Reply}
+		}
+	default:
+		return []*MultipartReply{m}, nil
+	}
+	const room = MaxMessageLen - 16 // header and multipart header
+	var out []*MultipartReply
+	emit := func(i, j int) {
+		out = append(out, &MultipartReply{MsgHeader: m.MsgHeader, Type: m.Type, Flags: m.Flags | MultipartMore, Body: part(i, j)})
+	}
+	start, size := 0, 0
+	for i := range n {
+		eb, err := part(i, i+1).MarshalBinary()
+		if err != nil {
+			return nil, err
+		}
+		if len(eb) > room {
+			return nil, errTooLong(fmt.Sprintf("%s entry %d", m.Body.MultipartType(), i))
+		}
+		if size+len(eb) > room {
+			emit(start, i)
+			start, size = i, 0
+		}
+		size += len(eb)
+	}
+	emit(start, n)
+	out[len(out)-1].Flags = m.Flags &^ MultipartMore
+	return out, nil
+}

@@ -247,3 +247,18 @@ func (m *PortMod) UnmarshalBinary(b []byte) error {
 	m.Config, m.Mask, m.Advertise = be.Uint32(body[16:]), be.Uint32(body[20:]), be.Uint32(body[24:])
 	return nil
 }
+
+// Validate checks a PORT_MOD: the port must be a number (OFPPMFC_BAD_PORT)
+// and only defined config bits may be set or masked (OFPPMFC_BAD_CONFIG).
+// Whether the port exists and the hardware address matches is for the
+// switch to check (OFPPMFC_BAD_PORT / OFPPMFC_BAD_HW_ADDR).
+func (m *PortMod) Validate() error {
+	if m.PortNo == 0 || m.PortNo > PortMax {
+		return bad(ErrTypePortModFailed, PortModBadPort, "port %s", PortName(m.PortNo))
+	}
+	const known = PortConfigPortDown | PortConfigNoRecv | PortConfigNoFwd | PortConfigNoPacketIn
+	if (m.Config|m.Mask)&^known != 0 {
+		return bad(ErrTypePortModFailed, PortModBadConfig, "config %#x mask %#x", m.Config, m.Mask)
+	}
+	return nil
+}

@@ -433,3 +433,48 @@ func TestErrorReply(t *testing.T) {
 		t.Fatalf("experimenter error round trip: %+v %v", y, err)
 	}
 }
+
+func TestOtherValidate(t *testing.T) {
+	cases := []struct {
+		name string
+		m    interface{ Validate() error }
+		et   ErrorType
+		code uint16 // 0xffff: valid
+	}{
+		{"set_config ok", &SetConfig{SwitchConfig: SwitchConfig{Flags: ConfigFragReasm}}, 0, 0xffff},
+		{"set_config flags", &SetConfig{SwitchConfig: SwitchConfig{Flags: 4}}, ErrTypeSwitchConfigFailed, SwitchConfigBadFlags},
+		{"role ok", &RoleRequest{Role: Role{Role: RoleSlave}}, 0, 0xffff},
+		{"role 4", &RoleRequest{Role: Role{Role: 4}}, ErrTypeRoleRequestFailed, RoleRequestBadRole},
+		{"table_mod all", &TableMod{TableID: TableAll}, 0, 0xffff},
+		{"table_mod config", &TableMod{TableID: 1, Config: 8}, ErrTypeTableModFailed, TableModBadConfig},
+		{"port_mod ok", &PortMod{PortNo: 1, Config: PortConfigNoFwd, Mask: PortConfigNoFwd}, 0, 0xffff},
+		{"port_mod LOCAL", &PortMod{PortNo: PortLocal}, ErrTypePortModFailed, PortModBadPort},
+		{"port_mod config", &PortMod{PortNo: 1, Mask: 1 << 3}, ErrTypePortModFailed, PortModBadConfig},
+		{"meter ok", &MeterMod{Command: MeterAdd, Flags: MeterFlagKbps, MeterID: 1,
+			Bands: []MeterBand{{Type: MeterBandDrop, Rate: 1}}}, 0, 0xffff},
+		{"meter command", &MeterMod{Command: 3, MeterID: 1}, ErrTypeMeterModFailed, MeterModBadCommand},
+		{"meter id 0", &MeterMod{Command: MeterAdd, Flags: MeterFlagKbps}, ErrTypeMeterModFailed, MeterModInvalidMeter},
+		{"meter delete all", &MeterMod{Command: MeterDelete, MeterID: MeterAll}, 0, 0xffff},
+		{"meter kbps and pktps", &MeterMod{Command: MeterAdd, MeterID: 1, Flags: MeterFlagKbps | MeterFlagPktps}, ErrTypeMeterModFailed, MeterModBadFlags},
+		{"meter band type", &MeterMod{Command: MeterAdd, MeterID: 1, Flags: MeterFlagPktps,
+			Bands: []MeterBand{{Type: 3, Rate: 1}}}, ErrTypeMeterModFailed, MeterModBadBand},
+		{"meter rate 0", &MeterMod{Command: MeterAdd, MeterID: 1, Flags: MeterFlagPktps,
+			Bands: []MeterBand{{Type: MeterBandDrop}}}, ErrTypeMeterModFailed, MeterModBadRate},
+		{"multipart queue", &MultipartRequest{Body: &RawBody{Type: MPQueue}}, ErrTypeBadRequest, BadRequestBadMultipart},
+		{"multipart flow bad table", &MultipartRequest{Body: &FlowStatsRequest{TableID: 0xfe + 0}}, 0, 0xffff},
+		{"multipart flow bad match", &MultipartRequest{Body: &AggregateStatsRequest{TableID: TableAll,
+			Match: Match{}.Add(Uint(FieldTCPDst, 1))}}, ErrTypeBadMatch, BadMatchBadPrereq},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.m.Validate()
+			if c.code == 0xffff {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			wantErr(t, err, c.et, c.code)
+		})
+	}
+}
