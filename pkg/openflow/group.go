@@ -180,4 +180,3 @@ func (m *GroupMod) Validate() error {
 	}
 	return nil
 }
-
