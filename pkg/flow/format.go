@@ -9,8 +9,9 @@ import (
 
 // Format prints key k under mask m in the style of Open vSwitch's
 // dpctl/dump-flows: only the fields the mask touches, a /mask suffix when a
-// field is matched partially.
+// field is matched partially. Bits outside the mask are not shown.
 func Format(k Key, m Mask) string {
+	k = k.And(m)
 	var parts []string
 	add := func(s string) { parts = append(parts, s) }
 	num := func(name string, v, mv, full uint64, hex bool) string {
