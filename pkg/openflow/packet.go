@@ -130,10 +130,9 @@ func (m *PacketOut) UnmarshalBinary(b []byte) error {
 }
 
 // Validate checks the PACKET_OUT as a switch must: in_port must be a
-// port number, LOCAL, CONTROLLER or ANY... (OFPBRC_BAD_PORT), the actions
-// must validate, and a buffered packet must not carry data
-// (OFPBRC_BAD_PACKET) — nagare does not buffer, so any buffer_id other
-// than NoBuffer is OFPBRC_BUFFER_UNKNOWN.
+// port number, LOCAL, CONTROLLER or ANY (else OFPBRC_BAD_PORT); nagare
+// does not buffer packets, so any buffer_id other than NoBuffer is
+// OFPBRC_BUFFER_UNKNOWN; and the actions must pass ValidateActions.
 func (m *PacketOut) Validate() error {
 	if !validInPort(m.InPort) && m.InPort != PortAny {
 		return bad(ErrTypeBadRequest, BadRequestBadPort, "in_port %s", PortName(m.InPort))
