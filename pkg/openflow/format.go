@@ -96,7 +96,7 @@ func (m Match) String() string {
 		if (f == FieldEthType && sh != "") || (f == FieldIPProto && coversProto) {
 			continue
 		}
-		out = append(out, formatMatchField(o))
+		out = append(out, formatMatchField(m, o))
 	}
 	for _, o := range m.Fields {
 		if o.Class == ClassOpenFlowBasic && int(o.Field) < numFields &&
@@ -112,19 +112,46 @@ func (m Match) String() string {
 	return strings.Join(out, ",")
 }
 
-func formatMatchField(o OXM) string {
+// formatMatchField prints one field; m gives the context ovs-ofctl's
+// protocol-dependent names (tp_src, icmp_type) need, and fields whose
+// context does not pin the protocol print under their own OXM name so
+// that the text parses back to the same field.
+func formatMatchField(m Match, o OXM) string {
 	name := ovsName[o.Field]
+	et, _ := m.exact(FieldEthType)
+	proto, _ := m.exact(FieldIPProto)
 	switch o.Field {
 	case FieldVLANVID:
 		// ovs-ofctl shows vlan_vid as the 802.1Q TCI it matches: an exact
 		// VID with OFPVID_PRESENT is dl_vlan=N, anything else a masked TCI.
-		v, mask := o.Uint(), o.MaskUint()&0x1fff
+		v, mask := o.Uint(), o.MaskUint()
+		if v > 0x1fff || mask&^0x1fff != 0 && mask != 0xffff {
+			return "vlan_vid=" + formatOXMValue(o)
+		}
+		mask &= 0x1fff
 		if mask == 0x1fff && v&uint64(VIDPresent) != 0 {
 			return fmt.Sprintf("dl_vlan=%d", v&0xfff)
 		}
 		return fmt.Sprintf("vlan_tci=0x%04x/0x%04x", v, mask)
 	case FieldIPDSCP:
+		if o.Uint() > 63 {
+			return fmt.Sprintf("ip_dscp=%d", o.Uint())
+		}
 		return fmt.Sprintf("nw_tos=%d", o.Uint()<<2)
+	case FieldTCPSrc, FieldTCPDst, FieldUDPSrc, FieldUDPDst, FieldSCTPSrc, FieldSCTPDst:
+		want := map[Field]uint64{FieldTCPSrc: 6, FieldTCPDst: 6, FieldUDPSrc: 17, FieldUDPDst: 17,
+			FieldSCTPSrc: 132, FieldSCTPDst: 132}[o.Field]
+		if proto != want {
+			name = o.Field.String()
+		}
+	case FieldICMPv4Type, FieldICMPv4Code:
+		if et == 0x86dd {
+			name = o.Field.String()
+		}
+	case FieldICMPv6Type, FieldICMPv6Code:
+		if et != 0x86dd {
+			name = o.Field.String()
+		}
 	case FieldInPort, FieldInPhyPort:
 		return name + "=" + PortName(uint32(o.Uint()))
 	}
@@ -155,7 +182,7 @@ func formatOXMValue(o OXM) string {
 		if o.Mask == nil || allOnes(o.Mask) {
 			return a.String()
 		}
-		if bits, ok := prefixLen(o.Mask); ok {
+		if bits, ok := prefixLen(o.Mask); ok && withinMask(o.Value, o.Mask) {
 			return netip.PrefixFrom(a, bits).String()
 		}
 		return a.String() + "/" + OXM{Value: o.Mask}.Addr().String()
@@ -262,4 +289,14 @@ func (s FlowStats) String() string {
 		b.WriteByte(' ')
 	}
 	return b.String() + "actions=" + s.Instructions.String()
+}
+
+// withinMask reports whether value has no bits set outside mask.
+func withinMask(value, mask []byte) bool {
+	for i := range value {
+		if value[i]&^mask[i] != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -277,9 +277,24 @@ func FuzzParseFlow(f *testing.F) {
 		if err != nil {
 			t.Fatalf("ParseFlow(%q).String() = %q does not parse: %v", s, fm.String(), err)
 		}
-		b2, err := fm2.MarshalBinary()
-		if err != nil || !bytes.Equal(b, b2) {
-			t.Fatalf("ParseFlow(%q) and ParseFlow(String()=%q) differ:\n%x\n%x", s, fm.String(), b, b2)
+		// The text form does not say whether an all-ones mask was sent,
+		// so compare with such masks dropped.
+		b1, _ := normalizeMasks(fm).MarshalBinary()
+		b2, err := normalizeMasks(fm2).MarshalBinary()
+		if err != nil || !bytes.Equal(b1, b2) {
+			t.Fatalf("ParseFlow(%q) and ParseFlow(String()=%q) differ:\n%x\n%x", s, fm.String(), b1, b2)
 		}
 	})
+}
+
+func normalizeMasks(fm *FlowMod) *FlowMod {
+	c := *fm
+	c.Match = Match{}
+	for _, o := range fm.Match.Fields {
+		if o.Mask != nil && allOnes(o.Mask) {
+			o.Mask = nil
+		}
+		c.Match.Fields = append(c.Match.Fields, o)
+	}
+	return &c
 }
