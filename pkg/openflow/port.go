@@ -149,8 +149,11 @@ func putString(b []byte, s string) {
 	clear(b[n:])
 }
 
-// getString reads a NUL-terminated fixed-size string.
+// getString reads a NUL-terminated fixed-size string. Like OVS, it keeps
+// at most len(b)-1 bytes even if the peer left out the terminator, so that
+// what we decode is what putString can encode.
 func getString(b []byte) string {
+	b = b[:len(b)-1]
 	if i := strings.IndexByte(string(b), 0); i >= 0 {
 		b = b[:i]
 	}
