@@ -103,6 +103,19 @@ func (res *Result) Rows() []*Row {
 	return rows
 }
 
+// noisyBackgroundPct is the background load above which the report warns.
+const noisyBackgroundPct = 20
+
+func (res *Result) maxBackgroundBusy() float64 {
+	m := 0.0
+	for _, s := range res.Samples {
+		if s.Status == StatusOK && s.BackgroundBusyPct > m {
+			m = s.BackgroundBusyPct
+		}
+	}
+	return m
+}
+
 type column struct {
 	title, key string
 	prec       int
@@ -170,6 +183,9 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "softirqs, interrupts: counts on all CPUs during the client's run. bg busy %%: VM load from others just before the data plane's run (high = noisy row).\n")
 	if res.Interrupted {
 		fmt.Fprintf(w, "\n**Interrupted: partial results.**\n")
+	}
+	if bg := res.maxBackgroundBusy(); bg >= noisyBackgroundPct {
+		fmt.Fprintf(w, "\n**Warning: the VM was up to %.0f %% busy with other work before some runs (bg busy %% column); those rows are noisy, rerun on a quiet machine to compare.**\n", bg)
 	}
 	rows := res.Rows()
 	multiLoad := len(s.Loads) > 1

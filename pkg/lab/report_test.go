@@ -97,3 +97,18 @@ func TestCSVAndFiles(t *testing.T) {
 		}
 	}
 }
+
+func TestMarkdownWarnsWhenVMWasBusy(t *testing.T) {
+	res := fakeResult(t)
+	var quiet strings.Builder
+	res.WriteMarkdown(&quiet)
+	if strings.Contains(quiet.String(), "Warning: the VM was") {
+		t.Error("warning on a quiet VM")
+	}
+	res.Samples[0].BackgroundBusyPct = 87
+	var busy strings.Builder
+	res.WriteMarkdown(&busy)
+	if !strings.Contains(busy.String(), "up to 87 % busy") {
+		t.Errorf("no warning:\n%s", busy.String())
+	}
+}
