@@ -26,7 +26,8 @@
 // (HELLO, version negotiation), messages.go (fixed-layout messages),
 // port.go, packet.go (PACKET_IN/OUT), flow.go (FLOW_MOD/REMOVED), group.go,
 // meter.go, multipart.go, tablefeatures.go, oxm.go (OXM and Match),
-// validate.go (match checks), action.go, instruction.go, format.go
+// validate.go (match checks), matchkey.go (evaluation), action.go,
+// instruction.go, format.go
 // (ovs-ofctl printing) and parse.go (ovs-ofctl flow syntax).
 //
 // Decoding is structural: lengths, padding and TLV framing are checked and
@@ -44,8 +45,11 @@
 // slices of the length the spec gives. Match.Present is a bitmap (one bit
 // per OFPXMT_OFB_* field number) so that a switch can test "is eth_type
 // matched" in one AND, and Match.Get returns a field in O(n) over at most 40
-// entries. A switch compiles a validated Match into its own datapath key
-// (the megaflow); this package stops at the wire.
+// entries. For evaluation, Match.Key flattens a match into a MatchKey
+// (fixed value/mask arrays indexed by field, plus the presence bitmap) and
+// MatchKey.Covers tests a packet's key against it without allocating; it
+// is the reference classifier for nagarectl trace and tests, while the
+// datapath compiles the same values into its own megaflow key.
 //
 // Actions and instructions are small value types implementing the Action
 // and Instruction interfaces (ActionOutput, ActionSetField, InstGotoTable,
