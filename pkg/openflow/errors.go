@@ -175,6 +175,7 @@ type Error struct {
 	Err    error  // wrapped cause (io.ErrUnexpectedEOF for short input)
 }
 
+// Error returns e.g. "openflow: BAD_MATCH/BAD_PREREQ: tcp_dst needs ...".
 func (e *Error) Error() string {
 	s := fmt.Sprintf("openflow: %s", errorName(e.Type, e.Code))
 	if e.Reason != "" {
