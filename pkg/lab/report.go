@@ -241,6 +241,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 			}
 		}
 	}
+	res.writeCost(w, rows)
 	var failures []string
 	for _, row := range rows {
 		for _, e := range row.Errors {
@@ -254,6 +255,50 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	for _, p := range res.Planes {
 		fmt.Fprintf(w, "- **%s** (%s): %s\n", p.Name, p.Scope, p.Description)
 	}
+}
+
+// writeCost writes what each data plane adds over the cheapest path of the
+// same measurement (the first data plane in report order that has a result:
+// veth intra-node, routed inter-node), in the first load step.
+func (res *Result) writeCost(w io.Writer, rows []*Row) {
+	s := res.Scenario
+	load := s.Loads[0].Name
+	var lines []string
+	for _, m := range s.Measurements {
+		col, unit := "p50", "RTT p50 µs"
+		switch m.Kind {
+		case KindTCP:
+			col, unit = "gbps", "TCP Gbit/s"
+		case KindUDPPPS:
+			col, unit = "rx kpps", "UDP rx kpps"
+		}
+		for _, pl := range m.Placements {
+			var floor *Row
+			for _, row := range rows {
+				if row.Measurement != m.Name || row.Placement != pl || row.Load != load || row.OK == 0 {
+					continue
+				}
+				v := row.Cell(col).Median
+				if floor == nil {
+					floor = row
+				}
+				f := floor.Cell(col).Median
+				delta := ""
+				if m.Kind == KindRTT {
+					delta = fmt.Sprintf("%+.1f µs, %.1f×", v-f, v/f)
+				} else if f > 0 {
+					delta = fmt.Sprintf("%.0f %%", 100*v/f)
+				}
+				lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s |", m.Name, pl, unit, row.DataPlane,
+					formatSummary(Summary{N: 1, Median: v}, map[bool]int{true: 1, false: 2}[m.Kind == KindRTT]), floor.DataPlane, delta))
+			}
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n### Cost over the floor (medians, load %s)\n\nFloor: the first data plane of each measurement (veth intra-node, routed inter-node). Rank data planes by same-core RTT.\n\n", load)
+	fmt.Fprintf(w, "| measurement | placement | metric | data plane | value | floor | vs floor |\n|---|---|---|---|---|---|---|\n%s\n", strings.Join(lines, "\n"))
 }
 
 // csvHeader lists samples.csv's columns.

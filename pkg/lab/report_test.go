@@ -112,3 +112,18 @@ func TestMarkdownWarnsWhenVMWasBusy(t *testing.T) {
 		t.Errorf("no warning:\n%s", busy.String())
 	}
 }
+
+func TestCostOverFloor(t *testing.T) {
+	var b strings.Builder
+	fakeResult(t).WriteMarkdown(&b)
+	md := b.String()
+	for _, want := range []string{
+		"| intra | same-core | RTT p50 µs | veth | 4.8 | veth | +0.0 µs, 1.0× |",
+		"| intra | same-core | RTT p50 µs | routed | 5.3 | veth | +0.5 µs, 1.1× |",
+		"| inter | cross-core | TCP Gbit/s | routed | 14.20 | routed | 100 % |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}

@@ -161,3 +161,55 @@ func TestRunTinyScenarioEndToEnd(t *testing.T) {
 		t.Error("markdown lacks the skip reason")
 	}
 }
+
+// TestEveryDataPlaneCarriesTraffic runs one short round trip intra-node and
+// inter-node through every registered data plane that is available here.
+func TestEveryDataPlaneCarriesTraffic(t *testing.T) {
+	skipUnlessLab(t, "sockperf")
+	s, err := ParseScenario([]byte(`
+name: planes
+nodes: [n1, n2]
+pods: [{name: a, node: n1}, {name: b, node: n1}, {name: c, node: n2}]
+dataplanes: [all]
+reps: 1
+measurements:
+  - {name: intra, kind: rtt, client: a, server: b, duration: 1s, placements: [same-core]}
+  - {name: inter, kind: rtt, client: a, server: c, duration: 1s, placements: [same-core]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("nlp%d", os.Getpid())
+	res, err := Run(context.Background(), s, Options{Prefix: prefix, Progress: io.Discard, NoFiles: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := ListNamespaces(prefix); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+	ran := map[string]int{}
+	for _, r := range res.Rows() {
+		if r.Skipped != "" {
+			t.Logf("%s: skipped: %s", r.DataPlane, r.Skipped)
+			continue
+		}
+		ran[r.DataPlane]++
+		if r.OK != r.Runs || r.Cell("p50").Median <= 0 {
+			t.Errorf("%s %s: %d/%d ok, p50 %v: %v", r.DataPlane, r.Measurement, r.OK, r.Runs, r.Cell("p50").Median, r.Errors)
+		}
+	}
+	for _, p := range res.Planes {
+		dp, _ := NewDataPlane(p.Name)
+		want := 0
+		if dp.Scope().Has(ScopeIntraNode) {
+			want++
+		}
+		if dp.Scope().Has(ScopeInterNode) {
+			want++
+		}
+		if p.Skipped == "" && ran[p.Name] != want {
+			t.Errorf("%s (%s): %d rows, want %d", p.Name, p.Scope, ran[p.Name], want)
+		}
+	}
+	t.Logf("data planes that ran: %v", ran)
+}
