@@ -2,8 +2,10 @@ package lab
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -155,4 +157,64 @@ loads:
 		t.Errorf("host links changed: before %v after %v", linksBefore, after)
 	}
 	t.Logf("%d processes in %d namespaces were running at SIGINT", len(started), len(inodes))
+}
+
+// TestCancelAtAnyPointCleansUp cancels runs of the daemon-based OVS planes
+// after increasing delays, so the cancellation lands in namespace creation,
+// daemon start-up, bridge set-up or a measurement. Wherever it lands,
+// nothing of the run may survive.
+func TestCancelAtAnyPointCleansUp(t *testing.T) {
+	skipUnlessLab(t, "sockperf")
+	if ovsAvailable() != nil {
+		t.Skip("needs Open vSwitch")
+	}
+	s, err := ParseScenario([]byte(`
+name: cancel
+nodes: [n1, n2]
+pods: [{name: a, node: n1}, {name: b, node: n1}, {name: c, node: n2}]
+dataplanes: [ovs-vxlan]
+reps: 1
+measurements:
+  - {name: inter, kind: rtt, client: a, server: c, duration: 30s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	linksBefore := rootLinks(t)
+	for i, delay := range []time.Duration{
+		// The run first samples the VM's load for backgroundWindow.
+		backgroundWindow + 20*time.Millisecond, backgroundWindow + 150*time.Millisecond,
+		backgroundWindow + 400*time.Millisecond, backgroundWindow + 800*time.Millisecond,
+		backgroundWindow + 1500*time.Millisecond, backgroundWindow + 4*time.Second,
+	} {
+		prefix := fmt.Sprintf("nlc%d-%d", os.Getpid(), i)
+		inodes := map[uint64]bool{}
+		testHookBuilt = func(topo *Topology) {
+			for _, ns := range topo.namespaces() {
+				if ino, err := nsInode("/run/netns/" + ns); err == nil {
+					inodes[ino] = true
+				}
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), delay)
+		res, err := Run(ctx, s, Options{Prefix: prefix, Progress: io.Discard, NoFiles: true})
+		cancel()
+		testHookBuilt = nil
+		t.Logf("cancel after %s: %d namespaces had been created", delay, len(inodes))
+		if err == nil || !errors.Is(err, context.DeadlineExceeded) || res == nil || !res.Interrupted {
+			t.Errorf("cancel after %s: err %v, want deadline exceeded and an interrupted result", delay, err)
+		}
+		if left := ListNamespaces(prefix); len(left) > 0 {
+			t.Errorf("cancel after %s: namespaces left: %v", delay, left)
+			for _, ns := range left {
+				exec.Command("ip", "netns", "del", ns).Run()
+			}
+		}
+		if pids := pidsWithNetnsInode(inodes); len(pids) > 0 {
+			t.Errorf("cancel after %s: processes left in the run's namespaces: %v", delay, pids)
+		}
+	}
+	if after := rootLinks(t); strings.Join(after, " ") != strings.Join(linksBefore, " ") {
+		t.Errorf("host links changed: before %v after %v", linksBefore, after)
+	}
 }

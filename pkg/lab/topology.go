@@ -145,10 +145,11 @@ func (t *Topology) createNamespace(ctx context.Context, ns string) error {
 	if _, err := os.Stat("/run/netns/" + ns); err == nil {
 		return fmt.Errorf("network namespace %s exists already (left over from a killed run? delete it with: ip netns del %s)", ns, ns)
 	}
+	// Registered first: a cancelled `ip netns add` may still have created it.
+	t.Cleanup.Add("delete netns "+ns, func() error { return deleteNamespace(t.Sh, ns) })
 	if _, err := t.Sh.Run(ctx, "ip", "netns", "add", ns); err != nil {
 		return err
 	}
-	t.Cleanup.Add("delete netns "+ns, func() error { return deleteNamespace(t.Sh, ns) })
 	if _, err := t.Sh.Run(ctx, "ip", "-n", ns, "link", "set", "lo", "up"); err != nil {
 		return err
 	}
@@ -157,6 +158,9 @@ func (t *Topology) createNamespace(ctx context.Context, ns string) error {
 }
 
 func deleteNamespace(sh *Shell, ns string) error {
+	if _, err := os.Lstat("/run/netns/" + ns); err != nil {
+		return nil // never created
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	// A process still inside would keep the namespace (and its links)
