@@ -26,6 +26,9 @@ var toolPackages = map[string]string{
 	"ovs-appctl":   "openvswitch-common",
 }
 
+// geteuid is os.Geteuid, replaceable in tests.
+var geteuid = os.Geteuid
+
 // MissingTools returns, for each tool not in PATH, "tool (Debian package
 // pkg)"; nil when all are there.
 func MissingTools(tools ...string) []string {
@@ -72,7 +75,7 @@ func (s *Scenario) requiredTools() []string {
 // CheckHost returns an error unless the lab can run scenario s here: root,
 // network namespaces, every needed tool, enough CPUs.
 func CheckHost(s *Scenario) error {
-	if os.Geteuid() != 0 {
+	if geteuid() != 0 {
 		return fmt.Errorf("the lab needs root (it creates network namespaces); run it with sudo")
 	}
 	if missing := MissingTools(s.requiredTools()...); len(missing) > 0 {
