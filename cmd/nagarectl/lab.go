@@ -18,7 +18,7 @@ func init() {
 	register(&command{
 		name:    "lab",
 		summary: "run the lab's scenarios (data planes compared with real tools)",
-		usage:   "nagarectl lab run SCENARIO [--out DIR] [--reps N] [--duration S] [--timeout D] | nagarectl lab list",
+		usage:   "nagarectl lab run SCENARIO [--out DIR] [--reps N] [--duration S] [--timeout D] | nagarectl lab list | nagarectl lab report DIR",
 		run:     runLab,
 	})
 }
@@ -35,9 +35,28 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 		return labList(stdout)
 	case "run":
 		return labRun(args[1:], stdout, stderr)
+	case "report":
+		if len(args) != 2 {
+			return usagef("lab report takes one results directory")
+		}
+		return labReport(args[1], stdout)
 	default:
-		return usagef("unknown lab subcommand %q (want run or list)", args[0])
+		return usagef("unknown lab subcommand %q (want run, list or report)", args[0])
 	}
+}
+
+// labReport re-renders a finished run's summary.md and plots from its
+// results.json (e.g. after the report format changed) and prints the tables.
+func labReport(dir string, w io.Writer) error {
+	res, err := lab.ReadResult(dir)
+	if err != nil {
+		return err
+	}
+	if err := res.WriteFiles(dir); err != nil {
+		return err
+	}
+	res.WriteMarkdown(w)
+	return nil
 }
 
 func labList(w io.Writer) error {

@@ -27,6 +27,8 @@ func TestDispatchExitCodes(t *testing.T) {
 		{[]string{"lab", "run", "no-such-scenario"}, 1, "", "not one of the built-in scenarios"},
 		{[]string{"lab", "list"}, 0, "quickstart", ""},
 		{[]string{"lab", "list", "extra"}, 2, "", "takes no arguments"},
+		{[]string{"lab", "report"}, 2, "", "takes one results directory"},
+		{[]string{"lab", "report", "/nonexistent"}, 1, "", "results.json"},
 	} {
 		var out, errb bytes.Buffer
 		code := dispatch(c.args, &out, &errb)

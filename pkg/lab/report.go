@@ -259,18 +259,20 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 
 // writeCost writes what each data plane adds over the cheapest path of the
 // same measurement (the first data plane in report order that has a result:
-// veth intra-node, routed inter-node), in the first load step.
+// veth intra-node, routed inter-node), in the first load step: one row per
+// data plane, one column per measurement and placement.
 func (res *Result) writeCost(w io.Writer, rows []*Row) {
 	s := res.Scenario
 	load := s.Loads[0].Name
-	var lines []string
+	var hdr []string
+	cells := map[string][]string{} // data plane -> cells
 	for _, m := range s.Measurements {
-		col, unit := "p50", "RTT p50 µs"
+		col, unit, prec := "p50", "p50 µs", 1
 		switch m.Kind {
 		case KindTCP:
-			col, unit = "gbps", "TCP Gbit/s"
+			col, unit, prec = "gbps", "Gbit/s", 2
 		case KindUDPPPS:
-			col, unit = "rx kpps", "UDP rx kpps"
+			col, unit, prec = "rx kpps", "rx kpps", 0
 		}
 		for _, pl := range m.Placements {
 			var floor *Row
@@ -278,27 +280,45 @@ func (res *Result) writeCost(w io.Writer, rows []*Row) {
 				if row.Measurement != m.Name || row.Placement != pl || row.Load != load || row.OK == 0 {
 					continue
 				}
-				v := row.Cell(col).Median
 				if floor == nil {
 					floor = row
 				}
-				f := floor.Cell(col).Median
-				delta := ""
-				if m.Kind == KindRTT {
-					delta = fmt.Sprintf("%+.1f µs, %.1f×", v-f, v/f)
-				} else if f > 0 {
-					delta = fmt.Sprintf("%.0f %%", 100*v/f)
+				v, f := row.Cell(col).Median, floor.Cell(col).Median
+				cell := strconv.FormatFloat(v, 'f', prec, 64)
+				switch {
+				case row == floor:
+					cell += " (floor)"
+				case m.Kind == KindRTT:
+					cell += fmt.Sprintf(" (%+.1f)", v-f)
+				case f > 0:
+					cell += fmt.Sprintf(" (%.0f %%)", 100*v/f)
 				}
-				lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s |", m.Name, pl, unit, row.DataPlane,
-					formatSummary(Summary{N: 1, Median: v}, map[bool]int{true: 1, false: 2}[m.Kind == KindRTT]), floor.DataPlane, delta))
+				for len(cells[row.DataPlane]) < len(hdr) {
+					cells[row.DataPlane] = append(cells[row.DataPlane], "–")
+				}
+				cells[row.DataPlane] = append(cells[row.DataPlane], cell)
+			}
+			if floor != nil {
+				hdr = append(hdr, fmt.Sprintf("%s %s %s", m.Name, pl, unit))
 			}
 		}
 	}
-	if len(lines) == 0 {
+	if len(hdr) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n### Cost over the floor (medians, load %s)\n\nFloor: the first data plane of each measurement (veth intra-node, routed inter-node). Rank data planes by same-core RTT.\n\n", load)
-	fmt.Fprintf(w, "| measurement | placement | metric | data plane | value | floor | vs floor |\n|---|---|---|---|---|---|---|\n%s\n", strings.Join(lines, "\n"))
+	fmt.Fprintf(w, "\n### Cost over the floor (medians, load %s)\n\n", load)
+	fmt.Fprintf(w, "RTT: value (µs added to the floor); throughput: value (%% of the floor). Floor: the first data plane with a result (veth intra-node, routed inter-node). Rank data planes by same-core RTT.\n\n")
+	fmt.Fprintf(w, "| data plane | %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)+1))
+	for _, p := range res.Planes {
+		c, ok := cells[p.Name]
+		if !ok {
+			continue
+		}
+		for len(c) < len(hdr) {
+			c = append(c, "–")
+		}
+		fmt.Fprintf(w, "| %s | %s |\n", p.Name, strings.Join(c, " | "))
+	}
 }
 
 // csvHeader lists samples.csv's columns.
@@ -356,6 +376,22 @@ func joinUints(v []uint64) string {
 		s[i] = strconv.FormatUint(x, 10)
 	}
 	return strings.Join(s, " ")
+}
+
+// ReadResult loads a run's results.json from dir.
+func ReadResult(dir string) (*Result, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return nil, err
+	}
+	var res Result
+	if err := json.Unmarshal(data, &res); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "results.json"), err)
+	}
+	if res.Scenario == nil {
+		return nil, fmt.Errorf("%s: no scenario", filepath.Join(dir, "results.json"))
+	}
+	return &res, nil
 }
 
 // WriteFiles writes results.json, samples.csv, summary.md and the plots

@@ -89,6 +89,16 @@ func TestCSVAndFiles(t *testing.T) {
 	if len(recs) != len(res.Samples)+1 || len(recs[0]) != len(csvHeader) {
 		t.Errorf("%d records of %d fields, want %d of %d", len(recs), len(recs[0]), len(res.Samples)+1, len(csvHeader))
 	}
+	back, err := ReadResult(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b strings.Builder
+	res.WriteMarkdown(&a)
+	back.WriteMarkdown(&b)
+	if a.String() != b.String() {
+		t.Errorf("report from results.json differs:\n%s\n---\n%s", a.String(), b.String())
+	}
 	for _, name := range []string{"results.json", "summary.md", "rtt-intra-cross-core.png", "rtt-intra-same-core.png",
 		"intra-cross-core-vs-load.png", "inter-cross-core-vs-load.png"} {
 		st, err := os.Stat(filepath.Join(dir, name))
@@ -118,9 +128,9 @@ func TestCostOverFloor(t *testing.T) {
 	fakeResult(t).WriteMarkdown(&b)
 	md := b.String()
 	for _, want := range []string{
-		"| intra | same-core | RTT p50 µs | veth | 4.8 | veth | +0.0 µs, 1.0× |",
-		"| intra | same-core | RTT p50 µs | routed | 5.3 | veth | +0.5 µs, 1.1× |",
-		"| inter | cross-core | TCP Gbit/s | routed | 14.20 | routed | 100 % |",
+		"| data plane | intra cross-core p50 µs | intra same-core p50 µs | inter cross-core Gbit/s |",
+		"| veth | 4.8 (floor) | 4.8 (floor) | – |",
+		"| routed | 5.3 (+0.5) | 5.3 (+0.5) | 14.20 (floor) |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
