@@ -213,3 +213,45 @@ measurements:
 	}
 	t.Logf("data planes that ran: %v", ran)
 }
+
+// TestThreeNodesOverUnderlayBridge checks the >2-node underlay (a bridge in
+// its own namespace) with the planes that support any number of nodes.
+func TestThreeNodesOverUnderlayBridge(t *testing.T) {
+	skipUnlessLab(t, "sockperf")
+	s, err := ParseScenario([]byte(`
+name: three
+nodes: [n1, n2, n3]
+pods: [{name: a, node: n1}, {name: b, node: n2}, {name: c, node: n3}]
+dataplanes: [routed, linux-bridge+vxlan]
+reps: 1
+measurements:
+  - {name: ac, kind: rtt, client: a, server: c, duration: 1s, placements: [same-core]}
+  - {name: bc, kind: rtt, client: b, server: c, duration: 1s, placements: [same-core]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("nl3n%d", os.Getpid())
+	var built []string
+	testHookBuilt = func(topo *Topology) { built = topo.namespaces() }
+	defer func() { testHookBuilt = nil }()
+	res, err := Run(context.Background(), s, Options{Prefix: prefix, Progress: io.Discard, NoFiles: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(built, " "), prefix+"-ul") {
+		t.Errorf("no underlay namespace among %v", built)
+	}
+	if left := ListNamespaces(prefix); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+	rows := res.Rows()
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4", len(rows))
+	}
+	for _, r := range rows {
+		if r.OK != 1 || r.Cell("p50").Median <= 0 {
+			t.Errorf("%s %s: %d/%d ok: %v", r.DataPlane, r.Measurement, r.OK, r.Runs, r.Errors)
+		}
+	}
+}
