@@ -36,7 +36,7 @@ type RecvReport struct {
 	Packets  int `json:"packets"`
 	// Foreign counts packets on the sockets whose ports are outside the
 	// space or whose payload names another flow than their ports.
-	Foreign int `json:"foreign"`
+	Foreign int   `json:"foreign"`
 	FirstNs int64 `json:"first_ns,omitempty"`
 	LastNs  int64 `json:"last_ns,omitempty"`
 	// RcvbufErrors and InCsumErrors are the increases of the namespace's

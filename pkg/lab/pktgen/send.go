@@ -32,8 +32,8 @@ type SendConfig struct {
 // SendReport is what the sender did. Times are Unix nanoseconds so that
 // the lab can put them on the same axis as its flow-count samples.
 type SendReport struct {
-	Flows   int `json:"flows"`
-	Sent    int `json:"sent"`
+	Flows   int   `json:"flows"`
+	Sent    int   `json:"sent"`
 	StartNs int64 `json:"start_ns"`
 	EndNs   int64 `json:"end_ns"`
 	// OfferedPPS is Sent over the sending time.
