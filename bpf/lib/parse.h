@@ -163,6 +163,10 @@ static __always_inline int parse_ipv6(void *data, void *data_end, __u32 off,
 
 #pragma unroll
 	for (i = 0; i < IPV6_MAX_EXT; i++) {
+		/* Offsets are bounded for the verifier (off & 0x3ff below); a
+		 * chain reaching past that is not walked. */
+		if (off > 0x3ff)
+			return -DROP_IPV6_EXT_CHAIN;
 		switch (nexthdr) {
 		case IPPROTO_HOPOPTS:
 		case IPPROTO_ROUTING:
@@ -212,7 +216,7 @@ static __always_inline int parse_ipv6(void *data, void *data_end, __u32 off,
 done:
 	key->nw_proto = nexthdr;
 	if (off > 0x3ff)
-		return -DROP_SHORT_IP;
+		return -DROP_IPV6_EXT_CHAIN;
 	return parse_l4(data, data_end, off, nexthdr, key, ps);
 }
 

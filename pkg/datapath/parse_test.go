@@ -192,11 +192,15 @@ func TestParse(t *testing.T) {
 				t.Fatalf("parse returned %d (%v), want %v", r.ret, DropReason(-r.ret), tc.ret)
 			}
 			if tc.ret != 0 {
+				if _, err := flow.ParsePacket(tc.pkt); err == nil {
+					t.Errorf("flow.ParsePacket accepts what the fast path drops (%v)", tc.ret)
+				}
 				return
 			}
 			if r.key != tc.key {
 				t.Errorf("key\n got %s\nwant %s", flow.Format(r.key, flow.ExactMask()), flow.Format(tc.key, flow.ExactMask()))
 			}
+			sameAsGo(t, tc.pkt, r)
 			if tc.l4 != (r.l4o != 0) {
 				t.Errorf("l4 offset %d, want L4 header %v", r.l4o, tc.l4)
 			}
@@ -266,5 +270,23 @@ func FuzzParse(f *testing.F) {
 		if r.ret == 0 && r.l4o != 0 && int(r.l4o) >= len(pkt) {
 			t.Fatalf("L4 offset %d past the end of %d bytes", r.l4o, len(pkt))
 		}
+		if r.ret == 0 {
+			sameAsGo(t, pkt, r)
+		} else if _, err := flow.ParsePacket(pkt); err == nil {
+			t.Fatalf("flow.ParsePacket accepts what the fast path drops (%v)", DropReason(-r.ret))
+		}
 	})
+}
+
+// sameAsGo checks that pkg/flow's Go parser (used for packet-out and
+// trace) builds the key the fast path built.
+func sameAsGo(t *testing.T, pkt []byte, r parseResult) {
+	t.Helper()
+	k, err := flow.ParsePacket(pkt)
+	if err != nil {
+		t.Fatalf("flow.ParsePacket: %v (the fast path accepted the packet)", err)
+	}
+	if k != r.key {
+		t.Fatalf("Go parser disagrees with the fast path:\n  go %s\nbpf %s", flow.Format(k, flow.ExactMask()), flow.Format(r.key, flow.ExactMask()))
+	}
 }

@@ -254,3 +254,12 @@ func ExactMask() Mask {
 	m := KeyFromWords(w)
 	return m
 }
+
+// Or returns the union of the bits of m and o.
+func (m Mask) Or(o Mask) Mask {
+	mw, ow := m.Words(), o.Words()
+	for i := range mw {
+		mw[i] |= ow[i]
+	}
+	return KeyFromWords(mw)
+}
