@@ -101,6 +101,7 @@ type Proc struct {
 	// Pid is the process ID (also its process group ID).
 	Pid   int
 	args  []string
+	sh    *Shell
 	cmd   *exec.Cmd
 	mu    sync.Mutex
 	out   bytes.Buffer
@@ -120,7 +121,7 @@ func (sh *Shell) Start(c *Cleanup, readyMarker string, args ...string) (*Proc, e
 	pr, pw := io.Pipe()
 	cmd.Stdout = pw
 	cmd.Stderr = pw
-	p := &Proc{args: args, cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
+	p := &Proc{args: args, sh: sh, cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", quoteArgs(args), err)
 	}
@@ -207,6 +208,7 @@ func (p *Proc) stop() error {
 		return nil
 	default:
 	}
+	p.sh.logf("# stop pid %d: %s", p.Pid, quoteArgs(p.args))
 	if err := killGroup(p.cmd, syscall.SIGTERM); err != nil {
 		return err
 	}

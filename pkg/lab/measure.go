@@ -92,6 +92,7 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port
 	if tc.placement == SameCore {
 		cpu = r.s.CPUs.Server
 		for _, pid := range pids {
+			r.sh.logf("# same-core: pin every thread of switch pid %d to CPU %d (taskset -a -p -c %d %d), restored after", pid, r.s.CPUs.Server, r.s.CPUs.Server, pid)
 			restore, err := pinThreads(pid, []int{r.s.CPUs.Server})
 			if err != nil {
 				return Sample{}, fmt.Errorf("pinning switch process %d: %w", pid, err)

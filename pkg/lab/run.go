@@ -118,6 +118,10 @@ type test struct {
 // when ctx is cancelled (with ctx's error); everything created is removed
 // in every case.
 func Run(ctx context.Context, s *Scenario, opts Options) (*Result, error) {
+	// The overrides apply to a copy; the caller's scenario is left alone.
+	sc := *s
+	sc.Measurements = append([]MeasurementSpec(nil), s.Measurements...)
+	s = &sc
 	if opts.Reps > 0 {
 		s.Reps = opts.Reps
 	}
@@ -359,6 +363,7 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 		if err := r.dp.Teardown(tctx, t); err != nil {
 			errs = append(errs, err)
 		}
+		r.sh.logf("# teardown of %s", r.dp.Name())
 		if err := c.RunAll(); err != nil {
 			errs = append(errs, err)
 		}
@@ -368,6 +373,7 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 	}()
 
 	r.bar.Describe(fmt.Sprintf("rep %d/%d %-18s setup", r.rep, r.s.Reps, r.dp.Name()))
+	r.sh.logf("# ==== rep %d/%d: data plane %s ====", r.rep, r.s.Reps, r.dp.Name())
 	r.bgBusy = backgroundBusy(ctx, backgroundWindow)
 	if err := t.build(ctx); err != nil {
 		return r.failAll(fmt.Errorf("building namespaces: %w", err)), nil
@@ -438,6 +444,7 @@ func (r *planeRun) runLoadStep(ctx context.Context, tests []test) []Sample {
 	for _, tc := range tests {
 		budget += time.Duration(tc.m.Duration) + 10*time.Second
 	}
+	r.sh.logf("# ---- load step %s ----", tests[0].load.Name)
 	if err := r.startLoad(ctx, tests[0].load, step, budget+60*time.Second); err != nil {
 		var out []Sample
 		for _, tc := range tests {
