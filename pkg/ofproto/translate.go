@@ -1,0 +1,581 @@
+package ofproto
+
+import (
+	"net"
+	"net/netip"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+	"github.com/nagare-net/nagare/pkg/openflow"
+)
+
+// TranslateOptions modify a translation.
+type TranslateOptions struct {
+	Trace     bool // fill Translation.Trace
+	PacketOut bool // translating a PACKET_OUT's action list (set by TranslatePacketOut)
+}
+
+// Translation is the result of running one packet through the pipeline.
+type Translation struct {
+	// Actions are the datapath actions, in the order the fast path
+	// replays them: every rewrite comes right before the first output
+	// that must see it. Empty means drop.
+	Actions []flow.Action
+	// Mask is the megaflow mask: exactly the key bits the result
+	// depended on (mask.go).
+	Mask flow.Mask
+	// Rules are the rules, table misses, groups, buckets and NORMAL
+	// learning entries this packet went through, for Credit.
+	Rules []RuleRef
+	// PacketIns are the messages for the controller about this packet;
+	// the daemon sends them for the first packet and executes Actions
+	// minus flow.Userspace (PacketIn.ActionIndex says where each was).
+	PacketIns []PacketIn
+	// NoCache says the result must not be installed as a megaflow: set
+	// for PACKET_OUT translations and when translation was cut short
+	// (group chain or resubmit depth exceeded, see Err below).
+	NoCache bool
+	// Trace lists each step when TranslateOptions.Trace was set.
+	Trace []TraceStep
+}
+
+// maxDepth bounds group chaining and packet-out resubmission.
+const maxDepth = 64
+
+// Pending rewrite bits (xlate.dirty): the pipeline's packet has a value
+// the datapath's copy does not have yet.
+const (
+	dEthSrc uint16 = 1 << iota
+	dEthDst
+	dVLAN
+	dIPSrc
+	dIPDst
+	dTpSrc
+	dTpDst
+	dDSCP
+	dECN
+)
+
+// xlate is the state of one translation.
+type xlate struct {
+	p    *Pipeline
+	opts TranslateOptions
+
+	in    flow.Key // as it arrived
+	cur   flow.Key // the pipeline's packet, after apply-actions so far
+	curW  words    // cur in words, valid unless stale
+	stale bool
+
+	mask    words // megaflow mask being built
+	written words // bits of cur set by actions, independent of the input
+
+	dirty   uint16 // rewrites to emit before the next output
+	emitted uint16 // rewrites emitted (for undoing a group bucket's)
+	// dpTagged is whether the datapath's copy carries a VLAN tag now;
+	// dpKnown is set once a VLAN action was emitted (before that it is
+	// the input's tag and depends on the packet).
+	dpTagged, dpKnown bool
+	tpid              uint16
+	lastTunnel        *flow.SetTunnel
+
+	acts  []flow.Action
+	rules []RuleRef
+	pins  []PacketIn
+	trace []TraceStep
+
+	// Context of the rule being executed, for packet-ins.
+	tableID uint8
+	cookie  uint64
+	miss    bool
+
+	depth int
+	err   error
+}
+
+func (p *Pipeline) newXlate(key flow.Key, opts TranslateOptions) *xlate {
+	x := &xlate{p: p, opts: opts, in: key, cur: key, tpid: 0x8100}
+	x.curW = keyWords(&key)
+	x.written[metaWord] = ^uint64(0)
+	x.dpTagged = key.VlanTCI&flow.VLANCFI != 0
+	x.rules = make([]RuleRef, 0, 4)
+	return x
+}
+
+// packet returns the current packet in words.
+func (x *xlate) packet() *words {
+	if x.stale {
+		meta := x.curW[metaWord]
+		x.curW = keyWords(&x.cur)
+		x.curW[metaWord] = meta
+		x.stale = false
+	}
+	return &x.curW
+}
+
+func (x *xlate) result() *Translation {
+	t := &Translation{Actions: x.acts, Mask: x.finalMask(), Rules: x.rules, PacketIns: x.pins,
+		NoCache: x.opts.PacketOut || x.err != nil, Trace: x.trace}
+	return t
+}
+
+// Translate runs the packet with key through the pipeline from table 0.
+// The error is non-nil only when translation was cut short (then the
+// result drops what was left and is marked NoCache).
+func (p *Pipeline) Translate(key flow.Key, opts TranslateOptions) (*Translation, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	opts.PacketOut = false
+	x := p.newXlate(key, opts)
+	if p.nrules == 0 && p.fallbackNormal.Load() {
+		x.tracef(TraceNote, 0, "no rules: fail-standalone, acting as NORMAL")
+		x.normal()
+	} else {
+		x.pipeline(0)
+	}
+	return x.result(), x.err
+}
+
+// TranslatePacketOut translates a PACKET_OUT: actions applied to the
+// packet with key as if it arrived on inPort (which may be
+// openflow.PortController or PortLocal). output:TABLE runs a copy through
+// the pipeline from table 0. The result is always NoCache.
+func (p *Pipeline) TranslatePacketOut(key flow.Key, inPort uint32, actions openflow.Actions, opts TranslateOptions) (*Translation, error) {
+	if err := p.checkActions(actions, true); err != nil {
+		return nil, err
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	opts.PacketOut = true
+	key.InPort = inPort
+	x := p.newXlate(key, opts)
+	x.tableID, x.cookie = openflow.TableAll, ^uint64(0)
+	x.tracef(TraceNote, openflow.TableAll, "packet-out: %s", actions)
+	x.apply(actions)
+	return x.result(), x.err
+}
+
+// pipeline runs the tables from id on.
+func (x *xlate) pipeline(id uint8) {
+	var set actionSet
+	for {
+		t := x.p.tables[id]
+		r := x.lookup(t)
+		if r == nil {
+			x.rules = append(x.rules, RuleRef{kind: refMiss, table: t})
+			x.tracef(TraceMiss, id, "no match: drop")
+			return
+		}
+		x.rules = append(x.rules, RuleRef{kind: refRule, table: t, rule: r})
+		x.tableID, x.cookie, x.miss = id, r.cookie, r.miss
+		x.traceRule(r)
+		next := -1
+		var apply, write openflow.Actions
+		var clearSet bool
+		var meta *openflow.InstWriteMetadata
+		for _, in := range r.insts {
+			switch in := in.(type) {
+			case openflow.InstApplyActions:
+				apply = in.Actions
+			case openflow.InstWriteActions:
+				write = in.Actions
+			case openflow.InstClearActions:
+				clearSet = true
+			case openflow.InstWriteMetadata:
+				meta = &in
+			case openflow.InstGotoTable:
+				next = int(in.TableID)
+			}
+		}
+		x.apply(apply)
+		if clearSet {
+			set = actionSet{}
+		}
+		set.write(write)
+		if meta != nil {
+			x.curW[metaWord] = x.curW[metaWord]&^meta.Mask | meta.Metadata&meta.Mask
+		}
+		if next < 0 || next >= len(x.p.tables) {
+			break
+		}
+		id = uint8(next)
+	}
+	if !set.empty() {
+		x.tracef(TraceNote, x.tableID, "action set: %s", set.actions())
+		x.apply(set.actions())
+	}
+}
+
+// apply executes an action list on the current packet.
+func (x *xlate) apply(as openflow.Actions) {
+	for _, a := range as {
+		if x.err != nil {
+			return
+		}
+		switch a := a.(type) {
+		case openflow.ActionOutput:
+			x.output(a.Port, a.MaxLen)
+		case openflow.ActionGroup:
+			x.group(a.GroupID)
+		case openflow.ActionSetField:
+			x.setField(a.Field)
+		case openflow.ActionPushVLAN:
+			x.pushVLAN(a.EtherType)
+		case openflow.ActionPopVLAN:
+			x.popVLAN()
+		case openflow.ActionDecNWTTL:
+			// The datapath drops (and counts) a packet whose TTL runs
+			// out; TTL is not part of any decision here.
+			x.acts = append(x.acts, flow.DecTTL{})
+			x.cur.NwTTL--
+		case openflow.ActionSetQueue:
+			// Queues are not modelled: accepted, no effect.
+		}
+	}
+}
+
+// output sends the current packet to port.
+func (x *xlate) output(port uint32, maxLen uint16) {
+	switch port {
+	case openflow.PortInPort:
+		x.emitOutput(x.cur.InPort, true)
+	case openflow.PortTable:
+		if !x.opts.PacketOut {
+			return // refused at FLOW_MOD; unreachable
+		}
+		x.depth++
+		if x.depth > maxDepth {
+			x.err = errDepth
+			return
+		}
+		saved := x.save()
+		x.tracef(TraceNote, 0, "output:TABLE: resubmit to table 0")
+		x.pipeline(0)
+		x.restore(saved)
+		x.depth--
+	case openflow.PortNormal:
+		x.normal()
+	case openflow.PortFlood, openflow.PortAll:
+		x.flood(port == openflow.PortFlood)
+	case openflow.PortController:
+		x.controller(maxLen)
+	case openflow.PortAny:
+	default:
+		x.emitOutput(port, false)
+	}
+}
+
+// emitOutput emits the pending rewrites and an output to port. Output to
+// the packet's own in_port is dropped unless asked for with IN_PORT.
+func (x *xlate) emitOutput(port uint32, inPortOK bool) {
+	if port == x.cur.InPort && !inPortOK {
+		x.tracef(TraceNote, x.tableID, "output:%s skipped: it is the in_port (use IN_PORT)", openflow.PortName(port))
+		return
+	}
+	if port == openflow.PortLocal {
+		x.commit()
+		x.acts = append(x.acts, flow.Local{})
+		return
+	}
+	pt := x.p.ports[port]
+	if pt == nil {
+		x.tracef(TraceNote, x.tableID, "output:%d dropped: no such port", port)
+		return
+	}
+	if !pt.canForward() {
+		x.tracef(TraceNote, x.tableID, "output:%d dropped: port down or no_fwd", port)
+		return
+	}
+	x.commit()
+	if pt.Tunnel != nil {
+		x.need(&maskTunID) // unless set_field tunnel_id wrote it
+		st := flow.SetTunnel{VNI: x.cur.TunID, Remote: pt.Tunnel.Remote, Local: pt.Tunnel.Local,
+			TOS: pt.Tunnel.TOS, TTL: pt.Tunnel.TTL}
+		if x.lastTunnel == nil || *x.lastTunnel != st {
+			x.acts = append(x.acts, st)
+			x.lastTunnel = &st
+		}
+	}
+	x.acts = append(x.acts, flow.Output{Port: port})
+}
+
+// flood outputs to every port but the in_port (FLOOD also skips
+// PortConfigNoFlood ports).
+func (x *xlate) flood(skipNoFlood bool) {
+	for _, no := range x.p.portOrder {
+		pt := x.p.ports[no]
+		if no == x.cur.InPort || (skipNoFlood && pt.Config&PortConfigNoFlood != 0) || !pt.canForward() {
+			continue
+		}
+		x.emitOutput(no, false)
+	}
+}
+
+// setField rewrites a field of the current packet. Fields whose
+// prerequisites the packet does not meet are left alone (a bucket may be
+// shared by flows of several protocols), as Open vSwitch does.
+func (x *xlate) setField(o openflow.OXM) {
+	k := &x.cur
+	v := o.Uint()
+	var m words
+	switch o.Field {
+	case openflow.FieldEthSrc:
+		copy(k.EthSrc[:], o.Value)
+		x.dirty |= dEthSrc
+		m = maskEthSrc
+	case openflow.FieldEthDst:
+		copy(k.EthDst[:], o.Value)
+		x.dirty |= dEthDst
+		m = maskEthDst
+	case openflow.FieldVLANVID, openflow.FieldVLANPCP:
+		x.need(&maskCFI)
+		if k.VlanTCI&flow.VLANCFI == 0 {
+			return
+		}
+		if o.Field == openflow.FieldVLANVID {
+			k.VlanTCI = k.VlanTCI&^0xfff | uint16(v)&0xfff
+			m = fieldMask(openflow.FieldVLANVID)
+		} else {
+			k.VlanTCI = k.VlanTCI&^0xe000 | uint16(v&7)<<13
+			m = fieldMask(openflow.FieldVLANPCP)
+		}
+		x.dirty |= dVLAN
+	case openflow.FieldTunnelID:
+		k.TunID = uint32(v)
+		m = maskTunID
+	case openflow.FieldIPv4Src, openflow.FieldIPv4Dst, openflow.FieldIPv6Src, openflow.FieldIPv6Dst,
+		openflow.FieldIPDSCP, openflow.FieldIPECN:
+		x.need(&maskEthType)
+		want := uint16(0x0800)
+		if o.Field == openflow.FieldIPv6Src || o.Field == openflow.FieldIPv6Dst {
+			want = 0x86dd
+		}
+		if (o.Field == openflow.FieldIPDSCP || o.Field == openflow.FieldIPECN) && k.EthType == 0x86dd {
+			want = 0x86dd
+		}
+		if k.EthType != want {
+			x.tracef(TraceNote, x.tableID, "set_field %s ignored: not an IP packet of that version", o.Field)
+			return
+		}
+		var meta uint64
+		place(k, &meta, o.Field, o.Value)
+		m = fieldMask(o.Field)
+		switch o.Field {
+		case openflow.FieldIPv4Src, openflow.FieldIPv6Src:
+			x.dirty |= dIPSrc
+		case openflow.FieldIPv4Dst, openflow.FieldIPv6Dst:
+			x.dirty |= dIPDst
+		case openflow.FieldIPDSCP:
+			x.dirty |= dDSCP
+		default:
+			x.dirty |= dECN
+		}
+	case openflow.FieldTCPSrc, openflow.FieldTCPDst, openflow.FieldUDPSrc, openflow.FieldUDPDst:
+		x.need(&maskEthType)
+		x.need(&maskIPProto)
+		proto := uint8(6)
+		if o.Field == openflow.FieldUDPSrc || o.Field == openflow.FieldUDPDst {
+			proto = 17
+		}
+		if (k.EthType != 0x0800 && k.EthType != 0x86dd) || k.NwProto != proto {
+			x.tracef(TraceNote, x.tableID, "set_field %s ignored: packet is not of that protocol", o.Field)
+			return
+		}
+		if o.Field == openflow.FieldTCPSrc || o.Field == openflow.FieldUDPSrc {
+			k.TpSrc, m = uint16(v), maskTpSrc
+			x.dirty |= dTpSrc
+		} else {
+			k.TpDst, m = uint16(v), maskTpDst
+			x.dirty |= dTpDst
+		}
+	default:
+		return // refused at FLOW_MOD / GROUP_MOD
+	}
+	x.written.or(&m)
+	x.stale = true
+}
+
+func (x *xlate) pushVLAN(tpid uint16) {
+	x.need(&maskCFI)
+	if x.cur.VlanTCI&flow.VLANCFI != 0 {
+		// A second tag: the key keeps one, the outer, which is a copy
+		// of the inner one (OpenFlow 1.3 push_vlan semantics).
+		x.commit()
+		x.need(&maskTCI)
+		x.acts = append(x.acts, flow.PushVLAN{TPID: tpid, TCI: x.cur.VlanTCI &^ flow.VLANCFI})
+		x.dpTagged, x.dpKnown, x.tpid = true, true, tpid
+		x.emitted |= dVLAN
+		return
+	}
+	x.cur.VlanTCI = flow.VLANCFI
+	x.tpid = tpid
+	x.written.or(&maskTCI)
+	x.dirty |= dVLAN
+	x.stale = true
+}
+
+func (x *xlate) popVLAN() {
+	x.need(&maskCFI)
+	if x.cur.VlanTCI&flow.VLANCFI == 0 {
+		return
+	}
+	x.cur.VlanTCI = 0
+	x.written.or(&maskTCI)
+	x.dirty |= dVLAN
+	x.stale = true
+}
+
+// commit emits the pending rewrites so that the datapath's copy of the
+// packet equals the pipeline's before an output.
+func (x *xlate) commit() {
+	d := x.dirty
+	if d == 0 {
+		return
+	}
+	k := &x.cur
+	if d&dEthSrc != 0 {
+		x.acts = append(x.acts, flow.SetEthSrc{MAC: net.HardwareAddr(append([]byte(nil), k.EthSrc[:]...))})
+	}
+	if d&dEthDst != 0 {
+		x.acts = append(x.acts, flow.SetEthDst{MAC: net.HardwareAddr(append([]byte(nil), k.EthDst[:]...))})
+	}
+	if d&dVLAN != 0 {
+		if !x.dpKnown {
+			x.needInput(&maskCFI)
+		}
+		if x.dpTagged {
+			x.acts = append(x.acts, flow.PopVLAN{})
+		}
+		x.dpTagged, x.dpKnown = k.VlanTCI&flow.VLANCFI != 0, true
+		if x.dpTagged {
+			x.need(&maskTCI)
+			x.acts = append(x.acts, flow.PushVLAN{TPID: x.tpid, TCI: k.VlanTCI &^ flow.VLANCFI})
+		}
+	}
+	v6 := k.EthType == 0x86dd // pinned by the set_field that made these dirty
+	addr := func(b [16]byte) netip.Addr {
+		if v6 {
+			return netip.AddrFrom16(b)
+		}
+		return netip.AddrFrom4([4]byte(b[:4]))
+	}
+	if d&dIPSrc != 0 {
+		x.acts = append(x.acts, flow.SetIPSrc{Addr: addr(k.IPSrc)})
+	}
+	if d&dIPDst != 0 {
+		x.acts = append(x.acts, flow.SetIPDst{Addr: addr(k.IPDst)})
+	}
+	if d&dTpSrc != 0 {
+		x.acts = append(x.acts, flow.SetTpSrc{Port: k.TpSrc})
+	}
+	if d&dTpDst != 0 {
+		x.acts = append(x.acts, flow.SetTpDst{Port: k.TpDst})
+	}
+	if d&dDSCP != 0 {
+		x.acts = append(x.acts, flow.SetDSCP{DSCP: k.NwTOS >> 2})
+	}
+	if d&dECN != 0 {
+		x.acts = append(x.acts, flow.SetECN{ECN: k.NwTOS & 3})
+	}
+	x.emitted |= d
+	x.dirty = 0
+}
+
+// branch is the pipeline packet's state, saved around a group bucket or
+// a packet-out resubmit: each sees its own copy of the packet.
+type branch struct {
+	cur     flow.Key
+	curW    words
+	stale   bool
+	written words
+	dirty   uint16
+	emitted uint16
+	tpid    uint16
+	table   uint8
+	cookie  uint64
+	miss    bool
+}
+
+func (x *xlate) save() branch {
+	b := branch{cur: x.cur, curW: x.curW, stale: x.stale, written: x.written, dirty: x.dirty,
+		emitted: x.emitted, tpid: x.tpid, table: x.tableID, cookie: x.cookie, miss: x.miss}
+	x.emitted = 0
+	return b
+}
+
+// restore returns to a saved packet. Rewrites emitted meanwhile changed
+// the datapath's copy, so they are marked pending again: the next output
+// re-emits the saved values.
+func (x *xlate) restore(b branch) {
+	x.cur, x.curW, x.stale, x.written = b.cur, b.curW, b.stale, b.written
+	x.dirty = b.dirty | x.emitted
+	x.emitted = b.emitted | x.emitted
+	x.tpid, x.tableID, x.cookie, x.miss = b.tpid, b.table, b.cookie, b.miss
+}
+
+// actionSet is the OpenFlow action set, executed at the end of the
+// pipeline in the spec's order (5.10): pop, push, dec_ttl, set_field,
+// qos, group, output (output is ignored when a group is set).
+type actionSet struct {
+	pop    bool
+	push   *openflow.ActionPushVLAN
+	decTTL bool
+	sets   []openflow.ActionSetField // one per field, in the order written
+	group  *openflow.ActionGroup
+	output *openflow.ActionOutput
+}
+
+func (s *actionSet) empty() bool {
+	return !s.pop && s.push == nil && !s.decTTL && len(s.sets) == 0 && s.group == nil && s.output == nil
+}
+
+// write merges actions into the set: one action per type, and per field
+// for set_field; later ones replace earlier ones.
+func (s *actionSet) write(as openflow.Actions) {
+	for _, a := range as {
+		switch a := a.(type) {
+		case openflow.ActionPopVLAN:
+			s.pop = true
+		case openflow.ActionPushVLAN:
+			s.push = &a
+		case openflow.ActionDecNWTTL:
+			s.decTTL = true
+		case openflow.ActionSetField:
+			i := 0
+			for ; i < len(s.sets); i++ {
+				if s.sets[i].Field.Field == a.Field.Field {
+					s.sets[i] = a
+					break
+				}
+			}
+			if i == len(s.sets) {
+				s.sets = append(s.sets, a)
+			}
+		case openflow.ActionGroup:
+			s.group = &a
+		case openflow.ActionOutput:
+			s.output = &a
+		}
+	}
+}
+
+// actions lists the set in execution order.
+func (s *actionSet) actions() openflow.Actions {
+	var as openflow.Actions
+	if s.pop {
+		as = append(as, openflow.ActionPopVLAN{})
+	}
+	if s.push != nil {
+		as = append(as, *s.push)
+	}
+	if s.decTTL {
+		as = append(as, openflow.ActionDecNWTTL{})
+	}
+	for _, a := range s.sets {
+		as = append(as, a)
+	}
+	if s.group != nil {
+		as = append(as, *s.group)
+	} else if s.output != nil {
+		as = append(as, *s.output)
+	}
+	return as
+}
