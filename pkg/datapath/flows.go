@@ -301,29 +301,7 @@ func (d *Datapath) readStats(id uint32) (Stats, error) {
 	if err := d.objs.Stats.Lookup(id, &per); err != nil {
 		return Stats{}, err
 	}
-	var st Stats
-	var used uint64
-	for _, p := range per {
-		st.Packets += p.Packets
-		st.Bytes += p.Bytes
-		st.TCPFlags |= p.TcpFlags
-		used = max(used, p.Used)
-	}
-	if used != 0 {
-		st.Used = coarseToTime(used)
-	}
-	return st, nil
-}
-
-// coarseToTime converts bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC_COARSE) to
-// wall-clock time.
-func coarseToTime(ns uint64) time.Time {
-	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts) != nil {
-		return time.Time{}
-	}
-	now := uint64(ts.Nano())
-	return time.Now().Add(-time.Duration(now - min(ns, now)))
+	return sumStats(per, coarseNow()), nil
 }
 
 // Flows returns the installed megaflows (without statistics).
@@ -341,10 +319,16 @@ func (d *Datapath) Flows() []flow.Flow {
 func (d *Datapath) Dump() ([]FlowStats, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	all, err := d.readAllStats()
+	if err != nil {
+		return nil, err
+	}
 	out := make([]FlowStats, 0, len(d.flows))
 	for _, in := range d.flows {
-		st, err := d.readStats(in.id)
-		if err != nil {
+		var st Stats
+		if all != nil {
+			st = all[in.id]
+		} else if st, err = d.readStats(in.id); err != nil {
 			return nil, err
 		}
 		out = append(out, FlowStats{
@@ -354,6 +338,71 @@ func (d *Datapath) Dump() ([]FlowStats, error) {
 		})
 	}
 	return out, nil
+}
+
+// batchThreshold: below this many flows, one lookup per flow is cheaper
+// than batch-reading the stats array.
+const batchThreshold = 2048
+
+// readAllStats batch-reads the counters of every allocated flow id (nil
+// when there are few flows: the caller then reads them one by one).
+// Callers hold d.mu.
+func (d *Datapath) readAllStats() ([]Stats, error) {
+	n := d.ids.next
+	if len(d.flows) < batchThreshold {
+		return nil, nil
+	}
+	out := make([]Stats, n)
+	const chunk = 4096
+	keys := make([]uint32, chunk)
+	vals := make([]nagareFlowStats, chunk*d.ncpu)
+	var cursor ebpf.MapBatchCursor
+	now := coarseNow()
+	for done := false; !done; {
+		cnt, err := d.objs.Stats.BatchLookup(&cursor, keys, vals, nil)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			done = true
+		} else if err != nil {
+			return nil, fmt.Errorf("datapath: reading flow statistics: %w", err)
+		}
+		for i := 0; i < cnt; i++ {
+			id := keys[i]
+			if id >= n {
+				done = true
+				continue
+			}
+			out[id] = sumStats(vals[i*d.ncpu:(i+1)*d.ncpu], now)
+		}
+	}
+	return out, nil
+}
+
+func sumStats(per []nagareFlowStats, now timePair) Stats {
+	var st Stats
+	var used uint64
+	for _, p := range per {
+		st.Packets += p.Packets
+		st.Bytes += p.Bytes
+		st.TCPFlags |= p.TcpFlags
+		used = max(used, p.Used)
+	}
+	if used != 0 {
+		st.Used = now.wall.Add(-time.Duration(now.mono - min(used, now.mono)))
+	}
+	return st
+}
+
+// timePair is one reading of CLOCK_MONOTONIC_COARSE (what the fast path
+// stamps flows with) and of the wall clock.
+type timePair struct {
+	mono uint64
+	wall time.Time
+}
+
+func coarseNow() timePair {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts)
+	return timePair{mono: uint64(ts.Nano()), wall: time.Now()}
 }
 
 // NumMasks is the number of masks in use.
