@@ -42,6 +42,7 @@ func main() {
 
 // dispatch runs the subcommand named by args[0] and returns the exit status.
 func dispatch(args []string, stdout, stderr io.Writer) int {
+	args = takeGlobalFlags(args)
 	if len(args) == 0 {
 		printHelp(stderr)
 		return 2

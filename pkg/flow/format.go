@@ -213,3 +213,58 @@ func prefixLen(m []byte) int {
 	}
 	return n
 }
+
+// Present returns the mask of the fields of k that are not zero, field by
+// field (for showing a packet description).
+func Present(k Key) Mask {
+	var m Mask
+	ones := func(b []byte) {
+		for i := range b {
+			b[i] = 0xff
+		}
+	}
+	set32 := func(v uint32, m *uint32) {
+		if v != 0 {
+			*m = ^uint32(0)
+		}
+	}
+	set16 := func(v uint16, m *uint16) {
+		if v != 0 {
+			*m = ^uint16(0)
+		}
+	}
+	set8 := func(v uint8, m *uint8) {
+		if v != 0 {
+			*m = ^uint8(0)
+		}
+	}
+	set32(k.InPort, &m.InPort)
+	set32(k.TunID, &m.TunID)
+	set32(k.IPv6Label, &m.IPv6Label)
+	set16(k.VlanTCI, &m.VlanTCI)
+	set16(k.EthType, &m.EthType)
+	set16(k.TpSrc, &m.TpSrc)
+	set16(k.TpDst, &m.TpDst)
+	set16(k.TCPFlags, &m.TCPFlags)
+	set8(k.TunTOS, &m.TunTOS)
+	set8(k.TunTTL, &m.TunTTL)
+	set8(k.TunFlags, &m.TunFlags)
+	set8(k.NwFrag, &m.NwFrag)
+	set8(k.NwProto, &m.NwProto)
+	set8(k.NwTOS, &m.NwTOS)
+	set8(k.NwTTL, &m.NwTTL)
+	for _, f := range []struct{ v, m []byte }{
+		{k.TunSrc[:], m.TunSrc[:]}, {k.TunDst[:], m.TunDst[:]}, {k.EthSrc[:], m.EthSrc[:]}, {k.EthDst[:], m.EthDst[:]},
+		{k.IPSrc[:], m.IPSrc[:]}, {k.IPDst[:], m.IPDst[:]}, {k.ArpSHA[:], m.ArpSHA[:]}, {k.ArpTHA[:], m.ArpTHA[:]},
+	} {
+		if !zero(f.v) {
+			ones(f.m)
+		}
+	}
+	// An IPv4 address occupies only the first 4 bytes.
+	if k.EthType == 0x0800 || k.EthType == 0x0806 {
+		clear(m.IPSrc[4:])
+		clear(m.IPDst[4:])
+	}
+	return m
+}

@@ -1,0 +1,146 @@
+// Command nagare-switch runs one OpenFlow 1.3 bridge on nagare's eBPF fast
+// path. Flags follow Open vSwitch's vocabulary:
+//
+//	nagare-switch --bridge br0 [--datapath-id HEX] [--listen punix:PATH | ptcp:PORT[:IP]]...
+//	              [--controller tcp:IP:PORT]... [--fail-mode secure|standalone]
+//	              [--run-dir DIR] [--netns NAME|PATH] [--port IFNAME[=N]]...
+//
+// The OpenFlow socket defaults to <run-dir>/<bridge>.mgmt, so
+//
+//	ovs-ofctl -O OpenFlow13 dump-flows unix:/var/run/nagare/br0.mgmt
+//
+// works, and nagarectl --switch unix:/var/run/nagare/br0.mgmt ... talks to
+// the same socket. Stopping the switch leaves the fast path forwarding with
+// the flows it has; starting it again takes them over.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nagare-net/nagare/pkg/datapath"
+	"github.com/nagare-net/nagare/pkg/switchd"
+)
+
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, ",") }
+func (m *multi) Set(s string) error { *m = append(*m, s); return nil }
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "nagare-switch:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("nagare-switch", flag.ContinueOnError)
+	var (
+		cfg         switchd.Config
+		listen      multi
+		controllers multi
+		ports       multi
+		dpid        string
+		netnsName   string
+		logLevel    string
+		destroy     bool
+	)
+	fs.StringVar(&cfg.Bridge, "bridge", "", "bridge name (required)")
+	fs.StringVar(&dpid, "datapath-id", "", "datapath id in hex (default: derived from the bridge name)")
+	fs.Var(&listen, "listen", "OpenFlow listener: punix:PATH or ptcp:PORT[:IP] (repeatable; default punix:<run-dir>/<bridge>.mgmt)")
+	fs.Var(&controllers, "controller", "controller to connect to: tcp:IP:PORT (repeatable)")
+	fs.StringVar(&cfg.FailMode, "fail-mode", switchd.FailSecure, "without a controller: secure (keep flows, drop misses) or standalone (learning switch)")
+	fs.StringVar(&cfg.RunDir, "run-dir", "/var/run/nagare", "directory for sockets")
+	fs.StringVar(&netnsName, "netns", "", "network namespace of the ports (a name under /var/run/netns, or a path); use this instead of 'ip netns exec', which hides /sys/fs/bpf")
+	fs.StringVar(&cfg.PinRoot, "bpffs", datapath.DefaultPinRoot, "BPF filesystem directory for the fast path's pins")
+	fs.IntVar(&cfg.MaxFlows, "max-flows", datapath.DefaultMaxFlows, "fast-path capacity (fixed for the life of the pins)")
+	fs.IntVar(&cfg.FlowLimit, "flow-limit", 200000, "cached flows the slow path installs at most")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 10*time.Second, "remove cached flows unused this long")
+	fs.DurationVar(&cfg.RevalidateInterval, "revalidate-interval", 500*time.Millisecond, "period of revalidator rounds")
+	fs.Var(&ports, "port", "attach IFNAME at start, optionally as IFNAME=N (repeatable)")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&destroy, "destroy", false, "remove the bridge's fast path (detach ports, delete flows and pins) and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.Bridge == "" {
+		return fmt.Errorf("--bridge is required")
+	}
+	if dpid != "" {
+		v, err := strconv.ParseUint(strings.TrimPrefix(dpid, "0x"), 16, 64)
+		if err != nil {
+			return fmt.Errorf("--datapath-id %q: %w", dpid, err)
+		}
+		cfg.DatapathID = v
+	}
+	for _, l := range listen {
+		t, err := switchd.ParseTarget(l)
+		if err != nil {
+			return err
+		}
+		if !t.Passive {
+			return fmt.Errorf("--listen %s: want punix: or ptcp:", l)
+		}
+		cfg.Listen = append(cfg.Listen, t)
+	}
+	for _, c := range controllers {
+		t, err := switchd.ParseTarget(c)
+		if err != nil {
+			return err
+		}
+		if t.Passive {
+			return fmt.Errorf("--controller %s: want tcp:IP:PORT or unix:PATH", c)
+		}
+		cfg.Controllers = append(cfg.Controllers, t)
+	}
+	if netnsName != "" {
+		cfg.NetNS = netnsName
+		if !strings.Contains(netnsName, "/") {
+			cfg.NetNS = filepath.Join("/var/run/netns", netnsName)
+		}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	sw, err := switchd.New(cfg)
+	if err != nil {
+		return err
+	}
+	if destroy {
+		return sw.Destroy()
+	}
+	defer sw.Close()
+	for _, p := range ports {
+		name, no, _ := strings.Cut(p, "=")
+		spec := switchd.PortSpec{Name: name}
+		if no != "" {
+			n, err := strconv.ParseUint(no, 10, 32)
+			if err != nil {
+				return fmt.Errorf("--port %s: %w", p, err)
+			}
+			spec.OFPort = uint32(n)
+		}
+		if _, err := sw.EnsurePort(spec); err != nil {
+			return fmt.Errorf("--port %s: %w", p, err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return sw.Run(ctx)
+}

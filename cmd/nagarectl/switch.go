@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nagare-net/nagare/pkg/switchd"
+)
+
+// Switch commands talk to nagare-switch's socket (the one ovs-ofctl uses
+// too) with the JSON control protocol:
+//
+//	nagarectl [--switch unix:PATH] port add IFNAME [--ofport N] [--kind K] [--remote IP [--local IP]]
+//	nagarectl [--switch unix:PATH] port del IFNAME
+//	nagarectl [--switch unix:PATH] dump-flows | dump-ports | dump-cache | show
+//	nagarectl [--switch unix:PATH] trace 'in_port=1,tcp,nw_dst=10.0.0.2,tp_dst=80' [--hex FRAME]
+
+// switchTarget is the global --switch flag (taken out of the arguments
+// before the subcommand runs).
+var switchTarget string
+
+// defaultRunDir is where nagare-switch puts its sockets by default.
+const defaultRunDir = "/var/run/nagare"
+
+func init() {
+	register(&command{name: "port", summary: "add or remove a switch port",
+		usage: "nagarectl [--switch unix:PATH] port add IFNAME [--ofport N] [--kind pod|uplink|tunnel|internal] [--remote IP [--local IP]] | port del IFNAME",
+		run:   runPort})
+	for _, c := range []struct{ name, summary string }{
+		{"dump-flows", "the OpenFlow rules with their counters"},
+		{"dump-ports", "the switch ports with their counters"},
+		{"dump-cache", "the fast path's cached flows: masks, actions, counters"},
+		{"show", "switch summary: fast path, slow path and revalidator counters, drops"},
+	} {
+		name := c.name
+		register(&command{name: name, summary: c.summary, usage: "nagarectl [--switch unix:PATH] " + name,
+			run: func(args []string, stdout, _ io.Writer) error {
+				if len(args) > 0 {
+					return usagef("no arguments expected")
+				}
+				return ctlPrint(stdout, switchd.CtlRequest{Cmd: name})
+			}})
+	}
+	register(&command{name: "trace", summary: "show how a packet goes through the OpenFlow tables",
+		usage: "nagarectl [--switch unix:PATH] trace PACKET [--hex FRAME]   (PACKET in ovs-ofctl match syntax, e.g. in_port=1,udp,nw_dst=10.0.0.2,tp_dst=53)",
+		run:   runTrace})
+}
+
+// takeGlobalFlags removes --switch VALUE / --switch=VALUE in front of the
+// subcommand.
+func takeGlobalFlags(args []string) []string {
+	for len(args) > 0 {
+		switch {
+		case args[0] == "--switch" || args[0] == "-switch":
+			if len(args) < 2 {
+				return args
+			}
+			switchTarget, args = args[1], args[2:]
+		case strings.HasPrefix(args[0], "--switch="):
+			switchTarget, args = strings.TrimPrefix(args[0], "--switch="), args[1:]
+		default:
+			return args
+		}
+	}
+	return args
+}
+
+// socketPath resolves --switch, or the only switch in the default run
+// directory.
+func socketPath() (string, error) {
+	if switchTarget != "" {
+		t, err := switchd.ParseTarget(switchTarget)
+		if err != nil {
+			return "", err
+		}
+		if t.Network != "unix" || t.Passive {
+			return "", fmt.Errorf("--switch %s: want unix:PATH", switchTarget)
+		}
+		return t.Address, nil
+	}
+	m, _ := filepath.Glob(filepath.Join(defaultRunDir, "*.mgmt"))
+	switch len(m) {
+	case 1:
+		return m[0], nil
+	case 0:
+		return "", fmt.Errorf("no switch socket in %s; give --switch unix:PATH", defaultRunDir)
+	}
+	return "", fmt.Errorf("several switches in %s (%s); give --switch unix:PATH", defaultRunDir, strings.Join(m, ", "))
+}
+
+// ctl sends one request and returns the response.
+func ctl(req switchd.CtlRequest) (*switchd.CtlResponse, error) {
+	path, err := socketPath()
+	if err != nil {
+		return nil, err
+	}
+	c, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("switch at %s: %w", path, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	b, _ := json.Marshal(req)
+	if _, err := c.Write(append(b, '\n')); err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 64<<10), 256<<20)
+	if !sc.Scan() {
+		if sc.Err() != nil {
+			return nil, sc.Err()
+		}
+		return nil, fmt.Errorf("switch at %s closed the connection", path)
+	}
+	var resp switchd.CtlResponse
+	if err := json.Unmarshal(sc.Bytes(), &resp); err != nil {
+		return nil, err
+	}
+	if !resp.OK {
+		return nil, fmt.Errorf("%s", resp.Error)
+	}
+	return &resp, nil
+}
+
+func ctlPrint(w io.Writer, req switchd.CtlRequest) error {
+	resp, err := ctl(req)
+	if err != nil {
+		return err
+	}
+	for _, l := range resp.Lines {
+		fmt.Fprintln(w, l)
+	}
+	return nil
+}
+
+func runPort(args []string, stdout, _ io.Writer) error {
+	if len(args) < 2 {
+		return usagef("want add IFNAME or del IFNAME")
+	}
+	verb, name := args[0], args[1]
+	switch verb {
+	case "add":
+		fs := flag.NewFlagSet("port add", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		ofport := fs.Uint("ofport", 0, "OpenFlow port number (default: lowest free)")
+		kind := fs.String("kind", "", "pod, uplink, tunnel or internal (default: detected)")
+		remote := fs.String("remote", "", "tunnel endpoint: remote IP (makes a virtual port on a tunnel device)")
+		local := fs.String("local", "", "tunnel endpoint: local IP")
+		if err := fs.Parse(args[2:]); err != nil {
+			return usagef("%v", err)
+		}
+		return ctlPrint(stdout, switchd.CtlRequest{Cmd: "port-add", Name: name, OFPort: uint32(*ofport), Kind: *kind, Remote: *remote, Local: *local})
+	case "del":
+		if len(args) != 2 {
+			return usagef("port del takes one name")
+		}
+		return ctlPrint(stdout, switchd.CtlRequest{Cmd: "port-del", Name: name})
+	}
+	return usagef("unknown port command %q", verb)
+}
+
+func runTrace(args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	hex := fs.String("hex", "", "the frame in hex (the PACKET argument then only gives in_port)")
+	var pkt string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		pkt, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return usagef("%v", err)
+	}
+	if pkt == "" && *hex == "" {
+		return usagef("give a packet description or --hex")
+	}
+	return ctlPrint(stdout, switchd.CtlRequest{Cmd: "trace", Packet: pkt, Hex: *hex})
+}

@@ -1,0 +1,51 @@
+package switchd
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"time"
+
+	"github.com/nagare-net/nagare/pkg/openflow"
+)
+
+func newReader(r io.Reader) *openflow.Reader { return openflow.NewReader(r) }
+
+// peekConn is a net.Conn whose reads go through a bufio.Reader that may
+// hold bytes already peeked at.
+type peekConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (p *peekConn) Read(b []byte) (int, error) { return p.r.Read(b) }
+
+// serveAccepted serves one accepted connection. On Unix sockets the first
+// byte tells the two protocols apart: '{' starts a nagarectl control
+// request (JSON), anything else is OpenFlow (its first byte is the
+// version). A peer that says nothing for a moment is taken for an OpenFlow
+// peer waiting for our HELLO. TCP listeners speak OpenFlow only.
+func (s *Switch) serveAccepted(c net.Conn, t Target) {
+	br := bufio.NewReader(c)
+	pc := &peekConn{Conn: c, r: br}
+	if t.Network == "unix" {
+		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		first, err := br.Peek(1)
+		_ = c.SetReadDeadline(time.Time{})
+		if err == nil && first[0] == '{' {
+			s.serveControl(pc)
+			return
+		}
+		if err != nil && !isTimeout(err) {
+			c.Close()
+			return
+		}
+	}
+	oc := s.newConn(pc, t.Network == "tcp")
+	oc.serve(openflow.NewReader(pc))
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}

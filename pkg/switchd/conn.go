@@ -1,0 +1,195 @@
+package switchd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nagare-net/nagare/pkg/openflow"
+)
+
+// ofVersion is the only OpenFlow version nagare speaks.
+const ofVersion = 0x04
+
+// ofConn is one OpenFlow connection (a controller, or a tool such as
+// ovs-ofctl on the management socket). Messages from it are handled one at
+// a time, in order, which is what makes BARRIER trivially correct for
+// everything handled synchronously.
+type ofConn struct {
+	sw         *Switch
+	c          net.Conn
+	id         uint64
+	controller bool // counts as a controller for the fail mode
+	log        *slog.Logger
+
+	wmu    sync.Mutex
+	lastRx atomic.Int64 // unix nanos of the last message received
+
+	mu    sync.Mutex // role and async config
+	role  uint32
+	async openflow.AsyncConfig
+
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+// defaultAsync is the OpenFlow 1.3 default asynchronous configuration:
+// masters/equals get every reason, slaves only port status.
+func defaultAsync() openflow.AsyncConfig {
+	return openflow.AsyncConfig{
+		PacketInMask:    [2]uint32{1<<openflow.PacketInReasonNoMatch | 1<<openflow.PacketInReasonAction, 0},
+		PortStatusMask:  [2]uint32{0x7, 0x7},
+		FlowRemovedMask: [2]uint32{0xf, 0},
+	}
+}
+
+func (s *Switch) newConn(c net.Conn, controller bool) *ofConn {
+	id := s.connSeq.Add(1)
+	oc := &ofConn{
+		sw: s, c: c, id: id, controller: controller,
+		log:   s.log.With("conn", id, "peer", c.RemoteAddr().String()),
+		role:  openflow.RoleEqual,
+		async: defaultAsync(),
+		done:  make(chan struct{}),
+	}
+	oc.lastRx.Store(time.Now().UnixNano())
+	return oc
+}
+
+// send writes one message; errors close the connection.
+func (oc *ofConn) send(m openflow.Message) error {
+	b, err := openflow.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encoding %T: %w", m, err)
+	}
+	return oc.sendRaw(b)
+}
+
+func (oc *ofConn) sendRaw(b []byte) error {
+	oc.wmu.Lock()
+	defer oc.wmu.Unlock()
+	_ = oc.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := oc.c.Write(b); err != nil {
+		oc.close()
+		return err
+	}
+	return nil
+}
+
+func (oc *ofConn) close() {
+	oc.closeOnce.Do(func() {
+		close(oc.done)
+		oc.c.Close()
+	})
+}
+
+// serve runs the connection until it closes: version negotiation, then one
+// message at a time.
+func (oc *ofConn) serve(r *openflow.Reader) {
+	defer oc.close()
+	hello := openflow.NewHello(oc.sw.nextXid(), ofVersion)
+	if err := oc.send(hello); err != nil {
+		return
+	}
+	raw, err := r.ReadRaw()
+	if err != nil {
+		return
+	}
+	m, err := openflow.Unmarshal(raw)
+	peer, ok := m.(*openflow.Hello)
+	if err != nil || !ok {
+		// The first message must be a HELLO; anything else fails the
+		// handshake the way the spec says.
+		_ = oc.send(openflow.ErrorReply(&openflow.Error{Type: openflow.ErrTypeHelloFailed, Code: openflow.HelloFailedIncompatible}, raw))
+		return
+	}
+	if _, fail := openflow.Negotiate([]uint8{ofVersion}, peer); fail != nil {
+		_ = oc.send(fail)
+		oc.log.Info("version negotiation failed", "peer-versions", peer.Versions())
+		return
+	}
+	oc.lastRx.Store(time.Now().UnixNano())
+	go oc.keepalive()
+	oc.sw.connUp(oc)
+	defer oc.sw.connDown(oc)
+	for {
+		raw, err := r.ReadRaw()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				oc.log.Debug("read", "err", err)
+			}
+			return
+		}
+		oc.lastRx.Store(time.Now().UnixNano())
+		if raw[0] != ofVersion {
+			_ = oc.send(openflow.ErrorReply(&openflow.Error{Type: openflow.ErrTypeBadRequest, Code: openflow.BadRequestBadVersion}, raw))
+			continue
+		}
+		msg, err := openflow.Unmarshal(raw)
+		if err != nil {
+			// Malformed: answer with the error the decoder chose, echoing
+			// the request, and keep the connection.
+			_ = oc.send(openflow.ErrorReply(err, raw))
+			continue
+		}
+		oc.sw.handle(oc, msg, raw)
+	}
+}
+
+// keepalive sends an ECHO_REQUEST after probeInterval of silence and drops
+// the connection after two intervals without anything received.
+func (oc *ofConn) keepalive() {
+	probe := oc.sw.cfg.ProbeInterval
+	t := time.NewTicker(probe / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-oc.done:
+			return
+		case now := <-t.C:
+			idle := now.Sub(time.Unix(0, oc.lastRx.Load()))
+			switch {
+			case idle > 2*probe:
+				oc.log.Info("no answer to echo, disconnecting", "idle", idle)
+				oc.close()
+				return
+			case idle > probe:
+				_ = oc.send(&openflow.EchoRequest{MsgHeader: openflow.MsgHeader{Xid: oc.sw.nextXid()}})
+			}
+		}
+	}
+}
+
+// wants reports whether an asynchronous message of this kind and reason
+// goes to this connection, given its role and async configuration.
+func (oc *ofConn) wants(kind openflow.MsgType, reason uint8) bool {
+	oc.mu.Lock()
+	defer oc.mu.Unlock()
+	i := 0
+	if oc.role == openflow.RoleSlave {
+		i = 1
+	}
+	var mask uint32
+	switch kind {
+	case openflow.TypePacketIn:
+		mask = oc.async.PacketInMask[i]
+	case openflow.TypePortStatus:
+		mask = oc.async.PortStatusMask[i]
+	case openflow.TypeFlowRemoved:
+		mask = oc.async.FlowRemovedMask[i]
+	default:
+		return false
+	}
+	return mask&(1<<reason) != 0
+}
+
+func (oc *ofConn) isSlave() bool {
+	oc.mu.Lock()
+	defer oc.mu.Unlock()
+	return oc.role == openflow.RoleSlave
+}

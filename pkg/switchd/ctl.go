@@ -1,0 +1,315 @@
+package switchd
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nagare-net/nagare/pkg/datapath"
+	"github.com/nagare-net/nagare/pkg/flow"
+	"github.com/nagare-net/nagare/pkg/ofproto"
+	"github.com/nagare-net/nagare/pkg/openflow"
+)
+
+// The control protocol nagarectl speaks on the same Unix socket as
+// OpenFlow: one JSON request per line, one JSON response per line.
+
+// CtlRequest is a nagarectl request.
+type CtlRequest struct {
+	Cmd    string `json:"cmd"`
+	Name   string `json:"name,omitempty"`   // port-add/port-del: device
+	OFPort uint32 `json:"ofport,omitempty"` // port-add
+	Kind   string `json:"kind,omitempty"`   // port-add: pod|uplink|tunnel|internal
+	Remote string `json:"remote,omitempty"` // port-add of a tunnel endpoint
+	Local  string `json:"local,omitempty"`
+	Packet string `json:"packet,omitempty"` // trace: ovs-ofctl match syntax
+	Hex    string `json:"hex,omitempty"`    // trace: a whole frame in hex instead
+}
+
+// CtlResponse is the answer: text lines for people, Data for programs.
+type CtlResponse struct {
+	OK    bool            `json:"ok"`
+	Error string          `json:"error,omitempty"`
+	Lines []string        `json:"lines,omitempty"`
+	Data  json.RawMessage `json:"data,omitempty"`
+}
+
+func (s *Switch) serveControl(c net.Conn) {
+	defer c.Close()
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	enc := json.NewEncoder(c)
+	for sc.Scan() {
+		var req CtlRequest
+		var resp CtlResponse
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			resp.Error = "bad request: " + err.Error()
+		} else {
+			resp = s.control(req)
+		}
+		if enc.Encode(resp) != nil {
+			return
+		}
+	}
+}
+
+func (s *Switch) control(req CtlRequest) CtlResponse {
+	lines, data, err := s.controlDo(req)
+	if err != nil {
+		return CtlResponse{Error: err.Error()}
+	}
+	r := CtlResponse{OK: true, Lines: lines}
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			return CtlResponse{Error: err.Error()}
+		}
+		r.Data = b
+	}
+	return r
+}
+
+func (s *Switch) controlDo(req CtlRequest) ([]string, any, error) {
+	switch req.Cmd {
+	case "port-add":
+		spec := PortSpec{Name: req.Name, OFPort: req.OFPort, Kind: req.Kind}
+		if req.Remote != "" {
+			tc := &ofproto.TunnelConfig{}
+			var err error
+			if tc.Remote, err = netip.ParseAddr(req.Remote); err != nil {
+				return nil, nil, fmt.Errorf("remote: %w", err)
+			}
+			if req.Local != "" {
+				if tc.Local, err = netip.ParseAddr(req.Local); err != nil {
+					return nil, nil, fmt.Errorf("local: %w", err)
+				}
+			}
+			spec.Tunnel = tc
+		}
+		p, err := s.ports.Add(spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		return []string{fmt.Sprintf("added %s as port %d (%s)", p.name, p.no, p.kind)}, map[string]any{"ofport": p.no}, nil
+	case "port-del":
+		return nil, nil, s.ports.Del(req.Name)
+	case "dump-ports":
+		return s.dumpPorts()
+	case "dump-flows":
+		fs := s.pl.FlowStats(&openflow.FlowStatsRequest{TableID: openflow.TableAll, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})
+		var lines []string
+		for _, f := range fs {
+			lines = append(lines, f.String())
+		}
+		return lines, nil, nil
+	case "dump-cache":
+		return s.dumpCache()
+	case "trace":
+		return s.trace(req)
+	case "show":
+		return s.show()
+	case "revalidate":
+		s.rv.sync()
+		return nil, s.rv.stats(), nil
+	}
+	return nil, nil, fmt.Errorf("unknown command %q (port-add, port-del, dump-ports, dump-flows, dump-cache, trace, show, revalidate)", req.Cmd)
+}
+
+func (s *Switch) dumpPorts() ([]string, any, error) {
+	st, err := s.ports.stats(openflow.PortAny)
+	if err != nil {
+		return nil, nil, err
+	}
+	byNo := map[uint32]openflow.PortStats{}
+	for _, x := range st {
+		byNo[x.PortNo] = x
+	}
+	var lines []string
+	for _, p := range s.ports.list() {
+		x := byNo[p.no]
+		state := "up"
+		if p.state&ofppsLinkDown != 0 {
+			state = "down"
+		}
+		if p.config&ofppcPortDown != 0 {
+			state += ",port-down"
+		}
+		extra := ""
+		if p.tunnel != nil {
+			extra = fmt.Sprintf(" remote=%s via port %d", p.tunnel.Remote, p.carrier)
+		}
+		lines = append(lines, fmt.Sprintf("port %d: %s (%s, %s)%s rx pkts=%d bytes=%d drop=%d tx pkts=%d bytes=%d drop=%d",
+			p.no, p.name, p.kind, state, extra, x.RxPackets, x.RxBytes, x.RxDropped, x.TxPackets, x.TxBytes, x.TxDropped))
+	}
+	return lines, st, nil
+}
+
+func (s *Switch) dumpCache() ([]string, any, error) {
+	fs, err := s.dp.Dump()
+	if err != nil {
+		return nil, nil, err
+	}
+	sort.Slice(fs, func(i, j int) bool { return fs[i].Stats.Packets > fs[j].Stats.Packets })
+	now := time.Now()
+	var lines []string
+	for _, f := range fs {
+		used := "never"
+		if !f.Stats.Used.IsZero() {
+			used = fmt.Sprintf("%.3fs", now.Sub(f.Stats.Used).Seconds())
+		}
+		flags := ""
+		if f.Stats.TCPFlags != 0 {
+			flags = fmt.Sprintf(", tcp_flags:0x%03x", f.Stats.TCPFlags)
+		}
+		lines = append(lines, fmt.Sprintf("%s, packets:%d, bytes:%d, used:%s%s, actions:%s",
+			flow.Format(f.Key, f.Mask), f.Stats.Packets, f.Stats.Bytes, used, flags, flow.FormatActions(f.Actions)))
+	}
+	return lines, nil, nil
+}
+
+func (s *Switch) show() ([]string, any, error) {
+	c, err := s.dp.Counters()
+	if err != nil {
+		return nil, nil, err
+	}
+	drops, err := s.dp.Drops()
+	if err != nil {
+		return nil, nil, err
+	}
+	rv := s.rv.stats()
+	st := &s.stats
+	lines := []string{
+		fmt.Sprintf("bridge %s: dpid %016x, fail mode %s, %d ports, %d cached flows (limit %d), %d masks",
+			s.cfg.Bridge, s.cfg.DatapathID, s.cfg.FailMode, len(s.ports.list()), s.cache.len(), s.cfg.FlowLimit, s.dp.NumMasks()),
+		fmt.Sprintf("fast path: emc hits %d, megaflow hits %d, misses %d, upcalls %d, executed %d",
+			c["emc-hit"], c["megaflow-hit"], c["miss"], c["upcall"], c["executed"]),
+		fmt.Sprintf("slow path: upcalls %d (miss %d, action %d), installed %d, install errors %d, flow limit hits %d, executed %d, execute errors %d, too big to execute %d, translation errors %d, packet-ins %d",
+			st.upcalls.Load(), st.misses.Load(), st.actionUpcalls.Load(), st.installed.Load(), st.installErrs.Load(), st.limited.Load(),
+			st.executed.Load(), st.execErrs.Load(), st.truncated.Load(), st.xlateErrs.Load(), st.packetIns.Load()),
+		fmt.Sprintf("revalidator: %d rounds, last %v over %d flows (max %v), idle-deleted %d, stale-deleted %d, modified %d, revalidated %d, rules expired %d",
+			rv.Rounds, rv.LastDuration, rv.LastFlows, rv.MaxDuration, rv.IdleDeleted, rv.StaleDeleted, rv.Modified, rv.Revalidated, rv.RulesExpired),
+	}
+	var reasons []string
+	for r, n := range drops {
+		reasons = append(reasons, fmt.Sprintf("%s=%d", r, n))
+	}
+	sort.Strings(reasons)
+	lines = append(lines, "drops: "+strings.Join(reasons, " "))
+	data := map[string]any{"counters": c, "revalidator": rv, "cached_flows": s.cache.len()}
+	return lines, data, nil
+}
+
+// trace translates a packet description and shows every table visited,
+// the rule hit, the resulting datapath actions and megaflow mask.
+func (s *Switch) trace(req CtlRequest) ([]string, any, error) {
+	var key flow.Key
+	switch {
+	case req.Hex != "":
+		pkt, err := parseHex(req.Hex)
+		if err != nil {
+			return nil, nil, err
+		}
+		if key, err = flow.ParsePacket(pkt); err != nil {
+			return nil, nil, err
+		}
+		m, err := openflow.ParseMatch(req.Packet)
+		if err == nil {
+			if v, ok := m.Get(openflow.FieldInPort); ok {
+				key.InPort = uint32(v.Uint())
+			}
+		}
+	default:
+		m, err := openflow.ParseMatch(req.Packet)
+		if err != nil {
+			return nil, nil, fmt.Errorf("packet %q: %w", req.Packet, err)
+		}
+		key = keyFromMatch(m)
+	}
+	x, err := s.translate(key, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	lines := []string{"packet: " + flow.Format(key, flow.Present(key))}
+	for _, st := range x.Trace {
+		lines = append(lines, st.String())
+	}
+	lines = append(lines,
+		"megaflow: "+flow.Format(key, x.mask),
+		"datapath actions: "+flow.FormatActions(x.actions))
+	for _, pi := range x.PacketIns {
+		lines = append(lines, fmt.Sprintf("packet-in: reason %d table %d cookie %#x", pi.Reason, pi.TableID, pi.Cookie))
+	}
+	return lines, nil, nil
+}
+
+func parseHex(s string) ([]byte, error) {
+	s = strings.NewReplacer(" ", "", ":", "", "\n", "").Replace(s)
+	b := make([]byte, len(s)/2)
+	for i := range b {
+		var v byte
+		if _, err := fmt.Sscanf(s[2*i:2*i+2], "%02x", &v); err != nil {
+			return nil, fmt.Errorf("hex packet: %w", err)
+		}
+		b[i] = v
+	}
+	return b, nil
+}
+
+// keyFromMatch builds the packet a trace describes from match fields
+// (their values; masks are ignored).
+func keyFromMatch(m openflow.Match) flow.Key {
+	var k flow.Key
+	for _, o := range m.Fields {
+		if !o.IsBasic() {
+			continue
+		}
+		v := o.Uint
+		switch o.Field {
+		case openflow.FieldInPort:
+			k.InPort = uint32(v())
+		case openflow.FieldEthDst:
+			copy(k.EthDst[:], o.Value)
+		case openflow.FieldEthSrc:
+			copy(k.EthSrc[:], o.Value)
+		case openflow.FieldEthType:
+			k.EthType = uint16(v())
+		case openflow.FieldVLANVID:
+			k.VlanTCI = k.VlanTCI&0xe000 | uint16(v())&0x1fff
+		case openflow.FieldVLANPCP:
+			k.VlanTCI = k.VlanTCI&0x1fff | uint16(v())<<13 | flow.VLANCFI
+		case openflow.FieldIPDSCP:
+			k.NwTOS = k.NwTOS&3 | uint8(v())<<2
+		case openflow.FieldIPECN:
+			k.NwTOS = k.NwTOS&^3 | uint8(v())&3
+		case openflow.FieldIPProto, openflow.FieldARPOp:
+			k.NwProto = uint8(v())
+		case openflow.FieldIPv4Src, openflow.FieldARPSPA, openflow.FieldIPv6Src:
+			copy(k.IPSrc[:], o.Value)
+		case openflow.FieldIPv4Dst, openflow.FieldARPTPA, openflow.FieldIPv6Dst:
+			copy(k.IPDst[:], o.Value)
+		case openflow.FieldTCPSrc, openflow.FieldUDPSrc, openflow.FieldSCTPSrc, openflow.FieldICMPv4Type, openflow.FieldICMPv6Type:
+			k.TpSrc = uint16(v())
+		case openflow.FieldTCPDst, openflow.FieldUDPDst, openflow.FieldSCTPDst, openflow.FieldICMPv4Code, openflow.FieldICMPv6Code:
+			k.TpDst = uint16(v())
+		case openflow.FieldARPSHA:
+			copy(k.ArpSHA[:], o.Value)
+		case openflow.FieldARPTHA:
+			copy(k.ArpTHA[:], o.Value)
+		case openflow.FieldIPv6FLabel:
+			k.IPv6Label = uint32(v())
+		case openflow.FieldTunnelID:
+			k.TunID, k.TunFlags = uint32(v()), flow.TunPresent
+		}
+	}
+	if k.NwTTL == 0 && (k.EthType == 0x0800 || k.EthType == 0x86dd) {
+		k.NwTTL = 64
+	}
+	return k
+}
+
+var _ = datapath.ErrNoFlow

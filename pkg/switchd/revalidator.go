@@ -1,0 +1,228 @@
+package switchd
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nagare-net/nagare/pkg/datapath"
+	"github.com/nagare-net/nagare/pkg/flow"
+	"github.com/nagare-net/nagare/pkg/openflow"
+)
+
+// revalidator keeps the fast path honest. Each round it dumps the cached
+// flows with their counters and
+//   - credits the new packets and bytes to the OpenFlow rules each flow
+//     came from (so dump-flows counters are true, and idle timeouts see use),
+//   - removes flows unused for IdleTimeout,
+//   - if the pipeline changed since a flow was checked, translates the
+//     flow's packet again: same actions and a mask no wider than the
+//     installed one → keep; other actions under a covering mask → modify
+//     in place; otherwise delete (the next packet is upcalled afresh),
+//   - expires OpenFlow rules whose timeouts passed (FLOW_REMOVED).
+type revalidator struct {
+	s    *Switch
+	kick chan chan struct{}
+
+	mu           sync.Mutex
+	lastVersion  uint64
+	lastChange   time.Time
+	rounds       uint64
+	lastDuration time.Duration
+	maxDuration  time.Duration
+	lastFlows    int
+	idleDeleted  uint64
+	staleDeleted uint64
+	modified     uint64
+	revalidated  uint64
+	ruleExpired  uint64
+}
+
+// orphanSettle is how long the pipeline must stay unchanged before flows
+// inherited from a previous process are judged against it: a controller
+// re-programming a restarted switch should finish first, or its traffic
+// would stop while the tables are half full.
+const orphanSettle = 2 * time.Second
+
+func newRevalidator(s *Switch) *revalidator {
+	return &revalidator{s: s, kick: make(chan chan struct{}), lastVersion: s.pl.Version()}
+}
+
+func (r *revalidator) run(ctx context.Context) {
+	t := time.NewTicker(r.s.cfg.RevalidateInterval)
+	defer t.Stop()
+	expire := time.NewTicker(time.Second)
+	defer expire.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.round()
+		case done := <-r.kick:
+			r.round()
+			close(done)
+		case <-expire.C:
+			r.expireRules()
+		}
+	}
+}
+
+// sync returns once the fast path agrees with the pipeline as it is now
+// (a round ran after the last change). Used by BARRIER.
+func (r *revalidator) sync() {
+	r.mu.Lock()
+	current := r.lastVersion == r.s.pl.Version()
+	r.mu.Unlock()
+	if current {
+		return
+	}
+	done := make(chan struct{})
+	select {
+	case r.kick <- done:
+		<-done
+	case <-time.After(5 * time.Second):
+		// The revalidator is not running (switch stopping): do not hang.
+	}
+}
+
+func (r *revalidator) round() {
+	s := r.s
+	start := time.Now()
+	version := s.pl.Version()
+	r.mu.Lock()
+	if version != r.lastVersion {
+		r.lastChange = start
+	}
+	settled := start.Sub(r.lastChange) >= orphanSettle
+	r.mu.Unlock()
+
+	dump, err := s.dp.Dump()
+	if err != nil {
+		s.log.Warn("revalidator dump", "err", err)
+		return
+	}
+	var idle, stale, modified, checked uint64
+	for _, f := range dump {
+		id := ukeyID{f.Key, f.Mask}
+		s.cache.mu.Lock()
+		uk := s.cache.ukeys[id]
+		if uk == nil {
+			uk = &ukey{packet: f.Key, mask: f.Mask, actions: f.Actions, created: start, orphan: true}
+			s.cache.ukeys[id] = uk
+		}
+		s.cache.mu.Unlock()
+
+		if f.Stats.Packets > uk.packets {
+			dp, db := f.Stats.Packets-uk.packets, f.Stats.Bytes-uk.bytes
+			uk.packets, uk.bytes = f.Stats.Packets, f.Stats.Bytes
+			if len(uk.rules) > 0 {
+				s.pl.Credit(uk.rules, dp, db, f.Stats.Used)
+			}
+		}
+		last := uk.created
+		if f.Stats.Used.After(last) {
+			last = f.Stats.Used
+		}
+		switch {
+		case start.Sub(last) > s.cfg.IdleTimeout:
+			r.delete(f.Flow)
+			idle++
+		case uk.version != version && (!uk.orphan || settled):
+			checked++
+			switch r.check(uk, f.Flow, version) {
+			case verdictDelete:
+				r.delete(f.Flow)
+				stale++
+			case verdictModified:
+				modified++
+			}
+		}
+	}
+	dur := time.Since(start)
+	r.mu.Lock()
+	r.lastVersion = version
+	r.rounds++
+	r.lastDuration, r.lastFlows = dur, len(dump)
+	r.maxDuration = max(r.maxDuration, dur)
+	r.idleDeleted += idle
+	r.staleDeleted += stale
+	r.modified += modified
+	r.revalidated += checked
+	r.mu.Unlock()
+}
+
+type verdict int
+
+const (
+	verdictKeep verdict = iota
+	verdictModified
+	verdictDelete
+)
+
+// check re-translates one cached flow against the current pipeline.
+func (r *revalidator) check(uk *ukey, f flow.Flow, version uint64) verdict {
+	s := r.s
+	x, err := s.translate(uk.packet, false)
+	if err != nil || x.NoCache || !uk.mask.Covers(x.mask) {
+		return verdictDelete
+	}
+	uk.rules, uk.version, uk.orphan = x.Rules, version, false
+	if actionsEqual(x.actions, uk.actions) {
+		return verdictKeep
+	}
+	if err := s.dp.Modify(flow.Flow{Key: f.Key, Mask: f.Mask, Actions: x.actions}); err != nil {
+		return verdictDelete
+	}
+	uk.actions = x.actions
+	return verdictModified
+}
+
+func (r *revalidator) delete(f flow.Flow) {
+	s := r.s
+	if _, err := s.dp.Delete(f.Key, f.Mask); err != nil {
+		s.log.Debug("revalidator delete", "flow", f.String(), "err", err)
+	}
+	s.cache.mu.Lock()
+	delete(s.cache.ukeys, ukeyID{f.Key, f.Mask})
+	s.cache.mu.Unlock()
+}
+
+func actionsEqual(a, b []flow.Action) bool {
+	return slices.EqualFunc(a, b, func(x, y flow.Action) bool { return x.String() == y.String() })
+}
+
+// expireRules removes OpenFlow rules whose timeouts passed.
+func (r *revalidator) expireRules() {
+	s := r.s
+	removed := s.pl.Expire()
+	r.mu.Lock()
+	r.ruleExpired += uint64(len(removed))
+	r.mu.Unlock()
+	for _, rm := range removed {
+		s.sendFlowRemoved(rm)
+	}
+}
+
+// RevalidatorStats is what the revalidator reports.
+type RevalidatorStats struct {
+	Rounds       uint64        `json:"rounds"`
+	LastDuration time.Duration `json:"last_duration_ns"`
+	MaxDuration  time.Duration `json:"max_duration_ns"`
+	LastFlows    int           `json:"last_flows"`
+	IdleDeleted  uint64        `json:"idle_deleted"`
+	StaleDeleted uint64        `json:"stale_deleted"`
+	Modified     uint64        `json:"modified"`
+	Revalidated  uint64        `json:"revalidated"`
+	RulesExpired uint64        `json:"rules_expired"`
+}
+
+func (r *revalidator) stats() RevalidatorStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return RevalidatorStats{r.rounds, r.lastDuration, r.maxDuration, r.lastFlows, r.idleDeleted, r.staleDeleted, r.modified, r.revalidated, r.ruleExpired}
+}
+
+var _ = datapath.ErrNoFlow
+var _ = openflow.TypeFlowRemoved

@@ -1,0 +1,407 @@
+// Package switchd is nagare-switch: an OpenFlow 1.3 switch whose slow path
+// fills the kernel fast path (pkg/datapath).
+//
+// One OpenFlow message's way: a connection (conn.go) frames and decodes it,
+// handle.go dispatches it; table changes go to the pipeline (pkg/ofproto),
+// which bumps its version; the revalidator (revalidator.go) notices and
+// re-translates every cached megaflow, fixing or deleting those that
+// disagree. A BARRIER is answered only once that has happened.
+//
+// One packet's way through the slow path: the fast path misses and hands it
+// up (upcall.go); the pipeline translates its key into datapath actions and
+// a wildcard mask; the megaflow is installed and the packet executed through
+// the same actions; controllers get their PACKET_INs.
+package switchd
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nagare-net/nagare/pkg/datapath"
+	"github.com/nagare-net/nagare/pkg/ofproto"
+	"github.com/nagare-net/nagare/pkg/openflow"
+)
+
+// Fail modes: what the switch does while no controller is connected.
+const (
+	FailSecure     = "secure"     // keep the flows, drop misses
+	FailStandalone = "standalone" // behave as a learning switch
+)
+
+// Config is nagare-switch's configuration (its flags).
+type Config struct {
+	Bridge      string
+	DatapathID  uint64   // 0: derived from the bridge name
+	Listen      []Target // default punix:<RunDir>/<Bridge>.mgmt
+	Controllers []Target
+	FailMode    string        // FailSecure (default) or FailStandalone
+	RunDir      string        // default /var/run/nagare
+	NetNS       string        // path of the network namespace the ports live in
+	PinRoot     string        // BPF filesystem directory; default datapath.DefaultPinRoot
+	MaxFlows    int           // fast-path capacity (datapath.DefaultMaxFlows)
+	FlowLimit   int           // cached flows the slow path installs at most; default 200000
+	IdleTimeout time.Duration // a cached flow unused this long is removed; default 10s
+	// RevalidateInterval is the period of the revalidator's rounds; default 500ms.
+	RevalidateInterval time.Duration
+	ProbeInterval      time.Duration // OpenFlow echo keepalive; default 5s
+	Logger             *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.Bridge == "" {
+		return errors.New("switchd: a bridge name is required")
+	}
+	if c.RunDir == "" {
+		c.RunDir = "/var/run/nagare"
+	}
+	abs, err := filepath.Abs(c.RunDir)
+	if err != nil {
+		return err
+	}
+	c.RunDir = abs
+	if c.FailMode == "" {
+		c.FailMode = FailSecure
+	}
+	if c.FailMode != FailSecure && c.FailMode != FailStandalone {
+		return fmt.Errorf("switchd: fail mode %q: want secure or standalone", c.FailMode)
+	}
+	if c.DatapathID == 0 {
+		h := fnv.New64a()
+		h.Write([]byte(c.Bridge))
+		// A locally administered MAC in the low 48 bits, as OVS derives it.
+		c.DatapathID = (h.Sum64() & 0x0000feffffffffff) | 0x0000020000000000
+	}
+	if len(c.Listen) == 0 {
+		c.Listen = []Target{{Passive: true, Network: "unix", Address: c.MgmtSocket()}}
+	}
+	if c.FlowLimit == 0 {
+		c.FlowLimit = 200000
+	}
+	if c.MaxFlows == 0 {
+		c.MaxFlows = datapath.DefaultMaxFlows
+	}
+	if c.FlowLimit > c.MaxFlows {
+		c.FlowLimit = c.MaxFlows
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 10 * time.Second
+	}
+	if c.RevalidateInterval == 0 {
+		c.RevalidateInterval = 500 * time.Millisecond
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return nil
+}
+
+// MgmtSocket is the default OpenFlow management socket,
+// <RunDir>/<Bridge>.mgmt, as Open vSwitch names it.
+func (c *Config) MgmtSocket() string { return filepath.Join(c.RunDir, c.Bridge+".mgmt") }
+
+// instanceName names the fast-path instance: the bridge plus a digest of
+// the run directory, so switches with the same bridge name in different
+// run directories (one per node namespace) never share pins.
+func (c *Config) instanceName() string {
+	sum := sha256.Sum256([]byte(c.RunDir))
+	return fmt.Sprintf("%s-%x", c.Bridge, sum[:4])
+}
+
+// Switch is a running nagare-switch.
+type Switch struct {
+	cfg Config
+	log *slog.Logger
+	dp  *datapath.Datapath
+	pl  *ofproto.Pipeline
+
+	xid     atomic.Uint32
+	connSeq atomic.Uint64
+	start   time.Time
+
+	connMu      sync.Mutex
+	conns       map[*ofConn]struct{}
+	controllers int    // connected controllers (for the fail mode)
+	generation  uint64 // last master generation id
+	genSet      bool
+
+	configMu    sync.Mutex
+	swFlags     uint16
+	missSendLen uint16
+
+	numTables int
+	ports     *portTable
+	cache     *flowCache
+	stats     slowStats
+	rv        *revalidator
+
+	listeners []net.Listener
+	wg        sync.WaitGroup
+	cancel    context.CancelFunc
+}
+
+// New opens (or re-opens, after a restart) the switch's fast path and its
+// state. Run starts serving.
+func New(cfg Config) (*Switch, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
+		return nil, err
+	}
+	dp, err := datapath.Open(datapath.Config{
+		Name: cfg.instanceName(), PinRoot: cfg.PinRoot, MaxFlows: cfg.MaxFlows, NetNS: cfg.NetNS,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &Switch{
+		cfg:         cfg,
+		log:         cfg.Logger.With("bridge", cfg.Bridge),
+		dp:          dp,
+		pl:          ofproto.New(ofproto.Config{}),
+		start:       time.Now(),
+		conns:       map[*ofConn]struct{}{},
+		missSendLen: 128,
+	}
+	s.numTables = len(s.pl.TableStats())
+	s.ports = newPortTable(s)
+	s.cache = newFlowCache()
+	s.rv = newRevalidator(s)
+	if err := s.ports.restore(); err != nil {
+		dp.Close()
+		return nil, err
+	}
+	// Flows a previous process cached stay in the fast path; without the
+	// pipeline that made them (OpenFlow tables are not persistent) they are
+	// kept until the controller re-programs the switch, then revalidated.
+	s.cache.adopt(dp)
+	s.updateFailMode()
+	return s, nil
+}
+
+// Datapath is the switch's fast path.
+func (s *Switch) Datapath() *datapath.Datapath { return s.dp }
+
+// Config returns the effective configuration.
+func (s *Switch) Config() Config { return s.cfg }
+
+func (s *Switch) nextXid() uint32 { return s.xid.Add(1) }
+
+// Run serves OpenFlow and the control protocol until ctx ends, then closes
+// connections. The fast path keeps forwarding after Run returns.
+func (s *Switch) Run(ctx context.Context) error {
+	ctx, s.cancel = context.WithCancel(ctx)
+	for _, t := range s.cfg.Listen {
+		l, err := s.listen(t)
+		if err != nil {
+			s.stopListeners()
+			return err
+		}
+		s.listeners = append(s.listeners, l)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.acceptLoop(ctx, l, t)
+		}()
+		s.log.Info("listening", "target", t.String())
+	}
+	for _, t := range s.cfg.Controllers {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.dialLoop(ctx, t)
+		}()
+	}
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); s.upcallLoop(ctx) }()
+	go func() { defer s.wg.Done(); s.rv.run(ctx) }()
+	go func() { defer s.wg.Done(); s.ports.watch(ctx) }()
+	<-ctx.Done()
+	s.stopListeners()
+	s.connMu.Lock()
+	for c := range s.conns {
+		c.close()
+	}
+	s.connMu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// Close releases the fast path handles (pins stay: forwarding goes on).
+func (s *Switch) Close() error { return s.dp.Close() }
+
+func (s *Switch) stopListeners() {
+	for _, l := range s.listeners {
+		l.Close()
+	}
+}
+
+func (s *Switch) listen(t Target) (net.Listener, error) {
+	if t.Network == "unix" {
+		if err := os.MkdirAll(filepath.Dir(t.Address), 0o755); err != nil {
+			return nil, err
+		}
+		_ = os.Remove(t.Address) // a stale socket from a previous run
+		l, err := net.Listen("unix", t.Address)
+		if err != nil {
+			return nil, fmt.Errorf("listen %s: %w", t, err)
+		}
+		// Local only, owner only: whoever can write this socket controls
+		// the switch.
+		if err := os.Chmod(t.Address, 0o600); err != nil {
+			l.Close()
+			return nil, err
+		}
+		return l, nil
+	}
+	l, err := net.Listen("tcp", t.Address)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", t, err)
+	}
+	return l, nil
+}
+
+func (s *Switch) acceptLoop(ctx context.Context, l net.Listener, t Target) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				s.log.Warn("accept", "target", t.String(), "err", err)
+			}
+			return
+		}
+		go s.serveAccepted(c, t)
+	}
+}
+
+// dialLoop keeps a connection to an active controller, reconnecting with
+// exponential backoff (1 s doubling to 8 s).
+func (s *Switch) dialLoop(ctx context.Context, t Target) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		var d net.Dialer
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		c, err := d.DialContext(dctx, t.Network, t.Address)
+		cancel()
+		if err == nil {
+			backoff = time.Second
+			oc := s.newConn(c, true)
+			s.log.Info("connected to controller", "target", t.String())
+			oc.serve(newReader(c))
+			s.log.Info("controller connection closed", "target", t.String())
+		} else {
+			s.log.Debug("controller unreachable", "target", t.String(), "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 8*time.Second)
+	}
+}
+
+func (s *Switch) connUp(oc *ofConn) {
+	s.connMu.Lock()
+	s.conns[oc] = struct{}{}
+	if oc.controller {
+		s.controllers++
+	}
+	s.connMu.Unlock()
+	s.updateFailMode()
+}
+
+func (s *Switch) connDown(oc *ofConn) {
+	s.connMu.Lock()
+	delete(s.conns, oc)
+	if oc.controller {
+		s.controllers--
+	}
+	s.connMu.Unlock()
+	s.updateFailMode()
+}
+
+// updateFailMode applies the fail mode: in standalone mode, a switch
+// without a connected controller falls back to NORMAL forwarding.
+func (s *Switch) updateFailMode() {
+	s.connMu.Lock()
+	none := s.controllers == 0
+	s.connMu.Unlock()
+	s.pl.SetFallbackNormal(s.cfg.FailMode == FailStandalone && none)
+}
+
+// broadcast sends an asynchronous message to every connection that wants
+// it (role and async configuration).
+func (s *Switch) broadcast(m openflow.Message, reason uint8) {
+	s.connMu.Lock()
+	targets := make([]*ofConn, 0, len(s.conns))
+	for c := range s.conns {
+		if c.wants(m.MsgType(), reason) {
+			targets = append(targets, c)
+		}
+	}
+	s.connMu.Unlock()
+	if len(targets) == 0 {
+		return
+	}
+	m.Hdr().Xid = 0
+	b, err := openflow.Marshal(m)
+	if err != nil {
+		s.log.Warn("encoding async message", "err", err)
+		return
+	}
+	for _, c := range targets {
+		_ = c.sendRaw(b)
+	}
+}
+
+// datapathIDBytes renders the datapath id the way ovs-ofctl prints it.
+func datapathIDBytes(id uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, id)
+	return b
+}
+
+// AddPort attaches a port (see PortSpec).
+func (s *Switch) AddPort(spec PortSpec) (uint32, error) {
+	p, err := s.ports.Add(spec)
+	if err != nil {
+		return 0, err
+	}
+	return p.no, nil
+}
+
+// EnsurePort attaches a port unless a port of that device already exists
+// (a restarted switch has its ports back from the fast path's pins); a
+// different number for an existing port is an error.
+func (s *Switch) EnsurePort(spec PortSpec) (uint32, error) {
+	for _, p := range s.ports.list() {
+		if p.name == spec.Name && p.tunnel == nil && spec.Tunnel == nil {
+			if spec.OFPort != 0 && spec.OFPort != p.no {
+				return 0, fmt.Errorf("port %s exists with number %d, not %d", spec.Name, p.no, spec.OFPort)
+			}
+			return p.no, nil
+		}
+	}
+	return s.AddPort(spec)
+}
+
+// DelPort removes a port by name or number.
+func (s *Switch) DelPort(name string) error { return s.ports.Del(name) }
+
+// Destroy removes the fast path: ports detached, flows and pins gone.
+func (s *Switch) Destroy() error { return s.dp.Destroy() }
