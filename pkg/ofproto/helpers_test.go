@@ -13,7 +13,7 @@ import (
 // fakeClock is a settable Config.Now.
 type fakeClock struct{ t time.Time }
 
-func (c *fakeClock) now() time.Time           { return c.t }
+func (c *fakeClock) now() time.Time          { return c.t }
 func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 // newTestPipeline returns a pipeline with ports 1..n up and a fake clock.
@@ -113,6 +113,5 @@ func translate(t testing.TB, p *Pipeline, k flow.Key) *Translation {
 }
 
 func actions(tr *Translation) string { return flow.FormatActions(tr.Actions) }
-
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

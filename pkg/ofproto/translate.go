@@ -431,6 +431,19 @@ func (x *xlate) commit() {
 		return
 	}
 	k := &x.cur
+	// An emitted value that was not written by this translation (a
+	// bucket's rewrite being undone, a copied VLAN PCP) comes from the
+	// packet: it is part of the decision.
+	v6 := k.EthType == 0x86dd // pinned by the set_field that made IP fields dirty
+	for _, fm := range commitMasks {
+		if d&fm.bit != 0 {
+			if v6 && fm.v6 != nil {
+				x.need(fm.v6)
+			} else {
+				x.need(fm.mask)
+			}
+		}
+	}
 	if d&dEthSrc != 0 {
 		x.acts = append(x.acts, flow.SetEthSrc{MAC: net.HardwareAddr(append([]byte(nil), k.EthSrc[:]...))})
 	}
@@ -450,7 +463,6 @@ func (x *xlate) commit() {
 			x.acts = append(x.acts, flow.PushVLAN{TPID: x.tpid, TCI: k.VlanTCI &^ flow.VLANCFI})
 		}
 	}
-	v6 := k.EthType == 0x86dd // pinned by the set_field that made these dirty
 	addr := func(b [16]byte) netip.Addr {
 		if v6 {
 			return netip.AddrFrom16(b)
@@ -478,6 +490,19 @@ func (x *xlate) commit() {
 	x.emitted |= d
 	x.dirty = 0
 }
+
+var (
+	maskDSCP    = fieldMask(openflow.FieldIPDSCP)
+	maskECN     = fieldMask(openflow.FieldIPECN)
+	maskIPv4Src = fieldMask(openflow.FieldIPv4Src)
+	maskIPv4Dst = fieldMask(openflow.FieldIPv4Dst)
+	commitMasks = []struct {
+		bit      uint16
+		mask, v6 *words
+	}{{dEthSrc, &maskEthSrc, nil}, {dEthDst, &maskEthDst, nil}, {dIPSrc, &maskIPv4Src, &maskIPSrc},
+		{dIPDst, &maskIPv4Dst, &maskIPDst}, {dTpSrc, &maskTpSrc, nil}, {dTpDst, &maskTpDst, nil},
+		{dDSCP, &maskDSCP, nil}, {dECN, &maskECN, nil}}
+)
 
 // branch is the pipeline packet's state, saved around a group bucket or
 // a packet-out resubmit: each sees its own copy of the packet.
