@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/nagare-net/nagare/pkg/lab"
+	"github.com/nagare-net/nagare/pkg/lab/pktgen"
 )
 
 func init() {
 	register(&command{
 		name:    "lab",
 		summary: "run the lab's scenarios (data planes compared with real tools)",
-		usage:   "nagarectl lab run SCENARIO [--out DIR] [--reps N] [--duration S] [--timeout D] | nagarectl lab list | nagarectl lab report DIR",
+		usage:   "nagarectl lab run SCENARIO [--out DIR] [--reps N] [--duration S] [--timeout D] | nagarectl lab list | nagarectl lab report DIR | nagarectl lab pktgen send|recv [FLAGS]",
 		run:     runLab,
 	})
 }
@@ -40,8 +41,12 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 			return usagef("lab report takes one results directory")
 		}
 		return labReport(args[1], stdout)
+	case "pktgen":
+		// The flow-setup packet generator; the lab runs it inside pod
+		// namespaces (ip netns exec) as this very executable.
+		return pktgen.Main(args[1:], stdout, stderr)
 	default:
-		return usagef("unknown lab subcommand %q (want run, list or report)", args[0])
+		return usagef("unknown lab subcommand %q (want run, list, report or pktgen)", args[0])
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 // offloaded UDP/TCP would arrive with bad checksums and be dropped.
 type ovsNetdevPlane struct {
 	ovs []*ovsInstance
+	fs  ovsFlowSetup // flowsetup_ovs.go
 }
 
 func init() { RegisterDataPlane(func() DataPlane { return &ovsNetdevPlane{} }) }

@@ -28,6 +28,9 @@ func (r *planeRun) measurementIndex(name string) int {
 // CPU, then runs its client once per placement.
 func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 	m := tests[0].m
+	if isFlowSetupKind(m.Kind) {
+		return r.runFlowSetup(ctx, tests) // no server process: flowsetup.go
+	}
 	t := r.topo
 	client, server := t.Pod(m.Client), t.Pod(m.Server)
 	ip := server.IP

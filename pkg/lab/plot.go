@@ -29,6 +29,9 @@ func (res *Result) WritePlots(dir string) error {
 		}
 		return nil
 	}
+	if err := res.flowSetupPlots(dir); err != nil {
+		return err
+	}
 	for _, m := range s.Measurements {
 		for _, pl := range m.Placements {
 			if m.Kind == KindRTT {

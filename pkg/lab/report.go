@@ -77,6 +77,7 @@ func (res *Result) Rows() []*Row {
 			add("tx kpps", r.TxPPS/1000)
 			add("loss %", r.LossPct)
 		}
+		addFlowSetupValues(s, add)
 		if s.BackgroundBusyPct >= 0 {
 			add("bg busy", s.BackgroundBusyPct)
 		}
@@ -135,6 +136,8 @@ func columnsFor(kind string) []column {
 		cols = []column{{"TCP Gbit/s", "gbps", 2, false}, {"retransmits", "retrans", 0, false}}
 	case KindUDPPPS:
 		cols = []column{{"rx kpps", "rx kpps", 0, false}, {"tx kpps", "tx kpps", 0, false}, {"loss %", "loss %", 1, false}}
+	case KindFlowSetup, KindRevalidation:
+		cols = flowSetupColumns(kind)
 	}
 	return append(cols, common...)
 }
@@ -160,6 +163,8 @@ func (res *Result) measurementTitle(m MeasurementSpec, placement string) string 
 		what = "TCP throughput, 1 stream (iperf3)"
 	case KindUDPPPS:
 		what = fmt.Sprintf("UDP %d B flood packet rate (iperf3 -b 0)", m.Size)
+	case KindFlowSetup, KindRevalidation:
+		what = flowSetupWhat(m)
 	}
 	cpus := fmt.Sprintf("client CPU %d, server CPU %d, switch unpinned", s.CPUs.Client, s.CPUs.Server)
 	if placement == SameCore {
@@ -242,6 +247,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 		}
 	}
 	res.writeCost(w, rows)
+	res.writeFlowSetupVsOVS(w, rows)
 	var failures []string
 	for _, row := range rows {
 		for _, e := range row.Errors {
@@ -267,6 +273,9 @@ func (res *Result) writeCost(w io.Writer, rows []*Row) {
 	var hdr []string
 	cells := map[string][]string{} // data plane -> cells
 	for _, m := range s.Measurements {
+		if isFlowSetupKind(m.Kind) {
+			continue // their own table compares the switches (flowsetup_report.go)
+		}
 		col, unit, prec := "p50", "p50 µs", 1
 		switch m.Kind {
 		case KindTCP:
@@ -322,10 +331,10 @@ func (res *Result) writeCost(w io.Writer, rows []*Row) {
 }
 
 // csvHeader lists samples.csv's columns.
-var csvHeader = []string{"dataplane", "measurement", "kind", "client", "server", "scope", "placement", "load", "rep", "status", "error",
+var csvHeader = append([]string{"dataplane", "measurement", "kind", "client", "server", "scope", "placement", "load", "rep", "status", "error",
 	"start", "rtt_min_us", "rtt_avg_us", "rtt_p50_us", "rtt_p90_us", "rtt_p99_us", "rtt_p99_9_us", "rtt_max_us", "trans_per_s",
 	"tcp_gbps", "tcp_retransmits", "udp_rx_pps", "udp_tx_pps", "udp_loss_pct",
-	"background_busy_pct", "window_s", "switch_procs", "switch_cpu_s", "host_cpu_s", "host_busy_per_cpu", "softirqs_per_cpu", "net_rx_softirqs", "interrupts_per_cpu"}
+	"background_busy_pct", "window_s", "switch_procs", "switch_cpu_s", "host_cpu_s", "host_busy_per_cpu", "softirqs_per_cpu", "net_rx_softirqs", "interrupts_per_cpu"}, flowSetupCSVHeader...)
 
 // WriteCSV writes one line per sample (per repetition, unaggregated).
 func (res *Result) WriteCSV(w io.Writer) error {
@@ -364,7 +373,7 @@ func (res *Result) WriteCSV(w io.Writer) error {
 		} else {
 			rec = append(rec, "", strconv.Itoa(s.SwitchProcs), "", "", "", "", "", "")
 		}
-		cw.Write(rec)
+		cw.Write(append(rec, flowSetupCSV(s)...))
 	}
 	cw.Flush()
 	return cw.Error()

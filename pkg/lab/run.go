@@ -56,7 +56,10 @@ type Sample struct {
 	RTT    *RTTResult `json:"rtt,omitempty"`
 	TCP    *TCPResult `json:"tcp,omitempty"`
 	UDP    *UDPResult `json:"udp,omitempty"`
-	CPU    *CPUUsage  `json:"cpu,omitempty"`
+	// FlowSetup and Revalidation are the flow-setup kinds' results.
+	FlowSetup    *FlowSetupResult    `json:"flow_setup,omitempty"`
+	Revalidation *RevalidationResult `json:"revalidation,omitempty"`
+	CPU          *CPUUsage           `json:"cpu,omitempty"`
 	// SwitchProcs is how many switch processes were accounted (0 = the data
 	// plane is in the kernel and its cost is inside host CPU).
 	SwitchProcs int       `json:"switch_procs"`

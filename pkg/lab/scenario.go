@@ -96,8 +96,16 @@ type MeasurementSpec struct {
 	Placements []string `yaml:"placements"`
 	// Duration of each test; default 5s.
 	Duration Duration `yaml:"duration"`
-	// Size is the message size in bytes (rtt: default 128; udp-pps: default 64).
+	// Size is the message size in bytes (rtt: default 128; udp-pps: default
+	// 64); for flow-setup and revalidation the Ethernet frame length
+	// (default 64).
 	Size int `yaml:"size"`
+	// Flows is the number of new flows (5-tuples) of a flow-setup or
+	// revalidation measurement (flowsetup.go).
+	Flows int `yaml:"flows"`
+	// Rate is the offered rate of a flow-setup measurement in packets/s,
+	// 0 = flat out; for revalidation the fill rate (0 = default).
+	Rate int `yaml:"rate"`
 }
 
 // LoadSpec is one step of background load. All parts given run together.
@@ -200,7 +208,7 @@ func (s *Scenario) applyDefaults() {
 			switch m.Kind {
 			case KindRTT:
 				m.Size = 128
-			case KindUDPPPS:
+			case KindUDPPPS, KindFlowSetup, KindRevalidation:
 				m.Size = 64
 			}
 		}
@@ -303,8 +311,10 @@ func (s *Scenario) Validate() error {
 		mnames[m.Name] = true
 		switch m.Kind {
 		case KindRTT, KindTCP, KindUDPPPS:
+		case KindFlowSetup, KindRevalidation:
+			validateFlowSetup(m, where, bad)
 		default:
-			bad("%s: unknown kind %q (want rtt, tcp or udp-pps)", where, m.Kind)
+			bad("%s: unknown kind %q (want rtt, tcp, udp-pps, flow-setup or revalidation)", where, m.Kind)
 		}
 		for _, role := range []struct{ name, pod string }{{"client", m.Client}, {"server", m.Server}} {
 			if _, ok := pods[role.pod]; !ok {
