@@ -22,7 +22,7 @@ func TestRestartKeepsForwarding(t *testing.T) {
 
 	var srv net.PacketConn
 	var err error
-	b.in(t, func() { srv, err = net.ListenPacket("udp4", "10.1.0.2:7200") })
+	b.In(t, func() { srv, err = net.ListenPacket("udp4", "10.1.0.2:7200") })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestRestartKeepsForwarding(t *testing.T) {
 		}
 	}()
 	var c net.Conn
-	a.in(t, func() { c, err = net.Dial("udp4", "10.1.0.2:7200") })
+	a.In(t, func() { c, err = net.Dial("udp4", "10.1.0.2:7200") })
 	if err != nil {
 		t.Fatal(err)
 	}
