@@ -1,6 +1,7 @@
 package ofproto
 
 import (
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -248,9 +249,14 @@ func mixOutside(p1, other flow.Key, mask flow.Mask) flow.Key {
 	return flow.KeyFromWords(a)
 }
 
+var (
+	maskSeed      = flag.Uint64("mask.seed", 1, "seed of TestMegaflowMaskProperty")
+	maskPipelines = flag.Int("mask.pipelines", 300, "random pipelines TestMegaflowMaskProperty builds")
+)
+
 func TestMegaflowMaskProperty(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	pipelines, packets, variants := 300, 25, 12
+	r := rand.New(rand.NewPCG(*maskSeed, 2))
+	pipelines, packets, variants := *maskPipelines, 25, 12
 	if testing.Short() {
 		pipelines = 50
 	}

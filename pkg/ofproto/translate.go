@@ -74,6 +74,7 @@ type xlate struct {
 	// dpKnown is set once a VLAN action was emitted (before that it is
 	// the input's tag and depends on the packet).
 	dpTagged, dpKnown bool
+	dp                flow.Key // the datapath's copy of the rewritable fields
 	tpid              uint16
 	lastTunnel        *flow.SetTunnel
 
@@ -92,7 +93,7 @@ type xlate struct {
 }
 
 func (p *Pipeline) newXlate(key flow.Key, opts TranslateOptions) *xlate {
-	x := &xlate{p: p, opts: opts, in: key, cur: key, tpid: 0x8100}
+	x := &xlate{p: p, opts: opts, in: key, cur: key, dp: key, tpid: 0x8100}
 	x.curW = keyWords(&key)
 	x.written[metaWord] = ^uint64(0)
 	x.dpTagged = key.VlanTCI&flow.VLANCFI != 0
@@ -487,8 +488,38 @@ func (x *xlate) commit() {
 	if d&dECN != 0 {
 		x.acts = append(x.acts, flow.SetECN{ECN: k.NwTOS & 3})
 	}
+	dp := &x.dp
+	dp.EthSrc, dp.EthDst, dp.VlanTCI = k.EthSrc, k.EthDst, k.VlanTCI
+	dp.IPSrc, dp.IPDst, dp.TpSrc, dp.TpDst, dp.NwTOS = k.IPSrc, k.IPDst, k.TpSrc, k.TpDst, k.NwTOS
 	x.emitted |= d
 	x.dirty = 0
+}
+
+// differs reports which of the fields in bits have a different value in
+// the datapath's copy than in the pipeline's packet. Comparing looks at
+// the values, so the pipeline's side goes into the mask.
+func (x *xlate) differs(bits uint16) uint16 {
+	var out uint16
+	k, dp := &x.cur, &x.dp
+	check := func(bit uint16, m *words, same bool) {
+		if bits&bit == 0 {
+			return
+		}
+		x.need(m)
+		if !same {
+			out |= bit
+		}
+	}
+	check(dEthSrc, &maskEthSrc, k.EthSrc == dp.EthSrc)
+	check(dEthDst, &maskEthDst, k.EthDst == dp.EthDst)
+	check(dVLAN, &maskTCI, k.VlanTCI == dp.VlanTCI && (k.VlanTCI&flow.VLANCFI != 0) == x.dpTagged)
+	check(dIPSrc, &maskIPSrc, k.IPSrc == dp.IPSrc)
+	check(dIPDst, &maskIPDst, k.IPDst == dp.IPDst)
+	check(dTpSrc, &maskTpSrc, k.TpSrc == dp.TpSrc)
+	check(dTpDst, &maskTpDst, k.TpDst == dp.TpDst)
+	check(dDSCP, &maskDSCP, k.NwTOS>>2 == dp.NwTOS>>2)
+	check(dECN, &maskECN, k.NwTOS&3 == dp.NwTOS&3)
+	return out
 }
 
 var (
@@ -531,7 +562,9 @@ func (x *xlate) save() branch {
 // re-emits the saved values.
 func (x *xlate) restore(b branch) {
 	x.cur, x.curW, x.stale, x.written = b.cur, b.curW, b.stale, b.written
-	x.dirty = b.dirty | x.emitted
+	// Pending before and untouched: still pending. Emitted in the branch:
+	// pending again unless the datapath already has the saved value.
+	x.dirty = b.dirty&^x.emitted | x.differs(x.emitted)
 	x.emitted = b.emitted | x.emitted
 	x.tpid, x.tableID, x.cookie, x.miss = b.tpid, b.table, b.cookie, b.miss
 }
