@@ -193,7 +193,7 @@ func (p *Pipeline) modifyFlows(fm *openflow.FlowMod, cm *compiledMatch) {
 	strict := fm.Command == openflow.FlowModifyStrict
 	t := p.tables[fm.TableID]
 	changed := false
-	for i, r := range t.rules {
+	for _, r := range append([]*rule(nil), t.rules...) {
 		if !selected(r, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, openflow.PortAny, openflow.GroupAny) {
 			continue
 		}
@@ -207,9 +207,7 @@ func (p *Pipeline) modifyFlows(fm *openflow.FlowMod, cm *compiledMatch) {
 			n.bytes.Store(r.bytes.Load())
 		}
 		n.used.Store(r.used.Load())
-		r.dead.Store(true)
-		t.rules[i] = n
-		t.byMatch[n.id()] = n
+		t.replace(r, n)
 		changed = true
 	}
 	if changed {

@@ -254,11 +254,30 @@ var (
 	maskPipelines = flag.Int("mask.pipelines", 300, "random pipelines TestMegaflowMaskProperty builds")
 )
 
-func TestMegaflowMaskProperty(t *testing.T) {
+// classifierModes runs f with each lookup strategy: the tuple space as
+// configured, the tuple space hashing every subtable, and the linear scan.
+func classifierModes(t *testing.T, f func(t *testing.T)) {
+	for _, m := range []struct {
+		name   string
+		small  int
+		linear bool
+	}{{"tss", smallSubtable, false}, {"tss-hashed", 0, false}, {"linear", smallSubtable, true}} {
+		t.Run(m.name, func(t *testing.T) {
+			oldSmall, oldLinear := smallSubtable, linearLookup
+			smallSubtable, linearLookup = m.small, m.linear
+			defer func() { smallSubtable, linearLookup = oldSmall, oldLinear }()
+			f(t)
+		})
+	}
+}
+
+func TestMegaflowMaskProperty(t *testing.T) { classifierModes(t, testMegaflowMaskProperty) }
+
+func testMegaflowMaskProperty(t *testing.T) {
 	r := rand.New(rand.NewPCG(*maskSeed, 2))
 	pipelines, packets, variants := *maskPipelines, 25, 12
-	if testing.Short() {
-		pipelines = 50
+	if testing.Short() || linearLookup || smallSubtable == 0 {
+		pipelines /= 3
 	}
 	checked := 0
 	for pi := 0; pi < pipelines; pi++ {

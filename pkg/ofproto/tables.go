@@ -16,8 +16,9 @@ import (
 // table is one flow table.
 type table struct {
 	id      uint8
-	rules   []*rule
+	rules   []*rule // priority desc, then age: stats order, and the reference scan
 	byMatch map[ruleID]*rule
+	cls     classifier // what lookups use (classifier.go)
 
 	lookups atomic.Uint64
 	matched atomic.Uint64
@@ -85,9 +86,10 @@ func (t *table) insert(r *rule) {
 	copy(t.rules[i+1:], t.rules[i:])
 	t.rules[i] = r
 	t.byMatch[r.id()] = r
+	t.cls.add(r)
 }
 
-// replace puts n in o's place (same priority and match).
+// replace puts n in o's place (same priority, match and age).
 func (t *table) replace(o, n *rule) {
 	for i, r := range t.rules {
 		if r == o {
@@ -97,6 +99,7 @@ func (t *table) replace(o, n *rule) {
 	}
 	o.dead.Store(true)
 	t.byMatch[n.id()] = n
+	t.cls.replace(o, n)
 }
 
 // removeIf deletes the rules for which del is true and returns them.
@@ -108,6 +111,7 @@ func (t *table) removeIf(del func(*rule) bool) []*rule {
 			out = append(out, r)
 			r.dead.Store(true)
 			delete(t.byMatch, r.id())
+			t.cls.remove(r)
 			continue
 		}
 		kept = append(kept, r)
@@ -121,6 +125,17 @@ func (t *table) removeIf(del func(*rule) bool) []*rule {
 // current packet and records in the megaflow mask what the decision
 // depended on (mask.go).
 func (x *xlate) lookup(t *table) *rule {
+	if linearLookup {
+		return x.lookupLinear(t)
+	}
+	return x.lookupTSS(&t.cls)
+}
+
+// linearLookup switches lookups to the reference scan (tests).
+var linearLookup = false
+
+// lookupLinear scans the rules in priority order.
+func (x *xlate) lookupLinear(t *table) *rule {
 	pw := x.packet()
 	for _, r := range t.rules {
 		if r.cm.matches(pw) {
