@@ -37,6 +37,8 @@ type ovsFlowSetup struct {
 	o       *ovsInstance // the switch between client and server
 	limit   string       // the flow limit set by PrepareFlowSetup
 	changes int          // table changes made so far
+	// maxRevalidator is the max-revalidator set last (0: OVS's default).
+	maxRevalidator int
 }
 
 // instanceFor finds node n's switch (Setup starts one per node with pods,
@@ -73,9 +75,11 @@ func (d *ovsNetdevPlane) PrepareFlowSetup(ctx context.Context, t *Topology, clie
 		}
 	}
 	limit := strconv.Itoa(max(200_000, 4*maxFlows))
-	if _, err := o.vsctl(ctx, "set", "Open_vSwitch", ".", "other_config:max-idle="+strconv.Itoa(ovsIdleMs), "other_config:flow-limit="+limit); err != nil {
+	if _, err := o.vsctl(ctx, "set", "Open_vSwitch", ".", "other_config:max-idle="+strconv.Itoa(ovsIdleMs), "other_config:flow-limit="+limit,
+		"other_config:max-revalidator="+strconv.Itoa(ovsMaxRevalidatorDefault)); err != nil {
 		return err
 	}
+	d.fs.maxRevalidator = ovsMaxRevalidatorDefault
 	if _, err := o.appctl(ctx, "upcall/set-flow-limit", limit); err != nil {
 		return err
 	}
@@ -113,34 +117,62 @@ func (d *ovsNetdevPlane) FlushFlows(ctx context.Context) error {
 	return err
 }
 
-// RevalidationRound waits for the end of a revalidator round (so that the
-// next one starts afresh), makes the table change if asked, waits for the
-// following round to complete and reads its dump duration.
+// ovsMaxRevalidatorChange is other_config:max-revalidator (ms) while
+// rounds after a table change are timed. OVS deletes, instead of
+// re-translating, every flow slower than min-revalidate-pps (at least 1)
+// once the previous round took half of max-revalidator (default 500 ms):
+// from about 300k flows on, a table change would empty the datapath and
+// the round would time deletions. The setting also spaces timer rounds
+// this far apart, which is why steady rounds are timed with the default.
+const (
+	ovsMaxRevalidatorChange  = 20_000
+	ovsMaxRevalidatorDefault = 500
+)
+
+// RevalidationRound times one round. Steady: wait for the end of a round
+// (so that the next starts afresh), then for the next one. After a table
+// change: an unmeasured change and its round first, so that no timer round
+// is in progress; then the measured change, whose round starts at once.
+// Either way the round's length is upcall/show's "dump duration".
 func (d *ovsNetdevPlane) RevalidationRound(ctx context.Context, tableChange bool) (RevalidationRound, error) {
 	o := d.fs.o
 	if o == nil {
 		return RevalidationRound{}, fmt.Errorf("PrepareFlowSetup was not called")
 	}
-	// A round longer than 2 s divides the dynamic limit by its length in
-	// seconds; restore it so that no round evicts flows.
+	// A round longer than 2 s divides the dynamic flow limit by its
+	// length in seconds; restore it so that no round evicts flows.
 	if _, err := o.appctl(ctx, "upcall/set-flow-limit", d.fs.limit); err != nil {
 		return RevalidationRound{}, err
 	}
-	if _, err := o.appctl(ctx, "revalidator/wait"); err != nil {
-		return RevalidationRound{}, err
-	}
+	maxReval := ovsMaxRevalidatorDefault
 	if tableChange {
-		// An unrelated rule in an otherwise unused table: it matches none of
-		// the measured packets but bumps the tables' version, so the next
-		// round re-translates every flow.
+		maxReval = ovsMaxRevalidatorChange
+	}
+	if d.fs.maxRevalidator != maxReval {
+		if _, err := o.vsctl(ctx, "set", "Open_vSwitch", ".", "other_config:max-revalidator="+strconv.Itoa(maxReval)); err != nil {
+			return RevalidationRound{}, err
+		}
+		d.fs.maxRevalidator = maxReval
+	}
+	steps := [][]string{{"revalidator/wait"}, {"revalidator/wait"}}
+	if tableChange {
+		steps = [][]string{{"change"}, {"revalidator/wait"}, {"change"}, {"revalidator/wait"}}
+	}
+	for _, step := range steps {
+		if step[0] != "change" {
+			if _, err := o.appctl(ctx, step...); err != nil {
+				return RevalidationRound{}, err
+			}
+			continue
+		}
+		// An unrelated rule in an otherwise unused table: it matches none
+		// of the measured packets but bumps the tables' version, so the
+		// next round re-translates every flow.
 		d.fs.changes++
 		rule := fmt.Sprintf("table=200,priority=1,ip,nw_dst=192.0.2.%d,actions=drop", d.fs.changes%250+1)
 		if _, err := o.ofctl(ctx, "add-flow", rule); err != nil {
 			return RevalidationRound{}, err
 		}
-	}
-	if _, err := o.appctl(ctx, "revalidator/wait"); err != nil {
-		return RevalidationRound{}, err
 	}
 	out, err := o.appctl(ctx, "upcall/show")
 	if err != nil {
