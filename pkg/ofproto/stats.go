@@ -1,14 +1,11 @@
 package ofproto
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nagare-net/nagare/pkg/openflow"
 )
-
-var errDepth = errors.New("ofproto: group chain deeper than 64")
 
 type refKind uint8
 

@@ -1,6 +1,7 @@
 package ofproto
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 
@@ -40,6 +41,8 @@ type Translation struct {
 
 // maxDepth bounds group chaining and packet-out resubmission.
 const maxDepth = 64
+
+var errDepth = errors.New("ofproto: group chain or resubmit deeper than 64")
 
 // Pending rewrite bits (xlate.dirty): the pipeline's packet has a value
 // the datapath's copy does not have yet.
@@ -113,6 +116,9 @@ func (x *xlate) packet() *words {
 }
 
 func (x *xlate) result() *Translation {
+	if x.opts.Trace {
+		x.tracef(TraceNote, x.tableID, "datapath actions: %s", flow.FormatActions(x.acts))
+	}
 	t := &Translation{Actions: x.acts, Mask: x.finalMask(), Rules: x.rules, PacketIns: x.pins,
 		NoCache: x.opts.PacketOut || x.err != nil, Trace: x.trace}
 	return t

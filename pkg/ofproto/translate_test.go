@@ -190,7 +190,7 @@ func TestTrace(t *testing.T) {
 	)
 	tr := translate(t, p, tcpKey(1, "10.0.0.1", "10.0.0.2", 1, 22))
 	got := FormatTrace(tr.Trace)
-	want := "table 0: priority=5,in_port=1 cookie=0x7 actions=goto_table:1\ntable 1: no match: drop\n"
+	want := "table 0: priority=5,in_port=1 cookie=0x7 actions=goto_table:1\ntable 1: no match: drop\ntable 0: datapath actions: drop\n"
 	if got != want {
 		t.Fatalf("trace\n%s\nwant\n%s", got, want)
 	}
@@ -257,5 +257,21 @@ func TestFailStandalone(t *testing.T) {
 	mustAdd(t, p, "priority=0,actions=drop")
 	if actions(translate(t, p, k)) != "drop" {
 		t.Fatal("rules present: no fallback")
+	}
+}
+
+// Match values the datapath key cannot hold never match.
+func TestUnmatchableValues(t *testing.T) {
+	p, _ := newTestPipeline(t, 3)
+	mustAdd(t, p, "priority=10,tun_id=0x100000005,actions=output:2", "priority=10,arp,arp_op=0x101,actions=output:3",
+		"priority=1,actions=output:1")
+	k := tcpKey(2, "10.0.0.1", "10.0.0.2", 1, 2)
+	k.TunID = 5
+	if got := actions(translate(t, p, k)); got != "output:1" {
+		t.Fatalf("tun_id >= 2^32 matched: %s", got)
+	}
+	a := flow.Key{InPort: 2, EthType: 0x0806, NwProto: 1}
+	if got := actions(translate(t, p, a)); got != "output:1" {
+		t.Fatalf("arp_op > 255 matched: %s", got)
 	}
 }
