@@ -123,6 +123,8 @@ func (sh *Shell) Start(c *Cleanup, readyMarker string, args ...string) (*Proc, e
 	cmd.Stderr = pw
 	p := &Proc{args: args, sh: sh, cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
+		pw.Close()
+		pr.Close()
 		return nil, fmt.Errorf("%s: %w", quoteArgs(args), err)
 	}
 	p.Pid = cmd.Process.Pid
