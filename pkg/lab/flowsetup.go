@@ -92,6 +92,9 @@ type FlowSetupResult struct {
 	OfferedPPS float64 `json:"offered_pps"`
 	Sent       int     `json:"sent"`
 	TxDropped  uint64  `json:"tx_dropped"`
+	// SenderStalls counts times the generator fell behind its schedule
+	// (descheduled) and restarted it rather than send a burst.
+	SenderStalls int `json:"sender_stalls"`
 	// Delivered is the number of distinct flows whose packet reached the
 	// server; ReceiverDrops counts packets the server's own sockets
 	// dropped (should be 0: then every loss is the switch's).
@@ -413,7 +416,7 @@ func (r *planeRun) flowSetupTest(ctx context.Context, tc test, fp FlowSetupPlane
 	if err := readJSON(recvPath, &rr); err != nil {
 		return smp, fmt.Errorf("receiver report: %w", err)
 	}
-	res := &FlowSetupResult{Flows: m.Flows, TargetPPS: float64(m.Rate), OfferedPPS: sr.OfferedPPS, Sent: sr.Sent, TxDropped: sr.TxDropped,
+	res := &FlowSetupResult{Flows: m.Flows, TargetPPS: float64(m.Rate), OfferedPPS: sr.OfferedPPS, Sent: sr.Sent, TxDropped: sr.TxDropped, SenderStalls: sr.Stalls,
 		Delivered: rr.Distinct, ReceiverDrops: rr.RcvbufErrors,
 		Series: series(stamps, time.Unix(0, sr.StartNs), baseline)}
 	res.computeMetrics()

@@ -2,7 +2,9 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -129,11 +131,19 @@ const (
 	ovsMaxRevalidatorDefault = 500
 )
 
-// RevalidationRound times one round. Steady: wait for the end of a round
-// (so that the next starts afresh), then for the next one. After a table
-// change: an unmeasured change and its round first, so that no timer round
-// is in progress; then the measured change, whose round starts at once.
-// Either way the round's length is upcall/show's "dump duration".
+// RevalidationRound times one round; its length is upcall/show's "dump
+// duration" of the last completed round.
+//
+// Steady: revalidator/wait twice; the second wait is registered as a round
+// has just ended, so the round it waits for starts afresh.
+//
+// After a table change: the wait must be registered before the change, or
+// a round over few flows (1 ms at 1 000) may end before ovs-appctl gets
+// there, and the wait would return only after the next timer round, a
+// steady one. So the wait request is sent on a socket of our own, then a
+// second unixctl call is answered (connections are served in order, so the
+// wait is registered by then), then the table is changed. With
+// max-revalidator at 20 s no timer round starts in between.
 func (d *ovsNetdevPlane) RevalidationRound(ctx context.Context, tableChange bool) (RevalidationRound, error) {
 	o := d.fs.o
 	if o == nil {
@@ -153,17 +163,28 @@ func (d *ovsNetdevPlane) RevalidationRound(ctx context.Context, tableChange bool
 			return RevalidationRound{}, err
 		}
 		d.fs.maxRevalidator = maxReval
+		// The revalidators still sleep for the old interval: let that round
+		// pass, so that none is running when the measurement starts.
+		if _, err := o.appctl(ctx, "revalidator/wait"); err != nil {
+			return RevalidationRound{}, err
+		}
 	}
-	steps := [][]string{{"revalidator/wait"}, {"revalidator/wait"}}
-	if tableChange {
-		steps = [][]string{{"change"}, {"revalidator/wait"}, {"change"}, {"revalidator/wait"}}
-	}
-	for _, step := range steps {
-		if step[0] != "change" {
-			if _, err := o.appctl(ctx, step...); err != nil {
+	if !tableChange {
+		for i := 0; i < 2; i++ {
+			if _, err := o.appctl(ctx, "revalidator/wait"); err != nil {
 				return RevalidationRound{}, err
 			}
-			continue
+		}
+	} else {
+		ctl := filepath.Join(o.dir, "ovs-vswitchd.ctl")
+		o.sh.logf("# unixctl %s revalidator/wait (own socket, answered after the table change below)", ctl)
+		wait, err := unixctlStart(ctx, ctl, "revalidator/wait")
+		if err != nil {
+			return RevalidationRound{}, err
+		}
+		if _, err := o.appctl(ctx, "version"); err != nil {
+			wait()
+			return RevalidationRound{}, err
 		}
 		// An unrelated rule in an otherwise unused table: it matches none
 		// of the measured packets but bumps the tables' version, so the
@@ -171,7 +192,11 @@ func (d *ovsNetdevPlane) RevalidationRound(ctx context.Context, tableChange bool
 		d.fs.changes++
 		rule := fmt.Sprintf("table=200,priority=1,ip,nw_dst=192.0.2.%d,actions=drop", d.fs.changes%250+1)
 		if _, err := o.ofctl(ctx, "add-flow", rule); err != nil {
+			wait()
 			return RevalidationRound{}, err
+		}
+		if err := wait(); err != nil {
+			return RevalidationRound{}, fmt.Errorf("revalidator/wait: %w", err)
 		}
 	}
 	out, err := o.appctl(ctx, "upcall/show")
@@ -183,6 +208,45 @@ func (d *ovsNetdevPlane) RevalidationRound(ctx context.Context, tableChange bool
 		return RevalidationRound{}, err
 	}
 	return RevalidationRound{Flows: u.Flows, Duration: u.DumpDuration}, nil
+}
+
+// unixctlStart sends one JSON-RPC request to an OVS unixctl socket (what
+// ovs-appctl does) and returns a function that waits for the reply and
+// closes the connection. When it returns, the request has been sent, not
+// necessarily read.
+func unixctlStart(ctx context.Context, path, method string, params ...string) (wait func() error, err error) {
+	var dialer net.Dialer
+	conn, err := dialer.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if params == nil {
+		params = []string{}
+	}
+	req, _ := json.Marshal(map[string]any{"id": 0, "method": method, "params": params})
+	if _, err := conn.Write(req); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return func() error {
+		defer conn.Close()
+		stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+		defer stop()
+		var reply struct {
+			Result any `json:"result"`
+			Error  any `json:"error"`
+		}
+		if err := json.NewDecoder(conn).Decode(&reply); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if reply.Error != nil {
+			return fmt.Errorf("%s: %v", method, reply.Error)
+		}
+		return nil
+	}, nil
 }
 
 // ofctl runs ovs-ofctl against the bridge br0 of this instance.

@@ -20,13 +20,22 @@ func (c realClock) Sleep(d time.Duration) { time.Sleep(d) }
 func RealClock() Clock { return realClock{time.Now()} }
 
 // Pacer spreads packets evenly at Rate packets per second: by time t after
-// Start, Rate·t packets are due. After an oversleep (a coarse timer, the
-// sender being descheduled) it releases the backlog in batches of at most
-// MaxBatch, so the average rate holds and no single burst exceeds MaxBatch.
-// Rate 0 means as fast as possible: every call releases MaxBatch.
+// Start, Rate·t packets are due. A small lag (a coarse timer) is made up in
+// batches of at most MaxBatch. A longer one (the sender was descheduled for
+// more than MaxLag) is not: the schedule restarts from now, so the switch
+// never sees the backlog as one burst (a burst of a few hundred frames
+// overflows Open vSwitch's socket queue and would be counted against it).
+// The offered rate is then below Rate; the sender reports the real one and
+// Pacer counts the restarts in Stalls. Rate 0 means as fast as possible:
+// every call releases MaxBatch.
 type Pacer struct {
 	Rate     float64
 	MaxBatch int
+	// MaxLag is the most the pacer catches up (default: 2 ms, or MaxBatch
+	// packets' time if longer).
+	MaxLag time.Duration
+	// Stalls counts schedule restarts after lags beyond MaxLag.
+	Stalls   int
 	clock    Clock
 	start    time.Duration
 	released int64
@@ -37,7 +46,11 @@ func NewPacer(c Clock, rate float64, maxBatch int) *Pacer {
 	if maxBatch < 1 {
 		maxBatch = 1
 	}
-	return &Pacer{Rate: rate, MaxBatch: maxBatch, clock: c, start: c.Now()}
+	p := &Pacer{Rate: rate, MaxBatch: maxBatch, clock: c, start: c.Now(), MaxLag: 2 * time.Millisecond}
+	if rate > 0 {
+		p.MaxLag = max(p.MaxLag, time.Duration(float64(maxBatch)/rate*float64(time.Second)))
+	}
+	return p
 }
 
 // Next blocks until at least one packet is due and returns how many may be
@@ -51,6 +64,12 @@ func (p *Pacer) Next(remaining int) int {
 	for {
 		elapsed := p.clock.Now() - p.start
 		due := int64(elapsed.Seconds()*p.Rate) - p.released
+		if lag := time.Duration(float64(due) / p.Rate * float64(time.Second)); lag > p.MaxLag {
+			// Restart the schedule so that exactly one packet is due now.
+			p.Stalls++
+			p.start += lag - time.Duration(float64(time.Second)/p.Rate)
+			continue
+		}
 		if due > 0 {
 			n := int(min(due, int64(limit)))
 			p.released += int64(n)

@@ -68,17 +68,39 @@ func TestPacerFlatOut(t *testing.T) {
 	}
 }
 
-// After a long stall the backlog is released in batches, not at once.
-func TestPacerStallReleasesInBatches(t *testing.T) {
+// After a long stall the backlog is dropped, not sent as a burst: the
+// schedule restarts and the pacer goes on at the rate.
+func TestPacerStallRestartsSchedule(t *testing.T) {
 	c := &fakeClock{}
 	p := NewPacer(c, 100_000, 32)
-	c.now += 100 * time.Millisecond // 10 000 packets due
-	for i := 0; i < 10_000/32; i++ {
-		if n := p.Next(1 << 20); n != 32 {
-			t.Fatalf("call %d released %d, want 32", i, n)
-		}
+	for i := 0; i < 10; i++ {
+		p.Next(1 << 20)
 	}
-	if c.sleeps != 0 {
-		t.Errorf("slept %d times while packets were due", c.sleeps)
+	c.now += 100 * time.Millisecond // 10 000 packets overdue
+	if n := p.Next(1 << 20); n != 1 {
+		t.Fatalf("after a 100 ms stall released %d at once, want 1", n)
+	}
+	if p.Stalls != 1 {
+		t.Errorf("Stalls %d, want 1", p.Stalls)
+	}
+	// From here on the rate holds: 1 000 more packets take 10 ms.
+	t0 := c.now
+	for sent := 0; sent < 1000; {
+		n := p.Next(1000 - sent)
+		if n > 32 {
+			t.Fatalf("burst of %d", n)
+		}
+		sent += n
+	}
+	if d := c.now - t0; d < 9900*time.Microsecond || d > 10100*time.Microsecond {
+		t.Errorf("1 000 packets after the stall took %v, want 10 ms", d)
+	}
+	// A lag within MaxLag (1 ms here) is made up, not dropped.
+	c.now += time.Millisecond
+	if n := p.Next(1 << 20); n != 32 {
+		t.Errorf("after a 1 ms lag released %d, want a full batch", n)
+	}
+	if p.Stalls != 1 {
+		t.Errorf("a 1 ms lag restarted the schedule")
 	}
 }

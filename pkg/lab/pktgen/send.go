@@ -47,6 +47,9 @@ type SendReport struct {
 	// SendErrors counts sendmmsg calls that failed with ENOBUFS/EAGAIN
 	// (retried).
 	SendErrors int `json:"send_errors"`
+	// Stalls counts pacer schedule restarts: the sender was descheduled
+	// for longer than the pacer catches up (see Pacer).
+	Stalls int `json:"stalls"`
 }
 
 // Sender is an AF_PACKET socket bound to one interface.
@@ -132,6 +135,7 @@ func (s *Sender) Send(c SendConfig, p *Pacer) (SendReport, error) {
 	}
 	rep.EndNs = time.Now().UnixNano()
 	rep.Sent = next
+	rep.Stalls = p.Stalls
 	if d := float64(rep.EndNs-rep.StartNs) / 1e9; d > 0 {
 		rep.OfferedPPS = float64(rep.Sent) / d
 	}
