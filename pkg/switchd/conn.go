@@ -96,7 +96,10 @@ func (oc *ofConn) serve(r *openflow.Reader) {
 	if err := oc.send(hello); err != nil {
 		return
 	}
+	// A peer that never says HELLO is dropped after two probe intervals.
+	_ = oc.c.SetReadDeadline(time.Now().Add(2 * oc.sw.cfg.ProbeInterval))
 	raw, err := r.ReadRaw()
+	_ = oc.c.SetReadDeadline(time.Time{})
 	if err != nil {
 		return
 	}

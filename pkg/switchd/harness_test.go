@@ -148,7 +148,13 @@ func (ts *testSwitch) ofctlErr(args ...string) (string, error) {
 	if _, err := exec.LookPath("ovs-ofctl"); err != nil {
 		ts.t.Skip("ovs-ofctl not installed (Debian openvswitch-common)")
 	}
-	full := append([]string{"-O", "OpenFlow13", args[0], "unix:" + ts.Sock}, args[1:]...)
+	// Options (--strict, ...) go before the command, then the switch.
+	i := 0
+	for i < len(args) && strings.HasPrefix(args[i], "--") {
+		i++
+	}
+	full := append(append([]string{"-O", "OpenFlow13"}, args[:i]...), args[i], "unix:"+ts.Sock)
+	full = append(full, args[i+1:]...)
 	out, err := exec.Command("ovs-ofctl", full...).CombinedOutput()
 	return string(out), err
 }

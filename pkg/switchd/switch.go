@@ -149,6 +149,8 @@ type Switch struct {
 	rv        *revalidator
 
 	listeners []net.Listener
+	rawMu     sync.Mutex
+	raw       map[net.Conn]struct{} // every open connection, closed on shutdown
 	wg        sync.WaitGroup
 	cancel    context.CancelFunc
 }
@@ -175,6 +177,7 @@ func New(cfg Config) (*Switch, error) {
 		pl:          ofproto.New(ofproto.Config{}),
 		start:       time.Now(),
 		conns:       map[*ofConn]struct{}{},
+		raw:         map[net.Conn]struct{}{},
 		missSendLen: 128,
 	}
 	s.numTables = len(s.pl.TableStats())
@@ -232,13 +235,33 @@ func (s *Switch) Run(ctx context.Context) error {
 	go func() { defer s.wg.Done(); s.ports.watch(ctx) }()
 	<-ctx.Done()
 	s.stopListeners()
-	s.connMu.Lock()
-	for c := range s.conns {
-		c.close()
+	s.rawMu.Lock()
+	for c := range s.raw {
+		c.Close()
 	}
-	s.connMu.Unlock()
+	s.raw = nil
+	s.rawMu.Unlock()
 	s.wg.Wait()
 	return nil
+}
+
+// track registers an open connection so that shutdown closes it, also
+// mid-handshake; it reports false (and closes c) once shutdown began.
+func (s *Switch) track(c net.Conn) bool {
+	s.rawMu.Lock()
+	defer s.rawMu.Unlock()
+	if s.raw == nil {
+		c.Close()
+		return false
+	}
+	s.raw[c] = struct{}{}
+	return true
+}
+
+func (s *Switch) untrack(c net.Conn) {
+	s.rawMu.Lock()
+	defer s.rawMu.Unlock()
+	delete(s.raw, c)
 }
 
 // Close releases the fast path handles (pins stay: forwarding goes on).
@@ -284,7 +307,15 @@ func (s *Switch) acceptLoop(ctx context.Context, l net.Listener, t Target) {
 			}
 			return
 		}
-		go s.serveAccepted(c, t)
+		if !s.track(c) {
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer s.untrack(c)
+			s.serveAccepted(c, t)
+		}()
 	}
 }
 
@@ -297,13 +328,14 @@ func (s *Switch) dialLoop(ctx context.Context, t Target) {
 		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		c, err := d.DialContext(dctx, t.Network, t.Address)
 		cancel()
-		if err == nil {
+		if err == nil && s.track(c) {
 			backoff = time.Second
 			oc := s.newConn(c, true)
 			s.log.Info("connected to controller", "target", t.String())
 			oc.serve(newReader(c))
+			s.untrack(c)
 			s.log.Info("controller connection closed", "target", t.String())
-		} else {
+		} else if err != nil {
 			s.log.Debug("controller unreachable", "target", t.String(), "err", err)
 		}
 		select {

@@ -124,6 +124,10 @@ func (s *Switch) handleMiss(u *datapath.Upcall) {
 	if !x.NoCache {
 		s.install(u.Key, x)
 	}
+	// The missed packet never counts in the fast path (the flow did not
+	// exist yet); credit it here, or every rule's n_packets and the
+	// table-miss rule's count of PACKET_INs would be one per megaflow short.
+	s.pl.Credit(x.Rules, 1, uint64(u.Len), time.Now())
 	if acts := withoutUserspace(x.actions); len(acts) > 0 {
 		if u.Truncated() {
 			s.stats.truncated.Add(1)
