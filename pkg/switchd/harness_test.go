@@ -124,13 +124,20 @@ func runSwitch(t *testing.T, node nstest.NS, pods []nstest.NS, runDir string, mo
 
 // stop ends Run and releases the switch's handles (the fast path stays).
 func (ts *testSwitch) stop() {
+	if ts.stopRun() {
+		_ = ts.Switch.Close()
+	}
+}
+
+// stopRun ends Run; it reports whether Run was still going.
+func (ts *testSwitch) stopRun() bool {
 	if ts.cancel == nil {
-		return
+		return false
 	}
 	ts.cancel()
 	ts.cancel = nil
 	<-ts.done
-	_ = ts.Switch.Close()
+	return true
 }
 
 // ofctl runs the real ovs-ofctl against the switch and returns its output.
