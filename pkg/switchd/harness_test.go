@@ -79,7 +79,11 @@ func startSwitch(t *testing.T, n int, mod func(*Config)) *testSwitch {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { _ = ts.Destroy() })
+	t.Cleanup(func() {
+		if ts.stopRun() {
+			_ = ts.Destroy()
+		}
+	})
 	return ts
 }
 
