@@ -18,6 +18,7 @@ all: build
 # access when everything is present already).
 deps:
 	@scripts/deps.sh $(APT_PKGS)
+	@scripts/osken-venv.sh
 
 # generate compiles bpf/*.c with clang and writes the Go bindings (bpf2go).
 generate:
