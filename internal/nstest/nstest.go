@@ -43,7 +43,7 @@ type NS struct {
 
 var nsSeq int
 
-func New(t *testing.T, role string) NS {
+func New(t testing.TB, role string) NS {
 	t.Helper()
 	RequireRoot(t)
 	nsSeq++
@@ -60,7 +60,7 @@ func New(t *testing.T, role string) NS {
 	return n
 }
 
-func (n NS) IP(t *testing.T, args ...string) {
+func (n NS) IP(t testing.TB, args ...string) {
 	t.Helper()
 	if err := Sh(append([]string{"ip", "-n", n.Name}, args...)...); err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func (n NS) IP(t *testing.T, args ...string) {
 }
 
 // Veth connects a:ifa with b:ifb.
-func Veth(t *testing.T, a NS, ifa string, b NS, ifb string, mtu int) {
+func Veth(t testing.TB, a NS, ifa string, b NS, ifb string, mtu int) {
 	t.Helper()
 	if err := Sh("ip", "link", "add", ifa, "netns", a.Name, "mtu", fmt.Sprint(mtu), "type", "veth", "peer", "name", ifb, "netns", b.Name, "mtu", fmt.Sprint(mtu)); err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func Veth(t *testing.T, a NS, ifa string, b NS, ifb string, mtu int) {
 
 // In runs fn on a thread inside n. Sockets made there stay in n and can
 // be used from any goroutine afterwards.
-func (n NS) In(t *testing.T, fn func()) {
+func (n NS) In(t testing.TB, fn func()) {
 	t.Helper()
 	done := make(chan struct{})
 	var ferr error
@@ -112,13 +112,13 @@ func (n NS) In(t *testing.T, fn func()) {
 	}
 }
 
-func (n NS) Sh(t *testing.T, args ...string) error {
+func (n NS) Sh(t testing.TB, args ...string) error {
 	t.Helper()
 	return Sh(append([]string{"ip", "netns", "exec", n.Name}, args...)...)
 }
 
 // UDPEcho starts an echo server in n on addr and returns a stop function.
-func UDPEcho(t *testing.T, n NS, addr string) {
+func UDPEcho(t testing.TB, n NS, addr string) {
 	t.Helper()
 	var c net.PacketConn
 	var err error
@@ -141,7 +141,7 @@ func UDPEcho(t *testing.T, n NS, addr string) {
 
 // UDPRoundTrips sends count datagrams from n to addr, one at a time, and
 // returns how many echoes came back.
-func UDPRoundTrips(t *testing.T, n NS, addr string, count int) int {
+func UDPRoundTrips(t testing.TB, n NS, addr string, count int) int {
 	t.Helper()
 	var c net.Conn
 	var err error
@@ -168,7 +168,7 @@ func UDPRoundTrips(t *testing.T, n NS, addr string, count int) int {
 
 // TCPTransfer sends size bytes from client namespace to a listener in
 // server namespace and checks they arrive intact.
-func TCPTransfer(t *testing.T, server, client NS, addr string, size int) {
+func TCPTransfer(t testing.TB, server, client NS, addr string, size int) {
 	t.Helper()
 	var l net.Listener
 	var err error
@@ -211,7 +211,7 @@ func TCPTransfer(t *testing.T, server, client NS, addr string, size int) {
 
 // UDPOnce sends msg once from namespace from to addr in namespace to and
 // returns what arrived (empty after a 10 s wait).
-func UDPOnce(t *testing.T, from, to NS, addr, msg string) string {
+func UDPOnce(t testing.TB, from, to NS, addr, msg string) string {
 	t.Helper()
 	var srv net.PacketConn
 	var err error

@@ -43,33 +43,41 @@ func makeMegaflowID(slot int, masked *flow.Key) megaflowID {
 	return id
 }
 
-// Put installs a megaflow. Its mask takes a slot in the mask list if no
-// installed flow uses the same mask yet (at most MaxMasks masks).
+// Put installs a megaflow (see Install).
 func (d *Datapath) Put(f flow.Flow) error {
+	_, err := d.Install(f)
+	return err
+}
+
+// Install installs a megaflow and returns its flow id (FlowStats.ID in
+// dumps; reused after the flow is deleted). Its mask takes a slot in the
+// mask list if no installed flow uses the same mask yet (at most MaxMasks
+// masks).
+func (d *Datapath) Install(f flow.Flow) (uint32, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	f = f.Normalize()
 	if err := checkActions(f); err != nil {
-		return err
+		return 0, err
 	}
 	raw, err := d.compileActions(f.Actions)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	slot, fresh, err := d.maskSlot(f.Mask)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	mid := makeMegaflowID(slot, &f.Key)
 	if _, ok := d.flows[mid]; ok {
-		return fmt.Errorf("datapath: %s: %w", f, ErrFlowExists)
+		return 0, fmt.Errorf("datapath: %s: %w", f, ErrFlowExists)
 	}
 	id, ok := d.ids.alloc(d.cfg.MaxFlows)
 	if !ok {
 		if fresh {
 			d.releaseMask(slot, true)
 		}
-		return fmt.Errorf("datapath: %w (%d flows)", ErrFlowLimit, d.cfg.MaxFlows)
+		return 0, fmt.Errorf("datapath: %w (%d flows)", ErrFlowLimit, d.cfg.MaxFlows)
 	}
 	in := &installed{id: id, gen: d.nextGen(), slot: slot, key: f.Key, actions: f.Actions}
 	kw, mw := f.Key.Words(), d.masks[slot].mask.Words()
@@ -100,11 +108,11 @@ func (d *Datapath) Put(f flow.Flow) error {
 		if fresh {
 			d.releaseMask(slot, true)
 		}
-		return fmt.Errorf("datapath: installing %s: %w", f, err)
+		return 0, fmt.Errorf("datapath: installing %s: %w", f, err)
 	}
 	d.masks[slot].refs++
 	d.flows[mid] = in
-	return nil
+	return id, nil
 }
 
 // Modify replaces the actions of an installed megaflow in place. Packets

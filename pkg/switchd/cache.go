@@ -9,12 +9,6 @@ import (
 	"github.com/nagare-net/nagare/pkg/ofproto"
 )
 
-// ukeyID identifies a cached megaflow: its masked key and its mask.
-type ukeyID struct {
-	key  flow.Key
-	mask flow.Mask
-}
-
 // ukey is the slow path's record of one megaflow it installed (Open
 // vSwitch's "udpif key"): the packet key that made it, the OpenFlow rules
 // it came from, and the statistics already credited to them.
@@ -30,15 +24,14 @@ type ukey struct {
 	orphan  bool // inherited from a previous process: no rules known
 }
 
-// flowCache holds the ukeys of the megaflows in the fast path.
+// flowCache holds the ukeys of the megaflows in the fast path, by the
+// fast path's flow id.
 type flowCache struct {
 	mu    sync.Mutex
-	ukeys map[ukeyID]*ukey
-	// counters
-	installed, limitHits, installErrs, executed, execErrs uint64
+	ukeys map[uint32]*ukey
 }
 
-func newFlowCache() *flowCache { return &flowCache{ukeys: map[ukeyID]*ukey{}} }
+func newFlowCache() *flowCache { return &flowCache{ukeys: map[uint32]*ukey{}} }
 
 func (c *flowCache) len() int {
 	c.mu.Lock()
@@ -49,10 +42,16 @@ func (c *flowCache) len() int {
 // adopt records the flows a previous process left in the fast path; they
 // keep forwarding and are revalidated like any other once the pipeline
 // has rules.
-func (c *flowCache) adopt(dp *datapath.Datapath) {
+func (c *flowCache) adopt(dp *datapath.Datapath) error {
+	fs, err := dp.Dump()
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, f := range dp.Flows() {
-		c.ukeys[ukeyID{f.Key, f.Mask}] = &ukey{packet: f.Key, mask: f.Mask, actions: f.Actions, created: time.Now(), orphan: true}
+	for _, f := range fs {
+		c.ukeys[f.ID] = &ukey{packet: f.Key, mask: f.Mask, actions: f.Actions, created: time.Now(), orphan: true,
+			packets: f.Stats.Packets, bytes: f.Stats.Bytes}
 	}
+	return nil
 }

@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 }
 
 // newTopo makes the node and n pods without a switch.
-func newTopo(t *testing.T, n int) (nstest.NS, []nstest.NS) {
+func newTopo(t testing.TB, n int) (nstest.NS, []nstest.NS) {
 	t.Helper()
 	nstest.RequireRoot(t)
 	if testPinRoot == "" {

@@ -1,14 +1,15 @@
 package switchd
 
 import (
+	"bytes"
 	"context"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/nagare-net/nagare/pkg/datapath"
 	"github.com/nagare-net/nagare/pkg/flow"
-	"github.com/nagare-net/nagare/pkg/openflow"
 )
 
 // revalidator keeps the fast path honest. Each round it dumps the cached
@@ -104,16 +105,20 @@ func (r *revalidator) round() {
 		return
 	}
 	var idle, stale, modified, checked uint64
-	for _, f := range dump {
-		id := ukeyID{f.Key, f.Mask}
-		s.cache.mu.Lock()
-		uk := s.cache.ukeys[id]
+	var recheck []int // dump indexes to translate again
+	s.cache.mu.Lock()
+	ukeys := make([]*ukey, len(dump))
+	for i, f := range dump {
+		uk := s.cache.ukeys[f.ID]
 		if uk == nil {
 			uk = &ukey{packet: f.Key, mask: f.Mask, actions: f.Actions, created: start, orphan: true}
-			s.cache.ukeys[id] = uk
+			s.cache.ukeys[f.ID] = uk
 		}
-		s.cache.mu.Unlock()
-
+		ukeys[i] = uk
+	}
+	s.cache.mu.Unlock()
+	for i, f := range dump {
+		uk := ukeys[i]
 		if f.Stats.Packets > uk.packets {
 			dp, db := f.Stats.Packets-uk.packets, f.Stats.Bytes-uk.bytes
 			uk.packets, uk.bytes = f.Stats.Packets, f.Stats.Bytes
@@ -127,19 +132,41 @@ func (r *revalidator) round() {
 		}
 		switch {
 		case start.Sub(last) > s.cfg.IdleTimeout:
-			r.delete(f.Flow)
+			r.delete(f)
 			idle++
 		case uk.version != version && (!uk.orphan || settled):
-			checked++
-			switch r.check(uk, f.Flow, version) {
-			case verdictDelete:
-				r.delete(f.Flow)
-				stale++
-			case verdictModified:
-				modified++
-			}
+			recheck = append(recheck, i)
 		}
 	}
+	// Translating again is the costly part of a round after a table
+	// change: spread it over the CPUs (the pipeline is safe for
+	// concurrent translations, the fast path for concurrent updates).
+	checked = uint64(len(recheck))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	workers := min(runtime.NumCPU(), 1+len(recheck)/512)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			var st, mod uint64
+			for j := w; j < len(recheck); j += workers {
+				i := recheck[j]
+				switch r.check(ukeys[i], dump[i].Flow, version) {
+				case verdictDelete:
+					r.delete(dump[i])
+					st++
+				case verdictModified:
+					mod++
+				}
+			}
+			mu.Lock()
+			stale += st
+			modified += mod
+			mu.Unlock()
+		}(w)
+	}
+	wg.Wait()
 	dur := time.Since(start)
 	r.mu.Lock()
 	r.lastVersion = version
@@ -179,18 +206,36 @@ func (r *revalidator) check(uk *ukey, f flow.Flow, version uint64) verdict {
 	return verdictModified
 }
 
-func (r *revalidator) delete(f flow.Flow) {
+func (r *revalidator) delete(f datapath.FlowStats) {
 	s := r.s
 	if _, err := s.dp.Delete(f.Key, f.Mask); err != nil {
-		s.log.Debug("revalidator delete", "flow", f.String(), "err", err)
+		s.log.Debug("revalidator delete", "flow", f.Flow.String(), "err", err)
 	}
 	s.cache.mu.Lock()
-	delete(s.cache.ukeys, ukeyID{f.Key, f.Mask})
+	delete(s.cache.ukeys, f.ID)
 	s.cache.mu.Unlock()
 }
 
 func actionsEqual(a, b []flow.Action) bool {
-	return slices.EqualFunc(a, b, func(x, y flow.Action) bool { return x.String() == y.String() })
+	return slices.EqualFunc(a, b, actionEqual)
+}
+
+// actionEqual compares two actions; the MAC rewrites hold slices, every
+// other action is a comparable value.
+func actionEqual(x, y flow.Action) bool {
+	switch a := x.(type) {
+	case flow.SetEthSrc:
+		b, ok := y.(flow.SetEthSrc)
+		return ok && bytes.Equal(a.MAC, b.MAC)
+	case flow.SetEthDst:
+		b, ok := y.(flow.SetEthDst)
+		return ok && bytes.Equal(a.MAC, b.MAC)
+	}
+	switch y.(type) {
+	case flow.SetEthSrc, flow.SetEthDst:
+		return false
+	}
+	return x == y
 }
 
 // expireRules removes OpenFlow rules whose timeouts passed.
@@ -223,6 +268,3 @@ func (r *revalidator) stats() RevalidatorStats {
 	defer r.mu.Unlock()
 	return RevalidatorStats{r.rounds, r.lastDuration, r.maxDuration, r.lastFlows, r.idleDeleted, r.staleDeleted, r.modified, r.revalidated, r.ruleExpired}
 }
-
-var _ = datapath.ErrNoFlow
-var _ = openflow.TypeFlowRemoved

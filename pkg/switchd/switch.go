@@ -191,7 +191,10 @@ func New(cfg Config) (*Switch, error) {
 	// Flows a previous process cached stay in the fast path; without the
 	// pipeline that made them (OpenFlow tables are not persistent) they are
 	// kept until the controller re-programs the switch, then revalidated.
-	s.cache.adopt(dp)
+	if err := s.cache.adopt(dp); err != nil {
+		dp.Close()
+		return nil, err
+	}
 	s.updateFailMode()
 	return s, nil
 }

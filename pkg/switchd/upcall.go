@@ -150,12 +150,12 @@ func (s *Switch) install(key flow.Key, x *xlate) {
 		return
 	}
 	f := flow.Flow{Key: key.And(x.mask), Mask: x.mask, Actions: x.actions}
-	err := s.dp.Put(f)
+	id, err := s.dp.Install(f)
 	switch {
 	case err == nil:
 		s.stats.installed.Add(1)
 		s.cache.mu.Lock()
-		s.cache.ukeys[ukeyID{f.Key, f.Mask}] = &ukey{packet: key, mask: x.mask, actions: x.actions, rules: x.Rules, version: x.version, created: time.Now()}
+		s.cache.ukeys[id] = &ukey{packet: key, mask: x.mask, actions: x.actions, rules: x.Rules, version: x.version, created: time.Now()}
 		s.cache.mu.Unlock()
 	case errors.Is(err, datapath.ErrFlowExists):
 		// Another packet of the same megaflow got there first.
