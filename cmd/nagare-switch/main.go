@@ -69,6 +69,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.RevalidateInterval, "revalidate-interval", 500*time.Millisecond, "period of revalidator rounds")
 	fs.Var(&ports, "port", "attach IFNAME at start, optionally as IFNAME=N (repeatable)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&cfg.DisableMegaflows, "disable-megaflows", false, "cache exact flows only (one per packet key), for flow-setup benchmarks")
 	fs.BoolVar(&destroy, "destroy", false, "remove the bridge's fast path (detach ports, delete flows and pins) and exit")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -55,3 +55,12 @@ func (c *flowCache) adopt(dp *datapath.Datapath) error {
 	}
 	return nil
 }
+
+// flushCache deletes every cached flow (they are set up again on demand).
+func (s *Switch) flushCache() error {
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	err := s.dp.Flush()
+	s.cache.ukeys = map[uint32]*ukey{}
+	return err
+}

@@ -29,6 +29,7 @@ type CtlRequest struct {
 	Local  string `json:"local,omitempty"`
 	Packet string `json:"packet,omitempty"` // trace: ovs-ofctl match syntax
 	Hex    string `json:"hex,omitempty"`    // trace: a whole frame in hex instead
+	Change bool   `json:"change,omitempty"` // revalidate: change the tables first
 }
 
 // CtlResponse is the answer: text lines for people, Data for programs.
@@ -114,10 +115,30 @@ func (s *Switch) controlDo(req CtlRequest) ([]string, any, error) {
 	case "show":
 		return s.show()
 	case "revalidate":
-		s.rv.sync()
-		return nil, s.rv.stats(), nil
+		// One round now; with Change, after an unrelated table change so
+		// that every cached flow is translated again (benchmarks).
+		if req.Change {
+			s.rv.mu.Lock()
+			n := s.rv.rounds
+			s.rv.mu.Unlock()
+			fm, _ := openflow.ParseFlow(fmt.Sprintf("table=253,priority=1,cookie=0x6e616761,tcp,tp_dst=%d,actions=drop", 1+n%60000))
+			if _, err := s.pl.FlowMod(fm); err != nil {
+				return nil, nil, err
+			}
+		}
+		start := time.Now()
+		s.rv.force()
+		st := s.rv.stats()
+		return []string{fmt.Sprintf("revalidated %d flows in %v", st.LastFlows, st.LastDuration)},
+			map[string]any{"flows": st.LastFlows, "duration_ns": st.LastDuration.Nanoseconds(), "wall_ns": time.Since(start).Nanoseconds()}, nil
+	case "flush-cache":
+		n := s.cache.len()
+		if err := s.flushCache(); err != nil {
+			return nil, nil, err
+		}
+		return []string{fmt.Sprintf("deleted %d cached flows", n)}, nil, nil
 	}
-	return nil, nil, fmt.Errorf("unknown command %q (port-add, port-del, dump-ports, dump-flows, dump-cache, trace, show, revalidate)", req.Cmd)
+	return nil, nil, fmt.Errorf("unknown command %q (port-add, port-del, dump-ports, dump-flows, dump-cache, trace, show, revalidate, flush-cache)", req.Cmd)
 }
 
 func (s *Switch) dumpPorts() ([]string, any, error) {
@@ -200,7 +221,7 @@ func (s *Switch) show() ([]string, any, error) {
 	}
 	sort.Strings(reasons)
 	lines = append(lines, "drops: "+strings.Join(reasons, " "))
-	data := map[string]any{"counters": c, "revalidator": rv, "cached_flows": s.cache.len()}
+	data := map[string]any{"counters": c, "revalidator": rv, "cached_flows": s.cache.len(), "installed": st.installed.Load()}
 	return lines, data, nil
 }
 

@@ -88,6 +88,17 @@ func (r *revalidator) sync() {
 	}
 }
 
+// force runs a round now (through the revalidator's goroutine when it is
+// running, so rounds never overlap).
+func (r *revalidator) force() {
+	done := make(chan struct{})
+	select {
+	case r.kick <- done:
+		<-done
+	case <-time.After(5 * time.Second):
+	}
+}
+
 func (r *revalidator) round() {
 	s := r.s
 	start := time.Now()

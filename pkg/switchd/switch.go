@@ -55,7 +55,11 @@ type Config struct {
 	// RevalidateInterval is the period of the revalidator's rounds; default 500ms.
 	RevalidateInterval time.Duration
 	ProbeInterval      time.Duration // OpenFlow echo keepalive; default 5s
-	Logger             *slog.Logger
+	// DisableMegaflows installs every flow with an exact mask (one cached
+	// flow per packet key), like Open vSwitch's upcall/disable-megaflows:
+	// for flow-setup benchmarks and debugging, never for production.
+	DisableMegaflows bool
+	Logger           *slog.Logger
 }
 
 func (c *Config) setDefaults() error {

@@ -143,19 +143,31 @@ func (s *Switch) handleMiss(u *datapath.Upcall) {
 	}
 }
 
+// exactMask matches every key field but the TCP flags (which change
+// within a connection).
+var exactMask = func() flow.Mask {
+	m := flow.ExactMask()
+	m.TCPFlags = 0
+	return m
+}()
+
 // install caches a translation as a megaflow, within the flow limit.
 func (s *Switch) install(key flow.Key, x *xlate) {
 	if s.cache.len() >= s.cfg.FlowLimit {
 		s.stats.limited.Add(1)
 		return
 	}
-	f := flow.Flow{Key: key.And(x.mask), Mask: x.mask, Actions: x.actions}
+	mask := x.mask
+	if s.cfg.DisableMegaflows {
+		mask = exactMask
+	}
+	f := flow.Flow{Key: key.And(mask), Mask: mask, Actions: x.actions}
 	id, err := s.dp.Install(f)
 	switch {
 	case err == nil:
 		s.stats.installed.Add(1)
 		s.cache.mu.Lock()
-		s.cache.ukeys[id] = &ukey{packet: key, mask: x.mask, actions: x.actions, rules: x.Rules, version: x.version, created: time.Now()}
+		s.cache.ukeys[id] = &ukey{packet: key, mask: mask, actions: x.actions, rules: x.Rules, version: x.version, created: time.Now()}
 		s.cache.mu.Unlock()
 	case errors.Is(err, datapath.ErrFlowExists):
 		// Another packet of the same megaflow got there first.
