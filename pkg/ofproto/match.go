@@ -313,3 +313,17 @@ func ofErr(t openflow.ErrorType, code uint16, format string, args ...any) *openf
 }
 
 var be = binary.BigEndian
+
+// PacketKey is the key of a packet described by match values (masks are
+// ignored), each field placed where the fast path's key keeps it. nagarectl
+// trace uses it to build the packet a description names.
+func PacketKey(m openflow.Match) flow.Key {
+	var k flow.Key
+	var meta uint64
+	for _, o := range m.Fields {
+		if o.IsBasic() && supported(o.Field) {
+			place(&k, &meta, o.Field, o.Value)
+		}
+	}
+	return k
+}

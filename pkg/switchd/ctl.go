@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nagare-net/nagare/pkg/datapath"
 	"github.com/nagare-net/nagare/pkg/flow"
 	"github.com/nagare-net/nagare/pkg/ofproto"
 	"github.com/nagare-net/nagare/pkg/openflow"
@@ -281,56 +280,19 @@ func parseHex(s string) ([]byte, error) {
 	return b, nil
 }
 
-// keyFromMatch builds the packet a trace describes from match fields
-// (their values; masks are ignored).
+// keyFromMatch builds the packet a trace describes from match values:
+// the fields as the pipeline places them, plus what a real packet has
+// (a present VLAN tag, tunnel metadata, a TTL).
 func keyFromMatch(m openflow.Match) flow.Key {
-	var k flow.Key
-	for _, o := range m.Fields {
-		if !o.IsBasic() {
-			continue
-		}
-		v := o.Uint
-		switch o.Field {
-		case openflow.FieldInPort:
-			k.InPort = uint32(v())
-		case openflow.FieldEthDst:
-			copy(k.EthDst[:], o.Value)
-		case openflow.FieldEthSrc:
-			copy(k.EthSrc[:], o.Value)
-		case openflow.FieldEthType:
-			k.EthType = uint16(v())
-		case openflow.FieldVLANVID:
-			k.VlanTCI = k.VlanTCI&0xe000 | uint16(v())&0x1fff
-		case openflow.FieldVLANPCP:
-			k.VlanTCI = k.VlanTCI&0x1fff | uint16(v())<<13 | flow.VLANCFI
-		case openflow.FieldIPDSCP:
-			k.NwTOS = k.NwTOS&3 | uint8(v())<<2
-		case openflow.FieldIPECN:
-			k.NwTOS = k.NwTOS&^3 | uint8(v())&3
-		case openflow.FieldIPProto, openflow.FieldARPOp:
-			k.NwProto = uint8(v())
-		case openflow.FieldIPv4Src, openflow.FieldARPSPA, openflow.FieldIPv6Src:
-			copy(k.IPSrc[:], o.Value)
-		case openflow.FieldIPv4Dst, openflow.FieldARPTPA, openflow.FieldIPv6Dst:
-			copy(k.IPDst[:], o.Value)
-		case openflow.FieldTCPSrc, openflow.FieldUDPSrc, openflow.FieldSCTPSrc, openflow.FieldICMPv4Type, openflow.FieldICMPv6Type:
-			k.TpSrc = uint16(v())
-		case openflow.FieldTCPDst, openflow.FieldUDPDst, openflow.FieldSCTPDst, openflow.FieldICMPv4Code, openflow.FieldICMPv6Code:
-			k.TpDst = uint16(v())
-		case openflow.FieldARPSHA:
-			copy(k.ArpSHA[:], o.Value)
-		case openflow.FieldARPTHA:
-			copy(k.ArpTHA[:], o.Value)
-		case openflow.FieldIPv6FLabel:
-			k.IPv6Label = uint32(v())
-		case openflow.FieldTunnelID:
-			k.TunID, k.TunFlags = uint32(v()), flow.TunPresent
-		}
+	k := ofproto.PacketKey(m)
+	if _, ok := m.Get(openflow.FieldVLANPCP); ok {
+		k.VlanTCI |= flow.VLANCFI
+	}
+	if _, ok := m.Get(openflow.FieldTunnelID); ok {
+		k.TunFlags = flow.TunPresent
 	}
 	if k.NwTTL == 0 && (k.EthType == 0x0800 || k.EthType == 0x86dd) {
 		k.NwTTL = 64
 	}
 	return k
 }
-
-var _ = datapath.ErrNoFlow

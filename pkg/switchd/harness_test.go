@@ -2,6 +2,7 @@ package switchd
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -185,4 +186,23 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // ping runs a few pings from pod i to pod j and reports success.
 func (ts *testSwitch) ping(i, j int) error {
 	return ts.Pods[i-1].Sh(ts.t, "ping", "-c", "2", "-i", "0.2", "-W", "2", podIP(j))
+}
+
+// control sends one nagarectl request over the socket and returns the
+// answer.
+func (ts *testSwitch) control(req CtlRequest) CtlResponse {
+	ts.t.Helper()
+	c, err := net.Dial("unix", ts.Sock)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	defer c.Close()
+	if err := json.NewEncoder(c).Encode(req); err != nil {
+		ts.t.Fatal(err)
+	}
+	var r CtlResponse
+	if err := json.NewDecoder(c).Decode(&r); err != nil {
+		ts.t.Fatal(err)
+	}
+	return r
 }

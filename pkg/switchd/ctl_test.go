@@ -1,0 +1,38 @@
+package switchd
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+	"github.com/nagare-net/nagare/pkg/openflow"
+)
+
+func TestKeyFromMatch(t *testing.T) {
+	m, err := openflow.ParseMatch("in_port=3,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2,tp_dst=53,dl_vlan=10,tun_id=0x7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := keyFromMatch(m)
+	want := "in_port=3,tunnel(vni=7,flags=0x1),vlan_tci=0x100a,eth_type=0x800,ipv4(src=10.0.0.1,dst=10.0.0.2,proto=17,ttl=64),udp(dst=53)"
+	if got := flow.Format(k, flow.Present(k)); got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+// TestNagarectlTrace runs the trace through the control socket.
+func TestControlTrace(t *testing.T) {
+	ts := startSwitch(t, 2, nil)
+	ts.ofctl("add-flow", "table=0,priority=10,udp,actions=goto_table:1")
+	ts.ofctl("add-flow", "table=1,priority=10,udp,tp_dst=53,actions=output:2")
+	r := ts.control(CtlRequest{Cmd: "trace", Packet: "in_port=1,udp,nw_dst=10.8.0.2,tp_dst=53"})
+	out := strings.Join(r.Lines, "\n")
+	for _, want := range []string{"table 0:", "table 1:", "datapath actions: output:2", "megaflow: in_port=1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trace lacks %q:\n%s", want, out)
+		}
+	}
+	if r := ts.control(CtlRequest{Cmd: "nonsense"}); r.OK || !strings.Contains(r.Error, "unknown command") {
+		t.Errorf("unknown command answered %+v", r)
+	}
+}
