@@ -12,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,4 +238,64 @@ func UDPOnce(t testing.TB, from, to NS, addr, msg string) string {
 		return ""
 	}
 	return string(buf[:k])
+}
+
+// Stream is a paced UDP stream from one namespace to another, counted at
+// the receiver: what restart tests run while they restart things.
+type Stream struct {
+	total    int
+	received atomic.Int64
+	sent     chan struct{}
+	Reached  chan struct{} // closed once the stream has sent its first `at` datagrams
+}
+
+// StartUDPStream sends total datagrams, one every gap, from `from` to addr
+// (a socket bound in `to`).
+func StartUDPStream(t testing.TB, from, to NS, addr string, total, at int, gap time.Duration) *Stream {
+	t.Helper()
+	var srv net.PacketConn
+	var c net.Conn
+	var err error
+	to.In(t, func() { srv, err = net.ListenPacket("udp4", addr) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	from.In(t, func() { c, err = net.Dial("udp4", addr) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := &Stream{total: total, sent: make(chan struct{}), Reached: make(chan struct{})}
+	go func() {
+		b := make([]byte, 64)
+		for {
+			if _, _, err := srv.ReadFrom(b); err != nil {
+				return
+			}
+			s.received.Add(1)
+		}
+	}()
+	go func() {
+		defer close(s.sent)
+		for i := 0; i < total; i++ {
+			if i == at {
+				close(s.Reached)
+			}
+			_, _ = c.Write([]byte(strconv.Itoa(i)))
+			time.Sleep(gap)
+		}
+	}()
+	return s
+}
+
+// Wait waits until everything was sent and the tail arrived (at most 5 s
+// more) and returns how many datagrams arrived.
+func (s *Stream) Wait() int {
+	<-s.sent
+	deadline := time.Now().Add(5 * time.Second)
+	for int(s.received.Load()) < s.total && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return int(s.received.Load())
 }

@@ -2,9 +2,7 @@ package datapath
 
 import (
 	"fmt"
-	"net"
-	"strconv"
-	"sync/atomic"
+	"github.com/nagare-net/nagare/internal/nstest"
 	"testing"
 	"time"
 
@@ -20,45 +18,9 @@ func TestRestartKeepsForwarding(t *testing.T) {
 	crossConnect(t, d, 1, 2)
 	cfg := d.cfg
 
-	var srv net.PacketConn
-	var err error
-	b.In(t, func() { srv, err = net.ListenPacket("udp4", "10.1.0.2:7200") })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	var received atomic.Int64
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			if _, _, err := srv.ReadFrom(buf); err != nil {
-				return
-			}
-			received.Add(1)
-		}
-	}()
-	var c net.Conn
-	a.In(t, func() { c, err = net.Dial("udp4", "10.1.0.2:7200") })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-
 	const total = 3000
-	sent := make(chan struct{})
-	restart := make(chan struct{})
-	go func() {
-		defer close(sent)
-		for i := 0; i < total; i++ {
-			if i == total/3 {
-				close(restart)
-			}
-			_, _ = c.Write([]byte(strconv.Itoa(i)))
-			time.Sleep(200 * time.Microsecond)
-		}
-	}()
-
-	<-restart
+	stream := nstest.StartUDPStream(t, a, b, "10.1.0.2:7200", total, total/3, 200*time.Microsecond)
+	<-stream.Reached
 	flowsBefore := len(d.Flows())
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
@@ -68,7 +30,6 @@ func TestRestartKeepsForwarding(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d2.Destroy()
-	<-sent
 
 	if got := len(d2.Flows()); got != flowsBefore {
 		t.Fatalf("reopened instance sees %d flows, had %d", got, flowsBefore)
@@ -95,12 +56,7 @@ func TestRestartKeepsForwarding(t *testing.T) {
 			t.Fatalf("port %s runs program %d, the new process loaded %d", p.Name, li.Program, progID)
 		}
 	}
-	// Wait for the tail of the stream to drain (bounded).
-	deadline := time.Now().Add(5 * time.Second)
-	for received.Load() < total && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := received.Load(); got != total {
+	if got := stream.Wait(); got != total {
 		t.Fatalf("received %d of %d datagrams across the restart", got, total)
 	}
 	// The new process can still change the flows it inherited.

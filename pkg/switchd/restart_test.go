@@ -1,9 +1,7 @@
 package switchd
 
 import (
-	"net"
-	"strconv"
-	"sync/atomic"
+	"github.com/nagare-net/nagare/internal/nstest"
 	"testing"
 	"time"
 )
@@ -17,43 +15,9 @@ func TestRestartKeepsForwarding(t *testing.T) {
 	ts.ofctl("add-flow", "priority=10,in_port=1,actions=output:2")
 	ts.ofctl("add-flow", "priority=10,in_port=2,actions=output:1")
 
-	var srv net.PacketConn
-	var err error
-	ts.Pods[1].In(t, func() { srv, err = net.ListenPacket("udp4", podIP(2)+":7300") })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	var received atomic.Int64
-	go func() {
-		b := make([]byte, 64)
-		for {
-			if _, _, err := srv.ReadFrom(b); err != nil {
-				return
-			}
-			received.Add(1)
-		}
-	}()
-	var c net.Conn
-	ts.Pods[0].In(t, func() { c, err = net.Dial("udp4", podIP(2)+":7300") })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	const total = 4000
-	half := make(chan struct{})
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		for i := 0; i < total; i++ {
-			if i == total/4 {
-				close(half)
-			}
-			_, _ = c.Write([]byte(strconv.Itoa(i)))
-			time.Sleep(250 * time.Microsecond)
-		}
-	}()
-	<-half
+	stream := nstest.StartUDPStream(t, ts.Pods[0], ts.Pods[1], podIP(2)+":7300", total, total/4, 250*time.Microsecond)
+	<-stream.Reached
 	runDir := ts.Config().RunDir
 	ts.stop()
 	// The new process: same run dir, so the same fast-path instance.
@@ -64,9 +28,7 @@ func TestRestartKeepsForwarding(t *testing.T) {
 	// The controller notices and programs the new switch.
 	ts2.ofctl("add-flow", "priority=10,in_port=1,actions=output:2")
 	ts2.ofctl("add-flow", "priority=10,in_port=2,actions=output:1")
-	<-sent
-	waitFor(t, "the stream's tail", func() bool { return received.Load() >= total })
-	if got := received.Load(); got != total {
+	if got := stream.Wait(); got != total {
 		t.Fatalf("received %d of %d datagrams across the restart", got, total)
 	}
 	if err := ts2.ping(1, 2); err != nil {
