@@ -58,6 +58,8 @@ func (c *flowCache) adopt(dp *datapath.Datapath) error {
 
 // flushCache deletes every cached flow (they are set up again on demand).
 func (s *Switch) flushCache() error {
+	s.rv.roundMu.Lock()
+	defer s.rv.roundMu.Unlock()
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
 	err := s.dp.Flush()

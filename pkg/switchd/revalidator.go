@@ -25,6 +25,10 @@ import (
 type revalidator struct {
 	s    *Switch
 	kick chan chan struct{}
+	// roundMu is held for a whole round, and by flushCache: a flush
+	// between a round's dump and its bookkeeping would have the round
+	// re-create ukeys (or flows) for what the flush deleted.
+	roundMu sync.Mutex
 
 	mu           sync.Mutex
 	lastVersion  uint64
@@ -100,6 +104,8 @@ func (r *revalidator) force() {
 }
 
 func (r *revalidator) round() {
+	r.roundMu.Lock()
+	defer r.roundMu.Unlock()
 	s := r.s
 	start := time.Now()
 	version := s.pl.Version()
