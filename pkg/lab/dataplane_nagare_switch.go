@@ -314,7 +314,19 @@ func (sw *nagareSwitch) ctl(ctx context.Context, req switchd.CtlRequest) (*switc
 	return &resp, nil
 }
 
-func (p *nagareSwitchPlane) Teardown(context.Context, *Topology) error { return nil }
+// Teardown logs each switch's `show` (slow-path, revalidator and drop
+// counters) to the run's command log.
+func (p *nagareSwitchPlane) Teardown(ctx context.Context, t *Topology) error {
+	for _, sw := range p.sws {
+		if sw.proc == nil || sw.proc.Exited() {
+			continue
+		}
+		if r, err := sw.ctl(ctx, switchd.CtlRequest{Cmd: "show"}); err == nil {
+			t.Sh.logf("# %s show:\n#   %s", sw.bridge, strings.Join(r.Lines, "\n#   "))
+		}
+	}
+	return nil
+}
 
 func (p *nagareSwitchPlane) Processes() []int {
 	var pids []int
