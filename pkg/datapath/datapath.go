@@ -80,6 +80,13 @@ type Datapath struct {
 	ncpu  int
 	slots chan uint32
 
+	// The thread that stays in the namespace (see inNetns).
+	nsOnce    sync.Once
+	closeOnce sync.Once
+	nsCalls   chan nsCall
+	nsStop    chan struct{}
+	nsErr     error
+
 	mu     sync.Mutex
 	ports  map[uint32]*Port // by OpenFlow port number
 	masks  [MaxMasks]maskSlot
@@ -123,12 +130,13 @@ func Open(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	d := &Datapath{
-		cfg:   cfg,
-		dir:   filepath.Join(cfg.PinRoot, cfg.Name),
-		ports: make(map[uint32]*Port),
-		flows: make(map[megaflowID]*installed),
-		ns:    -1,
-		slots: make(chan uint32, execSlots),
+		cfg:    cfg,
+		dir:    filepath.Join(cfg.PinRoot, cfg.Name),
+		ports:  make(map[uint32]*Port),
+		flows:  make(map[megaflowID]*installed),
+		ns:     -1,
+		slots:  make(chan uint32, execSlots),
+		nsStop: make(chan struct{}),
 	}
 	for i := uint32(0); i < execSlots; i++ {
 		d.slots <- i
@@ -191,6 +199,7 @@ func (d *Datapath) load() error {
 // stay: traffic keeps flowing through the installed flows.
 func (d *Datapath) Close() error {
 	err := d.objs.Close()
+	d.closeOnce.Do(func() { close(d.nsStop) })
 	if d.ns >= 0 {
 		d.ns.Close()
 		d.ns = -1
@@ -216,37 +225,61 @@ func (d *Datapath) Destroy() error {
 // Dir is the instance's pin directory.
 func (d *Datapath) Dir() string { return d.dir }
 
-// inNetns runs fn on an OS thread that has entered the instance's network
+// inNetns runs fn on an OS thread that is in the instance's network
 // namespace: device names, ifindexes, tcx attachment and BPF_PROG_RUN's
-// redirects are all relative to the calling thread's namespace.
+// redirects are all relative to the calling thread's namespace. One
+// long-lived thread (nsThread) stays in the namespace and runs every such
+// call, so an Execute per upcalled packet costs a hand-off, not two setns
+// calls and a thread.
 func (d *Datapath) inNetns(fn func() error) error {
 	if d.ns < 0 {
 		return fn()
 	}
-	errc := make(chan error, 1)
+	d.nsOnce.Do(d.startNSThread)
+	if d.nsErr != nil {
+		return d.nsErr
+	}
+	req := nsCall{fn: fn, done: make(chan error, 1)}
+	select {
+	case d.nsCalls <- req:
+	case <-d.nsStop:
+		return errors.New("datapath: closed")
+	}
+	return <-req.done
+}
+
+type nsCall struct {
+	fn   func() error
+	done chan error
+}
+
+// startNSThread starts the goroutine that locks an OS thread, enters the
+// namespace and serves inNetns calls until Close. The thread is never
+// unlocked: when the goroutine ends, the runtime discards the thread with
+// its namespace.
+func (d *Datapath) startNSThread() {
+	d.nsCalls = make(chan nsCall)
+	ready := make(chan error)
 	go func() {
 		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
 		if err := netns.Set(d.ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
+			ready <- err
 			return
 		}
-		err = fn()
-		if netns.Set(orig) == nil {
-			// Only a thread back in its own namespace may run other goroutines;
-			// otherwise it exits with this goroutine, still locked.
-			runtime.UnlockOSThread()
+		ready <- nil
+		for {
+			select {
+			case c := <-d.nsCalls:
+				c.done <- c.fn()
+			case <-d.nsStop:
+				return
+			}
 		}
-		errc <- err
 	}()
-	return <-errc
+	d.nsErr = <-ready
+	if d.nsErr != nil {
+		d.nsErr = fmt.Errorf("datapath: entering network namespace %s: %w", d.cfg.NetNS, d.nsErr)
+	}
 }
 
 // ensureBPFFS makes sure dir is on a BPF filesystem, mounting one on
