@@ -254,19 +254,28 @@ type nsCall struct {
 }
 
 // startNSThread starts the goroutine that locks an OS thread, enters the
-// namespace and serves inNetns calls until Close. The thread is never
-// unlocked: when the goroutine ends, the runtime discards the thread with
-// its namespace.
+// namespace and serves inNetns calls until Close, then returns the thread
+// to its own namespace.
 func (d *Datapath) startNSThread() {
 	d.nsCalls = make(chan nsCall)
 	ready := make(chan error)
 	go func() {
 		runtime.LockOSThread()
-		if err := netns.Set(d.ns); err != nil {
-			ready <- err
-			return
+		orig, err := netns.Get()
+		if err == nil {
+			err = netns.Set(d.ns)
 		}
-		ready <- nil
+		ready <- err
+		if err != nil {
+			return // the thread is discarded with this goroutine
+		}
+		defer func() {
+			// Back home before the thread serves other goroutines.
+			if netns.Set(orig) == nil {
+				runtime.UnlockOSThread()
+			}
+			orig.Close()
+		}()
 		for {
 			select {
 			case c := <-d.nsCalls:

@@ -25,7 +25,7 @@ func BenchmarkRevalidation(b *testing.B) {
 	for _, n := range sizes {
 		for _, mode := range []string{"steady", "changed"} {
 			b.Run(fmt.Sprintf("flows-%d/%s", n, mode), func(b *testing.B) {
-				sw := benchSwitch(b, n)
+				sw := benchSwitch(b, n, 0)
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					if mode == "changed" {
@@ -53,10 +53,10 @@ func BenchmarkRevalidation(b *testing.B) {
 // benchSwitch makes a switch (not running) with ports 1 and 2, the rule
 // udp → output:2, and n cached megaflows that agree with it (exact on the
 // UDP ports, which is wider than the rule needs: revalidation keeps them).
-func benchSwitch(b *testing.B, n int) *Switch {
+func benchSwitch(b *testing.B, n, room int) *Switch {
 	b.Helper()
 	node, _ := newTopo(b, 2)
-	cfg := Config{Bridge: "br0", RunDir: b.TempDir(), NetNS: node.Path, PinRoot: testPinRoot, MaxFlows: n + 1024, FlowLimit: n + 1024, IdleTimeout: time.Hour}
+	cfg := Config{Bridge: "br0", RunDir: b.TempDir(), NetNS: node.Path, PinRoot: testPinRoot, MaxFlows: n + room + 1024, FlowLimit: n + room + 1024, IdleTimeout: time.Hour}
 	sw, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)

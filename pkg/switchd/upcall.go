@@ -22,8 +22,16 @@ type slowStats struct {
 	xlateErrs, packetIns            atomic.Uint64
 }
 
-// upcallLoop reads the fast path's upcalls until ctx ends.
+// upcallLoop reads the fast path's upcalls until ctx ends. It runs on a
+// thread of its own that stays in the ports' namespace, so executing an
+// upcalled packet is a direct BPF_PROG_RUN.
 func (s *Switch) upcallLoop(ctx context.Context) {
+	restore, err := s.dp.LockToNetns()
+	if err != nil {
+		s.log.Error("upcall handler", "err", err)
+		return
+	}
+	defer restore()
 	r, err := s.dp.Upcalls()
 	if err != nil {
 		s.log.Error("upcall ring", "err", err)
@@ -114,6 +122,8 @@ func withoutUserspace(acts []flow.Action) []flow.Action {
 	return out
 }
 
+// handleMiss sets up the flow of a missed packet and delivers it. It runs
+// on a thread in the ports' namespace (upcallLoop's, see LockToNetns).
 func (s *Switch) handleMiss(u *datapath.Upcall) {
 	x, err := s.translate(u.Key, false)
 	if err != nil {
@@ -131,7 +141,7 @@ func (s *Switch) handleMiss(u *datapath.Upcall) {
 	if acts := withoutUserspace(x.actions); len(acts) > 0 {
 		if u.Truncated() {
 			s.stats.truncated.Add(1)
-		} else if err := s.dp.Execute(u.Packet, u.Key.InPort, acts); err != nil {
+		} else if err := s.dp.ExecuteLocal(u.Packet, u.Key.InPort, acts); err != nil {
 			s.stats.execErrs.Add(1)
 			s.log.Debug("execute", "err", err)
 		} else {
