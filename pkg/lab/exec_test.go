@@ -2,23 +2,12 @@ package lab
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
-
-func alive(pid int) bool {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && !strings.HasPrefix(s[i+1:], " Z")
-}
 
 func TestStartStopKillsWholeProcessGroup(t *testing.T) {
 	var c Cleanup

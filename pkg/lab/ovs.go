@@ -120,15 +120,18 @@ func (o *ovsInstance) stopDaemon(name string) error {
 		return nil
 	}
 	syscall.Kill(pid, syscall.SIGTERM)
+	// Ownership is settled; from here wait for the process itself: an
+	// exiting process loses its cmdline before it is gone, and owns would
+	// call it gone while it still holds its namespace.
 	deadline := time.Now().Add(3 * time.Second)
-	for o.owns(pid) {
+	for alive(pid) {
 		if time.Now().After(deadline) {
 			syscall.Kill(pid, syscall.SIGKILL)
 			deadline = time.Now().Add(3 * time.Second)
-			for o.owns(pid) && time.Now().Before(deadline) {
+			for alive(pid) && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond) // polling a non-child's exit; nothing to wait on
 			}
-			if o.owns(pid) {
+			if alive(pid) {
 				return fmt.Errorf("%s %d survived SIGKILL", name, pid)
 			}
 			break
@@ -136,6 +139,16 @@ func (o *ovsInstance) stopDaemon(name string) error {
 		time.Sleep(10 * time.Millisecond) // polling a non-child's exit; nothing to wait on
 	}
 	return nil
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || !strings.HasPrefix(string(stat[i+1:]), " Z")
 }
 
 // owns reports whether pid is alive (not a zombie) and was started with

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 )
 
 // Address plan (see docs/lab.md). All of it lives only inside the lab's own
@@ -166,6 +167,11 @@ func deleteNamespace(sh *Shell, ns string) error {
 	// A process still inside would keep the namespace (and its links)
 	// alive after the name is gone: report it, it is a bug in the lab.
 	pids := pidsInNamespace(ns)
+	// Give processes that are exiting (their teardown just signalled
+	// them) a moment to be gone.
+	for deadline := time.Now().Add(3 * time.Second); len(pids) > 0 && time.Now().Before(deadline); pids = pidsInNamespace(ns) {
+		time.Sleep(20 * time.Millisecond) // polling other processes' exit; nothing to wait on
+	}
 	_, err := sh.Run(ctx, "ip", "netns", "del", ns)
 	if len(pids) > 0 {
 		return fmt.Errorf("processes %v were still running in %s", pids, ns)
