@@ -19,7 +19,8 @@ import (
 //
 //	nagarectl [--switch unix:PATH] port add IFNAME [--ofport N] [--kind K] [--remote IP [--local IP]]
 //	nagarectl [--switch unix:PATH] port del IFNAME
-//	nagarectl [--switch unix:PATH] dump-flows | dump-ports | dump-cache | show
+//	nagarectl [--switch unix:PATH] dump-flows | dump-ports | dump-cache | show | flush-cache
+//	nagarectl [--switch unix:PATH] revalidate [--change]
 //	nagarectl [--switch unix:PATH] trace 'in_port=1,tcp,nw_dst=10.0.0.2,tp_dst=80' [--hex FRAME]
 
 // switchTarget is the global --switch flag (taken out of the arguments
@@ -38,6 +39,7 @@ func init() {
 		{"dump-ports", "the switch ports with their counters"},
 		{"dump-cache", "the fast path's cached flows: masks, actions, counters"},
 		{"show", "switch summary: fast path, slow path and revalidator counters, drops"},
+		{"flush-cache", "delete every cached flow (they are set up again on demand)"},
 	} {
 		name := c.name
 		register(&command{name: name, summary: c.summary, usage: "nagarectl [--switch unix:PATH] " + name,
@@ -48,6 +50,17 @@ func init() {
 				return ctlPrint(stdout, switchd.CtlRequest{Cmd: name})
 			}})
 	}
+	register(&command{name: "revalidate", summary: "run one revalidator round now and print its time",
+		usage: "nagarectl [--switch unix:PATH] revalidate [--change]   (--change: after an unrelated table change, so every flow is translated again)",
+		run: func(args []string, stdout, _ io.Writer) error {
+			fs := flag.NewFlagSet("revalidate", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			change := fs.Bool("change", false, "change the tables first")
+			if err := fs.Parse(args); err != nil {
+				return usagef("%v", err)
+			}
+			return ctlPrint(stdout, switchd.CtlRequest{Cmd: "revalidate", Change: *change})
+		}})
 	register(&command{name: "trace", summary: "show how a packet goes through the OpenFlow tables",
 		usage: "nagarectl [--switch unix:PATH] trace PACKET [--hex FRAME]   (PACKET in ovs-ofctl match syntax, e.g. in_port=1,udp,nw_dst=10.0.0.2,tp_dst=53)",
 		run:   runTrace})
