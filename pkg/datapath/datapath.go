@@ -92,6 +92,7 @@ type Datapath struct {
 	masks  [MaxMasks]maskSlot
 	flows  map[megaflowID]*installed
 	ids    idAllocator
+	filter map[uint32]uint32 // mask_filter counts, as written (see addFilter)
 	gen    uint32
 	nMasks uint32
 }
@@ -134,6 +135,7 @@ func Open(cfg Config) (*Datapath, error) {
 		dir:    filepath.Join(cfg.PinRoot, cfg.Name),
 		ports:  make(map[uint32]*Port),
 		flows:  make(map[megaflowID]*installed),
+		filter: make(map[uint32]uint32),
 		ns:     -1,
 		slots:  make(chan uint32, execSlots),
 		nsStop: make(chan struct{}),

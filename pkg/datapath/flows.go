@@ -83,12 +83,10 @@ func (d *Datapath) Install(f flow.Flow) (uint32, error) {
 	kw, mw := f.Key.Words(), d.masks[slot].mask.Words()
 	in.filter = uint32(slot)<<filterBits | filterHash(&kw, &mw, d.masks[slot].words)
 
-	// Order matters for packets arriving meanwhile: stats and actions first,
-	// then the filter, then the megaflow that makes them reachable.
-	err = d.objs.Stats.Put(id, make([]nagareFlowStats, d.ncpu))
-	if err == nil {
-		err = d.objs.Flows.Put(id, encodeEntry(in.gen, raw))
-	}
+	// Order matters for packets arriving meanwhile: actions first, then the
+	// filter, then the megaflow that makes them reachable. (A free id's
+	// stats are zero: Delete zeroes them when it frees the id.)
+	err = d.objs.Flows.Put(id, encodeEntry(in.gen, raw))
 	if err == nil {
 		err = d.objs.FlowGens.Put(id, in.gen)
 	}
@@ -104,7 +102,7 @@ func (d *Datapath) Install(f flow.Flow) (uint32, error) {
 	if err != nil {
 		_ = d.objs.FlowGens.Put(id, uint32(0))
 		_ = d.objs.Flows.Delete(id)
-		d.ids.release(id)
+		d.freeID(id)
 		if fresh {
 			d.releaseMask(slot, true)
 		}
@@ -167,7 +165,7 @@ func (d *Datapath) Delete(key flow.Key, mask flow.Mask) (Stats, error) {
 	st, _ := d.readStats(in.id)
 	_ = d.addFilter(in.filter, -1)
 	_ = d.objs.Flows.Delete(in.id)
-	d.ids.release(in.id)
+	d.freeID(in.id)
 	delete(d.flows, mid)
 	d.releaseMask(in.slot, false)
 	return st, nil
@@ -281,12 +279,26 @@ func (d *Datapath) releaseMask(slot int, fresh bool) {
 	}
 }
 
+// freeID zeroes a flow id's counters (the flow is unreachable by now) and
+// returns the id to the allocator, so Install needs no write for them.
+func (d *Datapath) freeID(id uint32) {
+	_ = d.objs.Stats.Put(id, make([]nagareFlowStats, d.ncpu))
+	d.ids.release(id)
+}
+
+// addFilter changes a filter slot's count. Userspace is the only writer,
+// so it keeps the counts (d.filter) and writes without reading first.
 func (d *Datapath) addFilter(slot uint32, delta int32) error {
-	var cnt uint32
-	if err := d.objs.MaskFilter.Lookup(slot, &cnt); err != nil {
+	n := uint32(int32(d.filter[slot]) + delta)
+	if err := d.objs.MaskFilter.Put(slot, n); err != nil {
 		return err
 	}
-	return d.objs.MaskFilter.Put(slot, uint32(int32(cnt)+delta))
+	if n == 0 {
+		delete(d.filter, slot)
+	} else {
+		d.filter[slot] = n
+	}
+	return nil
 }
 
 // Stats are a cached flow's counters, summed over CPUs.

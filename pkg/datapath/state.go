@@ -137,6 +137,7 @@ func (d *Datapath) restore() error {
 		kw, mw := key.Words(), d.masks[slot].mask.Words()
 		in.filter = uint32(slot)<<filterBits | filterHash(&kw, &mw, d.masks[slot].words)
 		d.flows[mk] = in
+		d.filter[in.filter]++
 		d.masks[slot].refs++
 		used[id] = true
 		d.gen = max(d.gen, gen)
@@ -151,7 +152,7 @@ func (d *Datapath) restore() error {
 	}
 	for i := uint32(0); i < d.ids.next; i++ {
 		if !used[i] {
-			d.ids.release(i)
+			d.freeID(i) // zeroed in case a previous process stopped mid-delete
 		}
 	}
 	return nil
