@@ -78,7 +78,10 @@ type Datapath struct {
 	objs  nagareObjects
 	ns    netns.NsHandle
 	ncpu  int
-	slots chan uint32
+	slots chan uint32 // dynamic execute slots
+
+	execMu    sync.Mutex
+	execCache map[string]uint32 // action list → cached execute slot
 
 	// The thread that stays in the namespace (see inNetns).
 	nsOnce    sync.Once
@@ -131,16 +134,17 @@ func Open(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	d := &Datapath{
-		cfg:    cfg,
-		dir:    filepath.Join(cfg.PinRoot, cfg.Name),
-		ports:  make(map[uint32]*Port),
-		flows:  make(map[megaflowID]*installed),
-		filter: make(map[uint32]uint32),
-		ns:     -1,
-		slots:  make(chan uint32, execSlots),
-		nsStop: make(chan struct{}),
+		cfg:       cfg,
+		dir:       filepath.Join(cfg.PinRoot, cfg.Name),
+		ports:     make(map[uint32]*Port),
+		flows:     make(map[megaflowID]*installed),
+		filter:    make(map[uint32]uint32),
+		execCache: make(map[string]uint32),
+		ns:        -1,
+		slots:     make(chan uint32, execSlots),
+		nsStop:    make(chan struct{}),
 	}
-	for i := uint32(0); i < execSlots; i++ {
+	for i := uint32(execCached); i < execSlots; i++ {
 		d.slots <- i
 	}
 	ncpu, err := ebpf.PossibleCPU()

@@ -75,10 +75,12 @@ func (d *Datapath) execute(pkt []byte, inPort uint32, actions []flow.Action, run
 	if err != nil {
 		return err
 	}
-	slot := <-d.slots
-	defer func() { d.slots <- slot }()
-	if err := d.objs.ExecActions.Put(slot, encodeEntry(1, raw)); err != nil {
+	slot, err := d.execSlot(encodeEntry(1, raw))
+	if err != nil {
 		return err
+	}
+	if slot >= execCached {
+		defer func() { d.slots <- slot }()
 	}
 	// struct __sk_buff as BPF_PROG_RUN context: ifindex (offset 40) picks
 	// the device the packet appears on, cb[0] (48) the action slot, cb[1]
@@ -94,4 +96,37 @@ func (d *Datapath) execute(pkt []byte, inPort uint32, actions []flow.Action, run
 		}
 		return nil
 	})
+}
+
+// execCached slots hold action lists that stay written: the lists Execute
+// sees most (output to a port, ...) are written once, not once per packet.
+// The other slots are written for each call and handed out one caller at a
+// time.
+const execCached = execSlots / 2
+
+// execSlot returns a slot holding entry: a cached one when entry was seen
+// before (or a cached slot is still free), else a dynamic slot the caller
+// must give back.
+func (d *Datapath) execSlot(entry []byte) (uint32, error) {
+	d.execMu.Lock()
+	if slot, ok := d.execCache[string(entry)]; ok {
+		d.execMu.Unlock()
+		return slot, nil
+	}
+	if len(d.execCache) < execCached {
+		slot := uint32(len(d.execCache))
+		err := d.objs.ExecActions.Put(slot, entry)
+		if err == nil {
+			d.execCache[string(entry)] = slot
+		}
+		d.execMu.Unlock()
+		return slot, err
+	}
+	d.execMu.Unlock()
+	slot := <-d.slots
+	if err := d.objs.ExecActions.Put(slot, entry); err != nil {
+		d.slots <- slot
+		return 0, err
+	}
+	return slot, nil
 }
