@@ -31,12 +31,16 @@ func (*nagarePlane) Description() string {
 
 func (*nagarePlane) Scope() Scope { return ScopeIntraNode | ScopeInterNode }
 
-func (*nagarePlane) Available() error {
+func (*nagarePlane) Available() error { return fastPathAvailable("nagare") }
+
+// fastPathAvailable says whether nagare's fast path can load here: it
+// needs root (BPF) and a kernel with BTF.
+func fastPathAvailable(plane string) error {
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("nagare needs root for BPF: %w", ErrNotAvailable)
+		return notAvailable("%s needs root for BPF", plane)
 	}
 	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		return fmt.Errorf("kernel without BTF: %w", ErrNotAvailable)
+		return notAvailable("kernel without BTF")
 	}
 	return nil
 }

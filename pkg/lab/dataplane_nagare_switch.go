@@ -70,11 +70,8 @@ func (*nagareSwitchPlane) Description() string {
 func (*nagareSwitchPlane) Scope() Scope { return ScopeIntraNode | ScopeInterNode }
 
 func (*nagareSwitchPlane) Available() error {
-	if os.Geteuid() != 0 {
-		return notAvailable("nagare-switch needs root for BPF")
-	}
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		return notAvailable("kernel without BTF")
+	if err := fastPathAvailable("nagare-switch"); err != nil {
+		return err
 	}
 	if _, err := NagareSwitchBinary(); err != nil {
 		return notAvailable("no nagare-switch next to this program or in PATH; build it: make build")
