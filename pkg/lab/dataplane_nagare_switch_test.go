@@ -3,7 +3,6 @@ package lab
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,17 +64,7 @@ func TestNagareSwitchPlane(t *testing.T) {
 	prefix := fmt.Sprintf("nlsw%d", os.Getpid())
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
-	res, err := Run(ctx, s, Options{Prefix: prefix, Progress: io.Discard, NoFiles: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var md strings.Builder
-	res.WriteMarkdown(&md)
-	t.Log("\n" + md.String())
-
-	if left := ListNamespaces(prefix); len(left) > 0 {
-		t.Errorf("namespaces left behind: %v", left)
-	}
+	res, _ := runScenario(ctx, t, s, prefix, true)
 	if pids := processesOf(bin); len(pids) > 0 {
 		t.Errorf("nagare-switch processes left behind: %v", pids)
 	}

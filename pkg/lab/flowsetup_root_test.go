@@ -3,7 +3,6 @@ package lab
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"testing"
@@ -63,16 +62,7 @@ func TestFlowSetupOVSEndToEnd(t *testing.T) {
 	defer func() { PktgenCommand = saved }()
 
 	prefix := fmt.Sprintf("nlf%d", os.Getpid())
-	res, err := Run(context.Background(), s, Options{Prefix: prefix, Progress: io.Discard, NoFiles: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var md strings.Builder
-	res.WriteMarkdown(&md)
-	t.Log("\n" + md.String())
-	if left := ListNamespaces(prefix); len(left) > 0 {
-		t.Errorf("namespaces left behind: %v", left)
-	}
+	res, _ := runScenario(context.Background(), t, s, prefix, true)
 	var fs *FlowSetupResult
 	var rv *RevalidationResult
 	for _, smp := range res.Samples {

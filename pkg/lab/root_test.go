@@ -98,17 +98,7 @@ func TestRunTinyScenarioEndToEnd(t *testing.T) {
 	}
 	defer func() { testHookBuilt = nil }()
 
-	res, err := Run(context.Background(), s, Options{Prefix: prefix, Progress: io.Discard, NoFiles: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var md strings.Builder
-	res.WriteMarkdown(&md)
-	t.Log("\n" + md.String())
-
-	if left := ListNamespaces(prefix); len(left) > 0 {
-		t.Errorf("namespaces left behind: %v", left)
-	}
+	res, md := runScenario(context.Background(), t, s, prefix, true)
 	if pids := pidsWithNetnsInode(inodes); len(pids) > 0 {
 		t.Errorf("processes left in the lab's namespaces: %v", pids)
 	}
@@ -157,7 +147,7 @@ func TestRunTinyScenarioEndToEnd(t *testing.T) {
 	if skipped == nil || !strings.Contains(skipped.Skipped, "no such hardware") {
 		t.Errorf("unavailable plane not reported as skipped: %+v", skipped)
 	}
-	if !strings.Contains(md.String(), "skipped: not available: no such hardware (test)") {
+	if !strings.Contains(md, "skipped: not available: no such hardware (test)") {
 		t.Error("markdown lacks the skip reason")
 	}
 }
@@ -180,13 +170,7 @@ measurements:
 		t.Fatal(err)
 	}
 	prefix := fmt.Sprintf("nlp%d", os.Getpid())
-	res, err := Run(context.Background(), s, Options{Prefix: prefix, Progress: io.Discard, NoFiles: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if left := ListNamespaces(prefix); len(left) > 0 {
-		t.Errorf("namespaces left behind: %v", left)
-	}
+	res, _ := runScenario(context.Background(), t, s, prefix, false)
 	ran := map[string]int{}
 	for _, r := range res.Rows() {
 		if r.Skipped != "" {
@@ -235,15 +219,9 @@ measurements:
 	var built []string
 	testHookBuilt = func(topo *Topology) { built = topo.namespaces() }
 	defer func() { testHookBuilt = nil }()
-	res, err := Run(context.Background(), s, Options{Prefix: prefix, Progress: io.Discard, NoFiles: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, _ := runScenario(context.Background(), t, s, prefix, false)
 	if !strings.Contains(strings.Join(built, " "), prefix+"-ul") {
 		t.Errorf("no underlay namespace among %v", built)
-	}
-	if left := ListNamespaces(prefix); len(left) > 0 {
-		t.Errorf("namespaces left behind: %v", left)
 	}
 	rows := res.Rows()
 	if len(rows) != 4 {
@@ -254,4 +232,24 @@ measurements:
 			t.Errorf("%s %s: %d/%d ok: %v", r.DataPlane, r.Measurement, r.OK, r.Runs, r.Errors)
 		}
 	}
+}
+
+// runScenario runs s under prefix as the root tests do (no files, no
+// progress bar), returns the result and its Markdown report (logged when
+// asked), and fails the test when a namespace of the run is left behind.
+func runScenario(ctx context.Context, t *testing.T, s *Scenario, prefix string, logReport bool) (*Result, string) {
+	t.Helper()
+	res, err := Run(ctx, s, Options{Prefix: prefix, Progress: io.Discard, NoFiles: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md strings.Builder
+	res.WriteMarkdown(&md)
+	if logReport {
+		t.Log("\n" + md.String())
+	}
+	if left := ListNamespaces(prefix); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+	return res, md.String()
 }
