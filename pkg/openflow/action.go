@@ -170,14 +170,52 @@ func (ActionSetField) Type() ActionType { return ActionTypeSetField }
 func (ActionExperimenter) Type() ActionType { return ActionTypeExperimenter }
 
 // act8 encodes the 8-byte actions: header then a 4-byte argument area.
-func act8(t ActionType, arg func(b []byte)) ([]byte, error) {
+func act8(t ActionType, arg func(b []byte)) ([]byte, error) { return tlv8(uint16(t), arg) }
+
+// Actions and instructions share one TLV shape: 2 bytes type, 2 bytes
+// length including this header, payload padded to 8. tlv8, experimenterTLV
+// and parseTLVHeader serve both.
+
+// tlv8 encodes an 8-byte TLV whose 4-byte payload arg fills.
+func tlv8(t uint16, arg func(b []byte)) ([]byte, error) {
 	b := make([]byte, 8)
-	be.PutUint16(b, uint16(t))
+	be.PutUint16(b, t)
 	be.PutUint16(b[2:], 8)
 	if arg != nil {
 		arg(b[4:])
 	}
 	return b, nil
+}
+
+// experimenterTLV encodes an experimenter action or instruction: header,
+// 4 bytes experimenter id, data zero-padded to 8.
+func experimenterTLV(t uint16, experimenter uint32, data []byte, what string) ([]byte, error) {
+	n := pad8(8 + len(data))
+	if n > 0xffff {
+		return nil, fmt.Errorf("openflow: experimenter %s of %d bytes", what, n)
+	}
+	b := make([]byte, n)
+	be.PutUint16(b, t)
+	be.PutUint16(b[2:], uint16(n))
+	be.PutUint32(b[4:], experimenter)
+	copy(b[8:], data)
+	return b, nil
+}
+
+// parseTLVHeader checks the TLV at the front of b and returns its type and
+// length. Errors carry et with code badLen; name names the TLV in messages.
+func parseTLVHeader(b []byte, et ErrorType, badLen uint16, kind string, name func(uint16) string) (uint16, int, error) {
+	if len(b) < 4 {
+		return 0, 0, short(et, badLen, kind+" header")
+	}
+	t, n := be.Uint16(b), int(be.Uint16(b[2:]))
+	if n < 8 || n%8 != 0 {
+		return 0, 0, bad(et, badLen, "%s length %d", name(t), n)
+	}
+	if n > len(b) {
+		return 0, 0, short(et, badLen, fmt.Sprintf("%s of %d bytes", name(t), n))
+	}
+	return t, n, nil
 }
 
 // MarshalBinary encodes the action.
@@ -263,16 +301,7 @@ func (a ActionSetField) MarshalBinary() ([]byte, error) {
 
 // MarshalBinary encodes the action; Data is padded with zeros to 8 bytes.
 func (a ActionExperimenter) MarshalBinary() ([]byte, error) {
-	n := pad8(8 + len(a.Data))
-	if n > 0xffff {
-		return nil, fmt.Errorf("openflow: experimenter action of %d bytes", n)
-	}
-	b := make([]byte, n)
-	be.PutUint16(b, uint16(ActionTypeExperimenter))
-	be.PutUint16(b[2:], uint16(n))
-	be.PutUint32(b[4:], a.Experimenter)
-	copy(b[8:], a.Data)
-	return b, nil
+	return experimenterTLV(uint16(ActionTypeExperimenter), a.Experimenter, a.Data, "action")
 }
 
 // ParseAction decodes the action at the front of b and returns it with its
@@ -280,16 +309,12 @@ func (a ActionExperimenter) MarshalBinary() ([]byte, error) {
 // that is short, not a multiple of 8 or wrong for the type, BAD_TYPE for an
 // unknown type, BAD_SET_LEN for a set_field whose OXM does not fit.
 func ParseAction(b []byte) (Action, int, error) {
-	if len(b) < 4 {
-		return nil, 0, short(ErrTypeBadAction, BadActionBadLen, "action header")
+	tt, n, err := parseTLVHeader(b, ErrTypeBadAction, BadActionBadLen, "action",
+		func(t uint16) string { return fmt.Sprintf("action %d", t) })
+	if err != nil {
+		return nil, 0, err
 	}
-	t, n := ActionType(be.Uint16(b)), int(be.Uint16(b[2:]))
-	if n < 8 || n%8 != 0 {
-		return nil, 0, bad(ErrTypeBadAction, BadActionBadLen, "action %d length %d", t, n)
-	}
-	if n > len(b) {
-		return nil, 0, short(ErrTypeBadAction, BadActionBadLen, fmt.Sprintf("action %d of %d bytes", t, n))
-	}
+	t := ActionType(tt)
 	p := b[4:n]
 	want := 8
 	var a Action

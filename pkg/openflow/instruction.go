@@ -105,15 +105,7 @@ func (InstMeter) Type() InstructionType { return InstTypeMeter }
 // Type returns InstTypeExperimenter.
 func (InstExperimenter) Type() InstructionType { return InstTypeExperimenter }
 
-func inst8(t InstructionType, arg func([]byte)) ([]byte, error) {
-	b := make([]byte, 8)
-	be.PutUint16(b, uint16(t))
-	be.PutUint16(b[2:], 8)
-	if arg != nil {
-		arg(b[4:])
-	}
-	return b, nil
-}
+func inst8(t InstructionType, arg func([]byte)) ([]byte, error) { return tlv8(uint16(t), arg) }
 
 func instActions(t InstructionType, as Actions) ([]byte, error) {
 	b, err := as.appendTo(make([]byte, 8, 8+as.Len()))
@@ -163,32 +155,19 @@ func (i InstMeter) MarshalBinary() ([]byte, error) {
 
 // MarshalBinary encodes the instruction; Data is zero-padded to 8 bytes.
 func (i InstExperimenter) MarshalBinary() ([]byte, error) {
-	n := pad8(8 + len(i.Data))
-	if n > 0xffff {
-		return nil, fmt.Errorf("openflow: experimenter instruction of %d bytes", n)
-	}
-	b := make([]byte, n)
-	be.PutUint16(b, uint16(InstTypeExperimenter))
-	be.PutUint16(b[2:], uint16(n))
-	be.PutUint32(b[4:], i.Experimenter)
-	copy(b[8:], i.Data)
-	return b, nil
+	return experimenterTLV(uint16(InstTypeExperimenter), i.Experimenter, i.Data, "instruction")
 }
 
 // ParseInstruction decodes the instruction at the front of b and returns
 // its encoded length. Errors carry OFPET_BAD_INSTRUCTION codes (BAD_LEN,
 // UNKNOWN_INST) or, from nested actions, OFPET_BAD_ACTION codes.
 func ParseInstruction(b []byte) (Instruction, int, error) {
-	if len(b) < 4 {
-		return nil, 0, short(ErrTypeBadInstruction, BadInstBadLen, "instruction header")
+	tt, n, err := parseTLVHeader(b, ErrTypeBadInstruction, BadInstBadLen, "instruction",
+		func(t uint16) string { return InstructionType(t).String() })
+	if err != nil {
+		return nil, 0, err
 	}
-	t, n := InstructionType(be.Uint16(b)), int(be.Uint16(b[2:]))
-	if n < 8 || n%8 != 0 {
-		return nil, 0, bad(ErrTypeBadInstruction, BadInstBadLen, "%s length %d", t, n)
-	}
-	if n > len(b) {
-		return nil, 0, short(ErrTypeBadInstruction, BadInstBadLen, fmt.Sprintf("%s of %d bytes", t, n))
-	}
+	t := InstructionType(tt)
 	p := b[4:n]
 	want := 8
 	var in Instruction
