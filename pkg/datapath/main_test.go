@@ -3,11 +3,12 @@ package datapath
 import (
 	"bytes"
 	"encoding/binary"
+	"flag"
 	"fmt"
+	"github.com/nagare-net/nagare/internal/nstest"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -27,13 +28,14 @@ var (
 
 func TestMain(m *testing.M) {
 	code := func() int {
-		if os.Geteuid() == 0 && !testingShort() {
+		flag.Parse() // testing.Short needs the flags before m.Run
+		if os.Geteuid() == 0 && !testing.Short() {
 			testNS = fmt.Sprintf("nagare-dpt-%d", os.Getpid())
-			if err := sh("ip", "netns", "add", testNS); err != nil {
+			if err := nstest.Sh("ip", "netns", "add", testNS); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
-			defer sh("ip", "netns", "del", testNS)
+			defer nstest.Sh("ip", "netns", "del", testNS)
 			// dummy0/dummy1: output targets that exist (veths whose peers
 			// discard what clones really send; no dummy module here).
 			for _, c := range [][]string{
@@ -45,7 +47,7 @@ func TestMain(m *testing.M) {
 				{"ip", "-n", testNS, "link", "set", "dummy0p", "up"},
 				{"ip", "-n", testNS, "link", "set", "dummy1p", "up"},
 			} {
-				if err := sh(c...); err != nil {
+				if err := nstest.Sh(c...); err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					return 1
 				}
@@ -68,23 +70,6 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	os.Exit(code)
-}
-
-func testingShort() bool {
-	for _, a := range os.Args {
-		if strings.HasPrefix(a, "-test.short") && !strings.HasSuffix(a, "=false") {
-			return true
-		}
-	}
-	return false
-}
-
-func sh(args ...string) error {
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return nil
 }
 
 func isBench(tb testing.TB) bool {

@@ -1,6 +1,8 @@
 package switchd
 
 import (
+	"strconv"
+
 	"github.com/nagare-net/nagare/pkg/openflow"
 )
 
@@ -246,14 +248,7 @@ func tableName(i int) string {
 	if i == 0 {
 		return "classifier"
 	}
-	return "table" + itoa(i)
-}
-
-func itoa(i int) string {
-	if i < 10 {
-		return string(rune('0' + i))
-	}
-	return itoa(i/10) + string(rune('0'+i%10))
+	return "table" + strconv.Itoa(i)
 }
 
 // supportedFields are the OXM fields the pipeline matches on (the ones the
