@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,20 @@ func TestUpcalls(t *testing.T) {
 		t.Fatalf("upcall %+v\nkey %s", u, flow.Format(u.Key, flow.ExactMask()))
 	}
 
+	// Records come in two sizes; both carry the whole packet up to the
+	// snapshot length, and a longer packet is cut there.
+	for _, size := range []int{upcallSmall, upcallSmall + 1, 1514, upcallSnap, upcallSnap + 100} {
+		p := udpPkt(t, "10.0.0.1", "10.0.0.2", 1001, 3333, strings.Repeat("x", size-42))
+		if v := d.run(p, "lo"); v.verdict != tcActShot {
+			t.Fatalf("%d B: miss verdict %d", size, v.verdict)
+		}
+		u := readUpcall(t, r)
+		want := p[:min(size, upcallSnap)]
+		if u.Len != size || !bytes.Equal(u.Packet, want) || u.Truncated() != (size > upcallSnap) {
+			t.Fatalf("%d B: upcall len %d, %d bytes captured (want %d)", size, u.Len, len(u.Packet), len(want))
+		}
+	}
+
 	// A userspace action sends a copy with its cookie; forwarding goes on.
 	d.put(inPortFlow(flow.Userspace{Cookie: 0xfeed}, flow.Output{Port: portOut}))
 	if v := d.run(pkt, "lo"); v.verdict != tcActRedirect {
@@ -66,7 +81,8 @@ func TestUpcalls(t *testing.T) {
 func TestUpcallRingFull(t *testing.T) {
 	d := newTestDP(t)
 	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, "x")
-	records := (8 << 20) / (upcallHeader + upcallSnap + 8)
+	// Small packets take small records (bpf/lib/upcall.h: UPCALL_SMALL).
+	records := (8 << 20) / (upcallHeader + upcallSmall + 8)
 	err := d.inNetns(func() error {
 		_, _, err := d.objs.NagarePortIngress.Benchmark(pkt, records+100, nil)
 		return err
