@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vishvananda/netns"
 
@@ -129,4 +132,133 @@ func (d *Datapath) execSlot(entry []byte) (uint32, error) {
 		return 0, err
 	}
 	return slot, nil
+}
+
+// ExecBatch delivers upcalled packets in batches. A packet whose actions
+// are only outputs to device ports (what most first packets need) is
+// queued and sent with the others in one sendmmsg call on a packet socket:
+// a transmit on the output device, as the fast path's output action does.
+// Any other packet is run through the actions with BPF_PROG_RUN, after
+// the queue is sent, so packets leave in the order they were added.
+//
+// An ExecBatch belongs to one goroutine that called LockToNetns: its
+// packet socket is opened in the instance's namespace.
+type ExecBatch struct {
+	d     *Datapath
+	fd    int
+	addrs []unix.RawSockaddrLinklayer
+	iovs  []unix.Iovec
+	msgs  []unix.Mmsghdr
+	keep  [][]byte // the queued packets, referenced by iovs
+	// Sent and Failed count packets handed to devices and refused.
+	Sent, Failed uint64
+}
+
+// execBatchMax is the most queued packet copies: past it Add sends.
+const execBatchMax = 64
+
+// NewExecBatch opens a batch for a goroutine that called LockToNetns.
+func (d *Datapath) NewExecBatch() (*ExecBatch, error) {
+	// Protocol 0: the socket only transmits, it never receives.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("datapath: packet socket: %w", err)
+	}
+	b := &ExecBatch{d: d, fd: fd, addrs: make([]unix.RawSockaddrLinklayer, execBatchMax),
+		iovs: make([]unix.Iovec, execBatchMax), msgs: make([]unix.Mmsghdr, execBatchMax)}
+	for i := range b.msgs {
+		b.msgs[i].Hdr.Name = (*byte)(unsafe.Pointer(&b.addrs[i]))
+		b.msgs[i].Hdr.Namelen = unix.SizeofSockaddrLinklayer
+		b.msgs[i].Hdr.Iov = &b.iovs[i]
+		b.msgs[i].Hdr.SetIovlen(1)
+	}
+	return b, nil
+}
+
+// Add executes pkt through actions as if it arrived on inPort, now or at
+// the next Flush. pkt must stay unchanged until then.
+func (b *ExecBatch) Add(pkt []byte, inPort uint32, actions []flow.Action) error {
+	if len(pkt) < 14 || len(pkt) > maxExecute {
+		return fmt.Errorf("datapath: execute %d bytes: %w", len(pkt), ErrPacketSize)
+	}
+	var devs [MaxActions]int
+	n, ok := b.d.outputDevices(actions, devs[:])
+	if !ok {
+		if err := b.Flush(); err != nil {
+			return err
+		}
+		return b.d.ExecuteLocal(pkt, inPort, actions)
+	}
+	if len(b.keep)+n > execBatchMax {
+		if err := b.Flush(); err != nil {
+			return err
+		}
+	}
+	proto := *(*uint16)(unsafe.Pointer(&pkt[12])) // network order, as sll_protocol wants it
+	for _, ifindex := range devs[:n] {
+		i := len(b.keep)
+		b.addrs[i] = unix.RawSockaddrLinklayer{Family: unix.AF_PACKET, Protocol: proto, Ifindex: int32(ifindex)}
+		b.iovs[i].Base = &pkt[0]
+		b.iovs[i].SetLen(len(pkt))
+		b.keep = append(b.keep, pkt)
+	}
+	return nil
+}
+
+// outputDevices returns the devices of actions when they are nothing but
+// outputs to device ports (not tunnels: those need a tunnel key).
+func (d *Datapath) outputDevices(actions []flow.Action, devs []int) (int, bool) {
+	if len(actions) == 0 || len(actions) > len(devs) {
+		return 0, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, a := range actions {
+		o, ok := a.(flow.Output)
+		if !ok {
+			return 0, false
+		}
+		p, ok := d.ports[o.Port]
+		if !ok || p.Kind == PortTunnel {
+			return 0, false
+		}
+		devs[i] = p.Ifindex
+	}
+	return len(actions), true
+}
+
+// Flush sends the queued packets. A packet a device refuses is counted in
+// Failed and the rest still go; the first such error is returned.
+func (b *ExecBatch) Flush() error {
+	var first error
+	for off := 0; off < len(b.keep); {
+		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(b.fd), uintptr(unsafe.Pointer(&b.msgs[off])), uintptr(len(b.keep)-off), 0, 0, 0)
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e != 0:
+			// The message at off failed (sendmmsg reports an error only
+			// for the first message it tried).
+			b.Failed++
+			if first == nil {
+				first = fmt.Errorf("datapath: execute: sending to ifindex %d: %w", b.addrs[off].Ifindex, e)
+			}
+			off++
+		default:
+			b.Sent += uint64(r)
+			off += int(r)
+		}
+	}
+	clear(b.keep)
+	b.keep = b.keep[:0]
+	return first
+}
+
+// Close sends what is queued and closes the socket.
+func (b *ExecBatch) Close() error {
+	err := b.Flush()
+	if cerr := unix.Close(b.fd); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -1,9 +1,14 @@
 package datapath
 
 import (
-	"github.com/nagare-net/nagare/internal/nstest"
+	"errors"
+	"fmt"
+	"net"
 	"net/netip"
 	"testing"
+	"time"
+
+	"github.com/nagare-net/nagare/internal/nstest"
 
 	"github.com/nagare-net/nagare/pkg/flow"
 )
@@ -183,5 +188,88 @@ func TestVXLANBetweenNodes(t *testing.T) {
 				t.Errorf("%s: flow %s saw no packets", nd.ns.Name, f.Flow)
 			}
 		}
+	}
+}
+
+// TestExecBatch: packets whose actions are plain outputs go out in one
+// sendmmsg; others (here a port rewrite) through BPF_PROG_RUN; all arrive,
+// and a bad action list is an error, not a lost batch.
+func TestExecBatch(t *testing.T) {
+	_, _, b, d := podPair(t)
+	var mac net.HardwareAddr
+	var srv net.PacketConn
+	b.In(t, func() {
+		ifc, err := net.InterfaceByName("eth0")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		mac = ifc.HardwareAddr
+		srv, err = net.ListenPacket("udp4", "10.1.0.2:7200")
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	defer srv.Close()
+	frame := func(dport uint16, payload string) []byte {
+		p := udpPkt(t, "10.1.0.1", "10.1.0.2", 4000, dport, payload)
+		copy(p[0:6], mac)
+		return p
+	}
+	out := []flow.Action{flow.Output{Port: 2}}
+	var sent uint64
+	var addErr, badErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		restore, err := d.LockToNetns()
+		if err != nil {
+			addErr = err
+			return
+		}
+		defer restore()
+		eb, err := d.NewExecBatch()
+		if err != nil {
+			addErr = err
+			return
+		}
+		defer eb.Close()
+		for i := 0; i < 10 && addErr == nil; i++ {
+			addErr = eb.Add(frame(7200, fmt.Sprintf("p%d", i)), 1, out)
+			if i == 4 && addErr == nil {
+				addErr = eb.Add(frame(7999, "rewritten"), 1, []flow.Action{flow.SetTpDst{Port: 7200}, flow.Output{Port: 2}})
+			}
+		}
+		badErr = eb.Add(frame(7200, "nowhere"), 1, []flow.Action{flow.Output{Port: 99}})
+		if addErr == nil {
+			addErr = eb.Flush()
+		}
+		sent = eb.Sent
+	}()
+	<-done
+	if addErr != nil {
+		t.Fatal(addErr)
+	}
+	if !errors.Is(badErr, ErrUnknownPort) {
+		t.Errorf("output to an unknown port: %v", badErr)
+	}
+	if sent != 10 {
+		t.Errorf("sendmmsg sent %d packets, want the 10 plain outputs", sent)
+	}
+	got := map[string]bool{}
+	buf := make([]byte, 2048)
+	_ = srv.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for len(got) < 11 {
+		n, _, err := srv.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("received %v: %v", got, err)
+		}
+		got[string(buf[:n])] = true
+	}
+	if !got["rewritten"] || !got["p0"] || !got["p9"] {
+		t.Fatalf("received %v", got)
 	}
 }

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/nagare-net/nagare/pkg/flow"
 )
@@ -225,5 +228,92 @@ func TestClassifierMatchesReference(t *testing.T) {
 				t.Fatalf("emc=%v packet %s: kernel output %d, reference %d", emc, flow.Format(k, flow.ExactMask()), got, want)
 			}
 		}
+	}
+}
+
+// TestInstallBatch: a batch reports each flow's outcome as Install would
+// (repeats in the batch and flows already installed refused, unknown ports
+// and the mask limit refused), and the flows it installed forward, dump,
+// and delete like single installs.
+func TestInstallBatch(t *testing.T) {
+	d := newTestDP(t)
+	exact := func(sport uint16) flow.Flow {
+		return flow.Flow{Key: exactKeyUDP4("10.0.0.1", "10.0.0.2", sport, 53), Mask: flow.ExactMask(), Actions: []flow.Action{flow.Output{Port: portOut}}}
+	}
+	d.put(exact(1))
+	var masks []flow.Flow // MaxMasks-1 more distinct masks: the batch's last new mask is one too many
+	for i := 0; i < MaxMasks-1; i++ {
+		masks = append(masks, flow.Flow{Key: flow.Key{InPort: portIn}, Mask: flow.Mask{InPort: 0xffffffff, TpSrc: uint16(i + 1)}, Actions: []flow.Action{flow.Drop{}}})
+	}
+	fs := []flow.Flow{
+		exact(2),
+		exact(1), // installed before
+		exact(3),
+		exact(2), // repeat in the batch
+		{Key: flow.Key{InPort: portIn}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{flow.Output{Port: 4242}}},
+	}
+	fs = append(fs, masks...)
+	fs = append(fs, flow.Flow{Key: flow.Key{InPort: portIn}, Mask: flow.Mask{InPort: 0xffffffff, TpDst: 7}, Actions: []flow.Action{flow.Drop{}}})
+	ids, errs := make([]uint32, len(fs)), make([]error, len(fs))
+	d.InstallBatch(fs, ids, errs)
+	want := map[int]error{1: ErrFlowExists, 3: ErrFlowExists, 4: ErrUnknownPort, len(fs) - 1: ErrMaskLimit}
+	seen := map[uint32]bool{}
+	for i := range fs {
+		if w := want[i]; w != nil {
+			if !errors.Is(errs[i], w) || ids[i] != 0 {
+				t.Errorf("flow %d (%s): id %d err %v, want %v", i, fs[i], ids[i], errs[i], w)
+			}
+			continue
+		}
+		if errs[i] != nil || seen[ids[i]] {
+			t.Errorf("flow %d (%s): id %d err %v", i, fs[i], ids[i], errs[i])
+		}
+		seen[ids[i]] = true
+	}
+	dump, err := d.Dump()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dump) != 1+len(seen) {
+		t.Fatalf("%d flows dumped, want %d", len(dump), 1+len(seen))
+	}
+	for _, f := range dump {
+		if f.ID != 0 && !seen[f.ID] && !(f.Key == exact(1).Key) {
+			t.Errorf("dumped flow %d (%s) was not reported installed", f.ID, f.Flow)
+		}
+	}
+	for _, sport := range []uint16{2, 3} {
+		if got := d.outputOf(udpPkt(t, "10.0.0.1", "10.0.0.2", sport, 53, "x")); got != d.ifindex["dummy0"] {
+			t.Errorf("packet of batch flow %d went to %d", sport, got)
+		}
+	}
+	if _, err := d.Delete(exact(3).Key, exact(3).Mask); err != nil {
+		t.Fatal(err)
+	}
+	if r := d.run(udpPkt(t, "10.0.0.1", "10.0.0.2", 3, 53, "x"), "lo"); len(r.outputs) != 0 {
+		t.Fatalf("deleted batch flow still forwards: %+v", r.outputs)
+	}
+}
+
+// TestBatchPutPartial: when the kernel stops part way through a batch, the
+// element it stopped at is reported and the rest is still written.
+func TestBatchPutPartial(t *testing.T) {
+	requireRoot(t)
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Put(uint32(9), uint32(9)); err != nil {
+		t.Fatal(err)
+	}
+	var failed []int
+	batchPut(m, []uint32{1, 2, 3, 9, 4}, []uint32{10, 20, 30, 90, 40}, func(i int, err error) { failed = append(failed, i) })
+	if !slices.Equal(failed, []int{2, 4}) { // the map is full after 1 and 2; 9 exists and is overwritten
+		t.Fatalf("failed elements %v, want [2 4]", failed)
+	}
+	var v uint32
+	if err := m.Lookup(uint32(9), &v); err != nil || v != 90 {
+		t.Fatalf("element after a failure: %d, %v", v, err)
 	}
 }

@@ -77,6 +77,8 @@ func (u *Upcall) UnmarshalBinary(b []byte) error {
 type UpcallReader struct {
 	r   *ringbuf.Reader
 	rec ringbuf.Record
+	// Malformed counts records ReadBatch skipped.
+	Malformed uint64
 }
 
 // Upcalls opens the upcall ring for reading.
@@ -99,6 +101,32 @@ func (r *UpcallReader) Read() (*Upcall, error) {
 		return nil, err
 	}
 	return u, nil
+}
+
+// ReadBatch blocks until an upcall arrives (or Close), then also takes the
+// upcalls already waiting in the ring, up to len(ups): a handler that keeps
+// up reads one at a time, one that falls behind catches up in batches.
+// The Upcalls and their Packet buffers are reused by the next call. A
+// record that does not decode is skipped and counted in Malformed.
+func (r *UpcallReader) ReadBatch(ups []Upcall) (int, error) {
+	n := 0
+	for n < len(ups) {
+		if n > 0 && r.r.AvailableBytes() == 0 {
+			break
+		}
+		if err := r.r.ReadInto(&r.rec); err != nil {
+			if n > 0 {
+				break
+			}
+			return 0, err
+		}
+		if err := ups[n].UnmarshalBinary(r.rec.RawSample); err != nil {
+			r.Malformed++
+			continue
+		}
+		n++
+	}
+	return n, nil
 }
 
 // Close unblocks Read and releases the reader.

@@ -72,17 +72,28 @@ func benchSwitch(b *testing.B, n, room int) *Switch {
 		b.Fatal(err)
 	}
 	mask := flow.Mask{InPort: 0xffffffff, EthType: 0xffff, NwProto: 0xff, TpSrc: 0xffff, TpDst: 0xffff}
+	const chunk = 1024
+	var fs []flow.Flow
+	var uks []*ukey
+	ids, errs := make([]uint32, chunk), make([]error, chunk)
 	for i := 0; i < n; i++ {
 		k := flow.Key{InPort: 1, EthType: 0x0800, NwProto: 17, NwTTL: 64, TpSrc: uint16(i), TpDst: uint16(1 + i>>16)}
 		x, err := sw.translate(k, false)
 		if err != nil {
 			b.Fatal(err)
 		}
-		x.mask = x.mask.Or(mask)
-		before := sw.stats.installed.Load()
-		sw.install(k, x)
-		if sw.stats.installed.Load() != before+1 {
-			b.Fatalf("flow %d not installed", i)
+		m := x.mask.Or(mask)
+		fs = append(fs, flow.Flow{Key: k.And(m), Mask: m, Actions: x.actions})
+		uks = append(uks, &ukey{packet: k, mask: m, actions: x.actions, rules: x.Rules, version: x.version, created: time.Now()})
+		if len(fs) == chunk || i == n-1 {
+			sw.dp.InstallBatch(fs, ids, errs)
+			for j := range fs {
+				if errs[j] != nil {
+					b.Fatalf("flow %d not installed: %v", i-len(fs)+1+j, errs[j])
+				}
+				sw.cache.ukeys[ids[j]] = uks[j]
+			}
+			fs, uks = fs[:0], uks[:0]
 		}
 	}
 	sw.rv.round() // settle: every ukey checked against this version

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -22,9 +23,14 @@ type slowStats struct {
 	xlateErrs, packetIns            atomic.Uint64
 }
 
+// upcallBatch is the most upcalls handled together: their flows are
+// installed with one map update per map, their packets sent with one
+// sendmmsg (see datapath.InstallBatch, datapath.ExecBatch).
+const upcallBatch = 64
+
 // upcallLoop reads the fast path's upcalls until ctx ends. It runs on a
 // thread of its own that stays in the ports' namespace, so executing an
-// upcalled packet is a direct BPF_PROG_RUN.
+// upcalled packet needs no hand-off to another thread.
 func (s *Switch) upcallLoop(ctx context.Context) {
 	restore, err := s.dp.LockToNetns()
 	if err != nil {
@@ -37,12 +43,21 @@ func (s *Switch) upcallLoop(ctx context.Context) {
 		s.log.Error("upcall ring", "err", err)
 		return
 	}
+	eb, err := s.dp.NewExecBatch()
+	if err != nil {
+		r.Close()
+		s.log.Error("upcall handler", "err", err)
+		return
+	}
+	defer eb.Close()
 	go func() {
 		<-ctx.Done()
 		r.Close()
 	}()
+	h := newUpcallHandler(s, eb)
+	ups := make([]datapath.Upcall, upcallBatch)
 	for {
-		u, err := r.Read()
+		n, err := r.ReadBatch(ups)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, os.ErrClosed) {
 				return
@@ -50,15 +65,7 @@ func (s *Switch) upcallLoop(ctx context.Context) {
 			s.log.Warn("reading upcall", "err", err)
 			continue
 		}
-		s.stats.upcalls.Add(1)
-		switch u.Reason {
-		case datapath.UpcallMiss:
-			s.stats.misses.Add(1)
-			s.handleMiss(u)
-		case datapath.UpcallAction:
-			s.stats.actionUpcalls.Add(1)
-			s.handleActionUpcall(u)
-		}
+		h.handle(ups[:n])
 	}
 }
 
@@ -122,35 +129,131 @@ func withoutUserspace(acts []flow.Action) []flow.Action {
 	return out
 }
 
-// handleMiss sets up the flow of a missed packet and delivers it. It runs
-// on a thread in the ports' namespace (upcallLoop's, see LockToNetns).
-func (s *Switch) handleMiss(u *datapath.Upcall) {
-	x, err := s.translate(u.Key, false)
-	if err != nil {
-		s.stats.xlateErrs.Add(1)
-		s.log.Debug("translation failed", "key", flow.Format(u.Key, flow.ExactMask()), "err", err)
+// upcallHandler handles batches of upcalls on the upcall thread.
+type upcallHandler struct {
+	s      *Switch
+	eb     *datapath.ExecBatch
+	misses []miss
+	flows  []flow.Flow
+	ids    []uint32
+	errs   []error
+}
+
+// miss is an upcalled packet and its translation.
+type miss struct {
+	u       *datapath.Upcall
+	x       *xlate
+	install int // index in flows, or -1
+}
+
+func newUpcallHandler(s *Switch, eb *datapath.ExecBatch) *upcallHandler {
+	return &upcallHandler{s: s, eb: eb}
+}
+
+// handle sets up the flows of a batch of missed packets and delivers the
+// packets (and turns userspace actions into PACKET_INs): translate each,
+// install the flows together, then execute the packets in order.
+func (h *upcallHandler) handle(ups []datapath.Upcall) {
+	s := h.s
+	h.misses, h.flows = h.misses[:0], h.flows[:0]
+	room := s.cfg.FlowLimit - s.cache.len()
+	for i := range ups {
+		u := &ups[i]
+		s.stats.upcalls.Add(1)
+		switch u.Reason {
+		case datapath.UpcallMiss:
+			s.stats.misses.Add(1)
+		case datapath.UpcallAction:
+			s.stats.actionUpcalls.Add(1)
+			h.flush() // keep the packets in order
+			s.handleActionUpcall(u)
+			continue
+		default:
+			continue
+		}
+		x, err := s.translate(u.Key, false)
+		if err != nil {
+			s.stats.xlateErrs.Add(1)
+			s.log.Debug("translation failed", "key", flow.Format(u.Key, flow.ExactMask()), "err", err)
+			continue
+		}
+		m := miss{u: u, x: x, install: -1}
+		if !x.NoCache {
+			if len(h.flows) < room {
+				mask := x.mask
+				if s.cfg.DisableMegaflows {
+					mask = exactMask
+				}
+				m.install = len(h.flows)
+				h.flows = append(h.flows, flow.Flow{Key: u.Key.And(mask), Mask: mask, Actions: x.actions})
+			} else {
+				s.stats.limited.Add(1)
+			}
+		}
+		h.misses = append(h.misses, m)
+	}
+	h.flush()
+}
+
+// flush installs and delivers the misses gathered so far.
+func (h *upcallHandler) flush() {
+	s := h.s
+	if len(h.misses) == 0 {
 		return
 	}
-	if !x.NoCache {
-		s.install(u.Key, x)
-	}
-	// The missed packet never counts in the fast path (the flow did not
-	// exist yet); credit it here, or every rule's n_packets and the
-	// table-miss rule's count of PACKET_INs would be one per megaflow short.
-	s.pl.Credit(x.Rules, 1, uint64(u.Len), time.Now())
-	if acts := withoutUserspace(x.actions); len(acts) > 0 {
-		if u.Truncated() {
-			s.stats.truncated.Add(1)
-		} else if err := s.dp.ExecuteLocal(u.Packet, u.Key.InPort, acts); err != nil {
-			s.stats.execErrs.Add(1)
-			s.log.Debug("execute", "err", err)
-		} else {
-			s.stats.executed.Add(1)
+	if n := len(h.flows); n > 0 {
+		h.ids, h.errs = slices.Grow(h.ids[:0], n)[:n], slices.Grow(h.errs[:0], n)[:n]
+		s.dp.InstallBatch(h.flows, h.ids, h.errs)
+		now := time.Now()
+		s.cache.mu.Lock()
+		for _, m := range h.misses {
+			if m.install < 0 || h.errs[m.install] != nil {
+				continue
+			}
+			f := &h.flows[m.install]
+			s.cache.ukeys[h.ids[m.install]] = &ukey{packet: m.u.Key, mask: f.Mask, actions: m.x.actions, rules: m.x.Rules, version: m.x.version, created: now}
+		}
+		s.cache.mu.Unlock()
+		for i, err := range h.errs {
+			switch {
+			case err == nil:
+				s.stats.installed.Add(1)
+			case errors.Is(err, datapath.ErrFlowExists):
+				// Another packet of the same megaflow got there first.
+			default:
+				s.stats.installErrs.Add(1)
+				s.log.Debug("install", "flow", h.flows[i].String(), "err", err)
+			}
 		}
 	}
-	for _, pi := range x.PacketIns {
-		s.sendPacketIn(pi, u.Packet, u.Len, u.Key)
+	now := time.Now()
+	failed := h.eb.Failed
+	for _, m := range h.misses {
+		u, x := m.u, m.x
+		// The missed packet never counts in the fast path (the flow did
+		// not exist yet); credit it here, or every rule's n_packets and the
+		// table-miss rule's count of PACKET_INs would be one per megaflow
+		// short.
+		s.pl.Credit(x.Rules, 1, uint64(u.Len), now)
+		if acts := withoutUserspace(x.actions); len(acts) > 0 {
+			if u.Truncated() {
+				s.stats.truncated.Add(1)
+			} else if err := h.eb.Add(u.Packet, u.Key.InPort, acts); err != nil {
+				s.stats.execErrs.Add(1)
+				s.log.Debug("execute", "err", err)
+			} else {
+				s.stats.executed.Add(1)
+			}
+		}
+		for _, pi := range x.PacketIns {
+			s.sendPacketIn(pi, u.Packet, u.Len, u.Key)
+		}
 	}
+	if err := h.eb.Flush(); err != nil {
+		s.log.Debug("execute", "err", err)
+	}
+	s.stats.execErrs.Add(h.eb.Failed - failed) // copies a device refused
+	h.misses, h.flows = h.misses[:0], h.flows[:0]
 }
 
 // exactMask matches every key field but the TCP flags (which change
@@ -160,32 +263,6 @@ var exactMask = func() flow.Mask {
 	m.TCPFlags = 0
 	return m
 }()
-
-// install caches a translation as a megaflow, within the flow limit.
-func (s *Switch) install(key flow.Key, x *xlate) {
-	if s.cache.len() >= s.cfg.FlowLimit {
-		s.stats.limited.Add(1)
-		return
-	}
-	mask := x.mask
-	if s.cfg.DisableMegaflows {
-		mask = exactMask
-	}
-	f := flow.Flow{Key: key.And(mask), Mask: mask, Actions: x.actions}
-	id, err := s.dp.Install(f)
-	switch {
-	case err == nil:
-		s.stats.installed.Add(1)
-		s.cache.mu.Lock()
-		s.cache.ukeys[id] = &ukey{packet: key, mask: mask, actions: x.actions, rules: x.Rules, version: x.version, created: time.Now()}
-		s.cache.mu.Unlock()
-	case errors.Is(err, datapath.ErrFlowExists):
-		// Another packet of the same megaflow got there first.
-	default:
-		s.stats.installErrs.Add(1)
-		s.log.Debug("install", "flow", f.String(), "err", err)
-	}
-}
 
 // handleActionUpcall turns a cached flow's Userspace action into a
 // PACKET_IN.
