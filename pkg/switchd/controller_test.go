@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
 	"github.com/nagare-net/nagare/pkg/openflow"
 )
 
@@ -144,4 +147,39 @@ func (tc *testController) wait(t *testing.T, d time.Duration, pred func(openflow
 func (tc *testController) waitFlowRemoved(t *testing.T, d time.Duration) *openflow.FlowRemoved {
 	t.Helper()
 	return tc.wait(t, d, func(m openflow.Message) bool { _, ok := m.(*openflow.FlowRemoved); return ok }).(*openflow.FlowRemoved)
+}
+
+// TestPacketInAfterRewrite: a rule that rewrites and then sends to the
+// controller hands over the rewritten packet, for the flow's first packet
+// (translated in userspace) as for the later ones (the cached flow's
+// userspace action).
+func TestPacketInAfterRewrite(t *testing.T) {
+	ts := startSwitch(t, 2, nil)
+	c := dialController(t, ts.Sock)
+	ts.ofctl("add-flow", "priority=10,udp,in_port=1,actions=set_field:10.9.9.9->ip_dst,set_field:7777->udp_dst,controller,output:2")
+	ts.ofctl("add-flow", "priority=0,actions=NORMAL")
+	var conn net.Conn
+	var err error
+	ts.Pods[0].In(t, func() { conn, err = net.Dial("udp4", podIP(2)+":5000") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Static neighbour entry: the datagrams are the flow's first packets.
+	if err := ts.Pods[0].Sh(t, "ip", "neigh", "replace", podIP(2), "lladdr", podMAC(2), "dev", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	for i, what := range []string{"first packet", "cached flow"} {
+		if _, err := conn.Write([]byte(what)); err != nil {
+			t.Fatal(err)
+		}
+		m := c.wait(t, 10*time.Second, func(m openflow.Message) bool { _, ok := m.(*openflow.PacketIn); return ok })
+		pi := m.(*openflow.PacketIn)
+		pkt := gopacket.NewPacket(pi.Data, layers.LayerTypeEthernet, gopacket.Default)
+		ip, _ := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		udp, _ := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP)
+		if ip == nil || udp == nil || ip.DstIP.String() != "10.9.9.9" || udp.DstPort != 7777 || string(udp.Payload) != what {
+			t.Fatalf("PACKET_IN %d (%s): %v", i, what, pkt)
+		}
+	}
 }

@@ -235,7 +235,15 @@ func (h *upcallHandler) flush() {
 		// table-miss rule's count of PACKET_INs would be one per megaflow
 		// short.
 		s.pl.Credit(x.Rules, 1, uint64(u.Len), now)
-		if acts := withoutUserspace(x.actions); len(acts) > 0 {
+		acts, pins := withoutUserspace(x.actions), x.PacketIns
+		if len(pins) > 0 && rewrites(x.actions) && !u.Truncated() {
+			// The controller must get the packet as rewritten up to its
+			// output:CONTROLLER: run the userspace actions in the fast
+			// path too, whose upcalls become the PACKET_INs (as they do
+			// for the flow's later packets).
+			acts, pins = x.actions, nil
+		}
+		if len(acts) > 0 {
 			if u.Truncated() {
 				s.stats.truncated.Add(1)
 			} else if err := h.eb.Add(u.Packet, u.Key.InPort, acts); err != nil {
@@ -245,7 +253,7 @@ func (h *upcallHandler) flush() {
 				s.stats.executed.Add(1)
 			}
 		}
-		for _, pi := range x.PacketIns {
+		for _, pi := range pins {
 			s.sendPacketIn(pi, u.Packet, u.Len, u.Key)
 		}
 	}
@@ -254,6 +262,18 @@ func (h *upcallHandler) flush() {
 	}
 	s.stats.execErrs.Add(h.eb.Failed - failed) // copies a device refused
 	h.misses, h.flows = h.misses[:0], h.flows[:0]
+}
+
+// rewrites reports whether acts change the packet's bytes.
+func rewrites(acts []flow.Action) bool {
+	for _, a := range acts {
+		switch a.(type) {
+		case flow.Output, flow.Local, flow.Userspace, flow.SetTunnel:
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 // exactMask matches every key field but the TCP flags (which change
