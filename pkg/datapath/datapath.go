@@ -95,6 +95,7 @@ type Datapath struct {
 	ports  map[uint32]*Port // by OpenFlow port number
 	masks  [MaxMasks]maskSlot
 	flows  map[megaflowID]*installed
+	byID   []*installed // the same flows by id
 	ids    idAllocator
 	filter map[uint32]uint32 // mask_filter counts, as written (see addFilter)
 	gen    uint32

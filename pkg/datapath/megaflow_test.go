@@ -317,3 +317,58 @@ func TestBatchPutPartial(t *testing.T) {
 		t.Fatalf("element after a failure: %d, %v", v, err)
 	}
 }
+
+// TestRangeStats: the walk reports every installed flow once with its
+// counters, deleted ones not, below and above the batch-read threshold.
+func TestRangeStats(t *testing.T) {
+	d := newTestDP(t)
+	exact := func(i int) flow.Flow {
+		return flow.Flow{Key: exactKeyUDP4("10.0.0.1", "10.0.0.2", uint16(i), 53), Mask: flow.ExactMask(), Actions: []flow.Action{flow.Output{Port: portOut}}}
+	}
+	walk := func() map[uint32]Stats {
+		got := map[uint32]Stats{}
+		err := d.RangeStats(func(ids []uint32, st []Stats) {
+			for i, id := range ids {
+				if _, dup := got[id]; dup {
+					t.Errorf("flow %d reported twice", id)
+				}
+				got[id] = st[i]
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	var fs []flow.Flow
+	for k, n := range []int{10, batchThreshold + 100} {
+		for i := len(fs); i < n; i++ {
+			fs = append(fs, exact(i+1))
+		}
+		ids, errs := make([]uint32, len(fs)), make([]error, len(fs))
+		d.InstallBatch(fs[len(d.Flows()):], ids, errs)
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		d.run(udpPkt(t, "10.0.0.1", "10.0.0.2", 5, 53, "x"), "lo")
+		d.run(udpPkt(t, "10.0.0.1", "10.0.0.2", 5, 53, "x"), "lo")
+		victim := fs[2]
+		if _, err := d.Delete(victim.Key, victim.Mask); err != nil {
+			t.Fatal(err)
+		}
+		got := walk()
+		if len(got) != len(fs)-1 {
+			t.Fatalf("%d flows: walk reported %d", len(fs)-1, len(got))
+		}
+		var pkts uint64
+		for _, st := range got {
+			pkts += st.Packets
+		}
+		if want := uint64(2 * (k + 1)); pkts != want { // two packets per pass, to one flow
+			t.Fatalf("%d flows: walk counted %d packets, want %d", len(fs)-1, pkts, want)
+		}
+		d.put(victim)
+	}
+}

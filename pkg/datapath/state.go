@@ -136,7 +136,7 @@ func (d *Datapath) restore() error {
 		in := &installed{id: id, gen: gen, slot: slot, key: key, actions: d.decodeActions(raw)}
 		kw, mw := key.Words(), d.masks[slot].mask.Words()
 		in.filter = uint32(slot)<<filterBits | filterHash(&kw, &mw, d.masks[slot].words)
-		d.flows[mk] = in
+		d.track(mk, in)
 		d.filter[in.filter]++
 		d.masks[slot].refs++
 		used[id] = true

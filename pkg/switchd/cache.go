@@ -21,22 +21,50 @@ type ukey struct {
 	packets uint64 // datapath counters already credited
 	bytes   uint64
 	created time.Time
-	orphan  bool // inherited from a previous process: no rules known
+	orphan  bool   // inherited from a previous process: no rules known
+	id      uint32 // fast-path flow id (set by flowCache.set)
 }
 
-// flowCache holds the ukeys of the megaflows in the fast path, by the
-// fast path's flow id.
+// flowCache holds the ukeys of the megaflows in the fast path, indexed by
+// the fast path's flow id (ids are dense: the smallest free one is reused).
 type flowCache struct {
 	mu    sync.Mutex
-	ukeys map[uint32]*ukey
+	ukeys []*ukey
+	n     int
 }
 
-func newFlowCache() *flowCache { return &flowCache{ukeys: map[uint32]*ukey{}} }
+func newFlowCache() *flowCache { return &flowCache{} }
 
 func (c *flowCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.ukeys)
+	return c.n
+}
+
+// get, set and del are called with c.mu held.
+func (c *flowCache) get(id uint32) *ukey {
+	if int(id) < len(c.ukeys) {
+		return c.ukeys[id]
+	}
+	return nil
+}
+
+func (c *flowCache) set(id uint32, uk *ukey) {
+	if int(id) >= len(c.ukeys) {
+		c.ukeys = append(c.ukeys, make([]*ukey, int(id)+1-len(c.ukeys))...)
+	}
+	if c.ukeys[id] == nil {
+		c.n++
+	}
+	uk.id = id
+	c.ukeys[id] = uk
+}
+
+func (c *flowCache) del(id uint32) {
+	if int(id) < len(c.ukeys) && c.ukeys[id] != nil {
+		c.ukeys[id] = nil
+		c.n--
+	}
 }
 
 // adopt records the flows a previous process left in the fast path; they
@@ -50,8 +78,8 @@ func (c *flowCache) adopt(dp *datapath.Datapath) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, f := range fs {
-		c.ukeys[f.ID] = &ukey{packet: f.Key, mask: f.Mask, actions: f.Actions, created: time.Now(), orphan: true,
-			packets: f.Stats.Packets, bytes: f.Stats.Bytes}
+		c.set(f.ID, &ukey{packet: f.Key, mask: f.Mask, actions: f.Actions, created: time.Now(), orphan: true,
+			packets: f.Stats.Packets, bytes: f.Stats.Bytes})
 	}
 	return nil
 }
@@ -63,6 +91,6 @@ func (s *Switch) flushCache() error {
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
 	err := s.dp.Flush()
-	s.cache.ukeys = map[uint32]*ukey{}
+	s.cache.ukeys, s.cache.n = nil, 0
 	return err
 }

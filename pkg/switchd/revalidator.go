@@ -116,44 +116,60 @@ func (r *revalidator) round() {
 	settled := start.Sub(r.lastChange) >= orphanSettle
 	r.mu.Unlock()
 
-	dump, err := s.dp.Dump()
+	var idle, stale, modified, checked uint64
+	var recheck []*ukey // to translate again
+	var deletes []*ukey // idle
+	var missing []uint32
+	total := 0
+	err := s.dp.RangeStats(func(ids []uint32, stats []datapath.Stats) {
+		total += len(ids)
+		s.cache.mu.Lock()
+		defer s.cache.mu.Unlock()
+		for i, id := range ids {
+			uk := s.cache.get(id)
+			if uk == nil {
+				missing = append(missing, id)
+				continue
+			}
+			st := &stats[i]
+			if st.Packets > uk.packets {
+				dp, db := st.Packets-uk.packets, st.Bytes-uk.bytes
+				uk.packets, uk.bytes = st.Packets, st.Bytes
+				if len(uk.rules) > 0 {
+					s.pl.Credit(uk.rules, dp, db, st.Used)
+				}
+			}
+			last := uk.created
+			if st.Used.After(last) {
+				last = st.Used
+			}
+			switch {
+			case start.Sub(last) > s.cfg.IdleTimeout:
+				deletes = append(deletes, uk)
+			case uk.version != version && (!uk.orphan || settled):
+				recheck = append(recheck, uk)
+			}
+		}
+	})
 	if err != nil {
 		s.log.Warn("revalidator dump", "err", err)
 		return
 	}
-	var idle, stale, modified, checked uint64
-	var recheck []int // dump indexes to translate again
-	s.cache.mu.Lock()
-	ukeys := make([]*ukey, len(dump))
-	for i, f := range dump {
-		uk := s.cache.ukeys[f.ID]
-		if uk == nil {
-			uk = &ukey{packet: f.Key, mask: f.Mask, actions: f.Actions, created: start, orphan: true}
-			s.cache.ukeys[f.ID] = uk
-		}
-		ukeys[i] = uk
-	}
-	s.cache.mu.Unlock()
-	for i, f := range dump {
-		uk := ukeys[i]
-		if f.Stats.Packets > uk.packets {
-			dp, db := f.Stats.Packets-uk.packets, f.Stats.Bytes-uk.bytes
-			uk.packets, uk.bytes = f.Stats.Packets, f.Stats.Bytes
-			if len(uk.rules) > 0 {
-				s.pl.Credit(uk.rules, dp, db, f.Stats.Used)
+	// A flow without a ukey was left by an earlier process after adopt ran,
+	// or its install is still being recorded: judge it from the fast path's
+	// own record (an install in progress overwrites this orphan ukey).
+	if len(missing) > 0 {
+		s.cache.mu.Lock()
+		for _, id := range missing {
+			if f, ok := s.dp.FlowByID(id); ok && s.cache.get(id) == nil {
+				s.cache.set(id, &ukey{packet: f.Key, mask: f.Mask, actions: f.Actions, created: start, orphan: true})
 			}
 		}
-		last := uk.created
-		if f.Stats.Used.After(last) {
-			last = f.Stats.Used
-		}
-		switch {
-		case start.Sub(last) > s.cfg.IdleTimeout:
-			r.delete(f)
-			idle++
-		case uk.version != version && (!uk.orphan || settled):
-			recheck = append(recheck, i)
-		}
+		s.cache.mu.Unlock()
+	}
+	for _, uk := range deletes {
+		r.delete(uk)
+		idle++
 	}
 	// Translating again is the costly part of a round after a table
 	// change: spread it over the CPUs (the pipeline is safe for
@@ -168,10 +184,9 @@ func (r *revalidator) round() {
 			defer wg.Done()
 			var st, mod uint64
 			for j := w; j < len(recheck); j += workers {
-				i := recheck[j]
-				switch r.check(ukeys[i], dump[i].Flow, version) {
+				switch r.check(recheck[j], version) {
 				case verdictDelete:
-					r.delete(dump[i])
+					r.delete(recheck[j])
 					st++
 				case verdictModified:
 					mod++
@@ -188,7 +203,7 @@ func (r *revalidator) round() {
 	r.mu.Lock()
 	r.lastVersion = version
 	r.rounds++
-	r.lastDuration, r.lastFlows = dur, len(dump)
+	r.lastDuration, r.lastFlows = dur, total
 	r.maxDuration = max(r.maxDuration, dur)
 	r.idleDeleted += idle
 	r.staleDeleted += stale
@@ -206,7 +221,7 @@ const (
 )
 
 // check re-translates one cached flow against the current pipeline.
-func (r *revalidator) check(uk *ukey, f flow.Flow, version uint64) verdict {
+func (r *revalidator) check(uk *ukey, version uint64) verdict {
 	s := r.s
 	x, err := s.translate(uk.packet, false)
 	if err != nil || x.NoCache || !uk.mask.Covers(x.mask) {
@@ -216,20 +231,23 @@ func (r *revalidator) check(uk *ukey, f flow.Flow, version uint64) verdict {
 	if actionsEqual(x.actions, uk.actions) {
 		return verdictKeep
 	}
-	if err := s.dp.Modify(flow.Flow{Key: f.Key, Mask: f.Mask, Actions: x.actions}); err != nil {
+	if err := s.dp.Modify(flow.Flow{Key: uk.packet.And(uk.mask), Mask: uk.mask, Actions: x.actions}); err != nil {
 		return verdictDelete
 	}
 	uk.actions = x.actions
 	return verdictModified
 }
 
-func (r *revalidator) delete(f datapath.FlowStats) {
+// delete removes a cached flow and its ukey.
+func (r *revalidator) delete(uk *ukey) {
 	s := r.s
-	if _, err := s.dp.Delete(f.Key, f.Mask); err != nil {
-		s.log.Debug("revalidator delete", "flow", f.Flow.String(), "err", err)
+	if _, err := s.dp.Delete(uk.packet, uk.mask); err != nil {
+		s.log.Debug("revalidator delete", "flow", flow.Format(uk.packet, uk.mask), "err", err)
 	}
 	s.cache.mu.Lock()
-	delete(s.cache.ukeys, f.ID)
+	if s.cache.get(uk.id) == uk {
+		s.cache.del(uk.id)
+	}
 	s.cache.mu.Unlock()
 }
 

@@ -91,7 +91,7 @@ func benchSwitch(b *testing.B, n, room int) *Switch {
 				if errs[j] != nil {
 					b.Fatalf("flow %d not installed: %v", i-len(fs)+1+j, errs[j])
 				}
-				sw.cache.ukeys[ids[j]] = uks[j]
+				sw.cache.set(ids[j], uks[j])
 			}
 			fs, uks = fs[:0], uks[:0]
 		}

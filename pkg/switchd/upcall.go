@@ -211,7 +211,7 @@ func (h *upcallHandler) flush() {
 				continue
 			}
 			f := &h.flows[m.install]
-			s.cache.ukeys[h.ids[m.install]] = &ukey{packet: m.u.Key, mask: f.Mask, actions: m.x.actions, rules: m.x.Rules, version: m.x.version, created: now}
+			s.cache.set(h.ids[m.install], &ukey{packet: m.u.Key, mask: f.Mask, actions: m.x.actions, rules: m.x.Rules, version: m.x.version, created: now})
 		}
 		s.cache.mu.Unlock()
 		for i, err := range h.errs {
