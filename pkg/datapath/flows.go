@@ -224,6 +224,13 @@ func (d *Datapath) track(mid megaflowID, in *installed) {
 func (d *Datapath) untrack(mid megaflowID, in *installed) {
 	delete(d.flows, mid)
 	d.byID[in.id] = nil
+	// Walks (RangeStats) end at the highest id in use, not the highest
+	// ever used.
+	n := len(d.byID)
+	for n > 0 && d.byID[n-1] == nil {
+		n--
+	}
+	d.byID = d.byID[:n]
 }
 
 // live drops the flows that failed.
