@@ -91,15 +91,16 @@ type Datapath struct {
 	nsStop    chan struct{}
 	nsErr     error
 
-	mu     sync.Mutex
-	ports  map[uint32]*Port // by OpenFlow port number
-	masks  [MaxMasks]maskSlot
-	flows  map[megaflowID]*installed
-	byID   []*installed // the same flows by id
-	ids    idAllocator
-	filter map[uint32]uint32 // mask_filter counts, as written (see addFilter)
-	gen    uint32
-	nMasks uint32
+	mu      sync.Mutex
+	ports   map[uint32]*Port // by OpenFlow port number
+	masks   [MaxMasks]maskSlot
+	flows   map[megaflowID]*installed
+	byID    []*installed // the same flows by id
+	scratch batchScratch
+	ids     idAllocator
+	filter  map[uint32]uint32 // mask_filter counts, as written (see addFilter)
+	gen     uint32
+	nMasks  uint32
 }
 
 type maskSlot struct {
@@ -140,6 +141,7 @@ func Open(cfg Config) (*Datapath, error) {
 		dir:       filepath.Join(cfg.PinRoot, cfg.Name),
 		ports:     make(map[uint32]*Port),
 		flows:     make(map[megaflowID]*installed),
+		scratch:   batchScratch{counts: map[uint32]uint32{}},
 		filter:    make(map[uint32]uint32),
 		execCache: make(map[string]uint32),
 		ns:        -1,

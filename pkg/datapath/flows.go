@@ -68,7 +68,9 @@ func (d *Datapath) Install(f flow.Flow) (uint32, error) {
 func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	b := make([]pendingFlow, 0, len(fs))
+	sc := &d.scratch
+	b := sc.pending[:0]
+	defer func() { sc.pending = b[:0] }()
 	for i := range fs {
 		in, entry, err := d.claim(fs[i])
 		ids[i], errs[i] = 0, err
@@ -88,15 +90,16 @@ func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 	// Order matters for packets arriving meanwhile: actions first, then the
 	// filter, then the megaflow that makes them reachable. (A free id's
 	// stats are zero: Delete zeroes them when it frees the id.)
-	keys := make([]uint32, 0, len(b))
-	entries := make([]flowEntryBytes, 0, len(b))
+	keys, entries := sc.keys[:0], sc.entries[:0]
+	defer func() { sc.keys, sc.entries = keys[:0], entries[:0] }()
 	for i := range b {
 		keys = append(keys, b[i].in.id)
 		entries = append(entries, b[i].entry)
 	}
 	batchPut(d.objs.Flows, keys, entries, func(i int, err error) { fail(&b[i], stageClaimed, err) })
 	b = live(b)
-	keys, gens := keys[:0], make([]uint32, 0, len(b))
+	keys, gens := keys[:0], sc.gens[:0]
+	defer func() { sc.gens = gens[:0] }()
 	for i := range b {
 		keys, gens = append(keys, b[i].in.id), append(gens, b[i].in.gen)
 	}
@@ -104,7 +107,8 @@ func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 	b = live(b)
 
 	// Filter slots: one write per slot with the count after the batch.
-	counts := make(map[uint32]uint32)
+	counts := sc.counts
+	clear(counts)
 	for i := range b {
 		f := b[i].in.filter
 		if _, ok := counts[f]; !ok {
@@ -112,7 +116,8 @@ func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 		}
 		counts[f]++
 	}
-	slots, ns := make([]uint32, 0, len(counts)), make([]uint32, 0, len(counts))
+	slots, ns := sc.slots[:0], sc.ns[:0]
+	defer func() { sc.slots, sc.ns = slots[:0], ns[:0] }()
 	for f, n := range counts {
 		slots, ns = append(slots, f), append(ns, n)
 	}
@@ -129,7 +134,9 @@ func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 	}
 	b = live(b)
 
-	mids, keys := make([]megaflowID, 0, len(b)), keys[:0]
+	mids := sc.mids[:0]
+	defer func() { sc.mids = mids[:0] }()
+	keys = keys[:0]
 	for i := range b {
 		mids, keys = append(mids, makeMegaflowID(b[i].in.slot, &b[i].in.key)), append(keys, b[i].in.id)
 	}
@@ -139,6 +146,17 @@ func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 			ids[b[i].idx] = b[i].in.id
 		}
 	}
+}
+
+// batchScratch is InstallBatch's working memory, kept between calls (under
+// d.mu): a batch allocates nothing but the flows' own records.
+type batchScratch struct {
+	pending    []pendingFlow
+	keys, gens []uint32
+	slots, ns  []uint32
+	entries    []flowEntryBytes
+	mids       []megaflowID
+	counts     map[uint32]uint32
 }
 
 // pendingFlow is a flow of an InstallBatch on its way into the maps.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"sync"
 
 	"github.com/nagare-net/nagare/pkg/flow"
 	"github.com/nagare-net/nagare/pkg/openflow"
@@ -95,8 +96,14 @@ type xlate struct {
 	err   error
 }
 
+// xlatePool recycles translation state (about 1 KiB): the slow path
+// translates every new flow's first packet, and every cached flow again
+// after a table change.
+var xlatePool = sync.Pool{New: func() any { return new(xlate) }}
+
 func (p *Pipeline) newXlate(key flow.Key, opts TranslateOptions) *xlate {
-	x := &xlate{p: p, opts: opts, in: key, cur: key, dp: key, tpid: 0x8100}
+	x := xlatePool.Get().(*xlate)
+	*x = xlate{p: p, opts: opts, in: key, cur: key, dp: key, tpid: 0x8100}
 	x.curW = keyWords(&key)
 	x.written[metaWord] = ^uint64(0)
 	x.dpTagged = key.VlanTCI&flow.VLANCFI != 0
@@ -115,13 +122,17 @@ func (x *xlate) packet() *words {
 	return &x.curW
 }
 
-func (x *xlate) result() *Translation {
+// result hands the translation over and recycles x.
+func (x *xlate) result() (*Translation, error) {
 	if x.opts.Trace {
 		x.tracef(TraceNote, x.tableID, "datapath actions: %s", flow.FormatActions(x.acts))
 	}
 	t := &Translation{Actions: x.acts, Mask: x.finalMask(), Rules: x.rules, PacketIns: x.pins,
 		NoCache: x.opts.PacketOut || x.err != nil, Trace: x.trace}
-	return t
+	err := x.err
+	*x = xlate{}
+	xlatePool.Put(x)
+	return t, err
 }
 
 // Translate runs the packet with key through the pipeline from table 0.
@@ -138,7 +149,7 @@ func (p *Pipeline) Translate(key flow.Key, opts TranslateOptions) (*Translation,
 	} else {
 		x.pipeline(0)
 	}
-	return x.result(), x.err
+	return x.result()
 }
 
 // TranslatePacketOut translates a PACKET_OUT: actions applied to the
@@ -157,7 +168,7 @@ func (p *Pipeline) TranslatePacketOut(key flow.Key, inPort uint32, actions openf
 	x.tableID, x.cookie = openflow.TableAll, ^uint64(0)
 	x.tracef(TraceNote, openflow.TableAll, "packet-out: %s", actions)
 	x.apply(actions)
-	return x.result(), x.err
+	return x.result()
 }
 
 // pipeline runs the tables from id on.

@@ -120,6 +120,9 @@ func (s *Switch) lower(acts []flow.Action) []flow.Action {
 // withoutUserspace drops the Userspace actions: the first packet's
 // PACKET_INs come straight from its translation.
 func withoutUserspace(acts []flow.Action) []flow.Action {
+	if !slices.ContainsFunc(acts, func(a flow.Action) bool { _, ok := a.(flow.Userspace); return ok }) {
+		return acts
+	}
 	out := acts[:0:0]
 	for _, a := range acts {
 		if _, ok := a.(flow.Userspace); !ok {
