@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"container/heap"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -684,14 +685,12 @@ func (d *Datapath) NumMasks() int {
 // per-CPU stats array).
 type idAllocator struct {
 	next uint32
-	free []uint32
+	free idHeap // freed ids below next, smallest first
 }
 
 func (a *idAllocator) alloc(limit int) (uint32, bool) {
-	if n := len(a.free); n > 0 {
-		id := a.free[n-1]
-		a.free = a.free[:n-1]
-		return id, true
+	if a.free.Len() > 0 {
+		return heap.Pop(&a.free).(uint32), true
 	}
 	if int(a.next) >= limit {
 		return 0, false
@@ -700,4 +699,18 @@ func (a *idAllocator) alloc(limit int) (uint32, bool) {
 	return a.next - 1, true
 }
 
-func (a *idAllocator) release(id uint32) { a.free = append(a.free, id) }
+func (a *idAllocator) release(id uint32) { heap.Push(&a.free, id) }
+
+// idHeap is a min-heap of flow ids (container/heap).
+type idHeap []uint32
+
+func (h idHeap) Len() int           { return len(h) }
+func (h idHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h idHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *idHeap) Push(x any)        { *h = append(*h, x.(uint32)) }
+func (h *idHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

@@ -372,3 +372,26 @@ func TestRangeStats(t *testing.T) {
 		d.put(victim)
 	}
 }
+
+// TestIDAllocatorSmallestFirst: freed ids are reused smallest first, so
+// after a flush the ids (and the walks over them) stay as low as the flow
+// count allows.
+func TestIDAllocatorSmallestFirst(t *testing.T) {
+	var a idAllocator
+	for i := 0; i < 10; i++ {
+		if id, ok := a.alloc(10); !ok || id != uint32(i) {
+			t.Fatalf("alloc %d: %d %v", i, id, ok)
+		}
+	}
+	if _, ok := a.alloc(10); ok {
+		t.Fatal("alloc past the limit succeeded")
+	}
+	for _, id := range []uint32{7, 3, 9, 0} {
+		a.release(id)
+	}
+	for _, want := range []uint32{0, 3, 7, 9} {
+		if id, ok := a.alloc(10); !ok || id != want {
+			t.Fatalf("alloc after release: %d %v, want %d", id, ok, want)
+		}
+	}
+}
