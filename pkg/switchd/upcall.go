@@ -81,22 +81,29 @@ type xlate struct {
 // presented as coming from the virtual port of their remote endpoint, which
 // makes the outer source part of the mask.
 func (s *Switch) translate(key flow.Key, trace bool) (*xlate, error) {
-	pkey := key
-	var extra flow.Mask
-	extra.InPort = 0xffffffff
-	if key.TunFlags&flow.TunPresent != 0 && s.ports.hasCarriers() {
-		if vp, ok := s.ports.endpointFor(key.InPort, netip.AddrFrom4(key.TunSrc)); ok {
-			pkey.InPort = vp
-		}
-		extra.TunSrc = [4]byte{0xff, 0xff, 0xff, 0xff}
-		extra.TunFlags = 0xff
-	}
+	pkey, extra := s.pipelineKey(key)
 	version := s.pl.Version()
 	t, err := s.pl.Translate(pkey, ofproto.TranslateOptions{Trace: trace})
 	if err != nil {
 		return nil, err
 	}
 	return &xlate{Translation: t, actions: s.lower(t.Actions), mask: t.Mask.Or(extra), version: version}, nil
+}
+
+// pipelineKey is key as the OpenFlow pipeline sees it (a packet from a
+// tunnel device comes in on the virtual port of its remote endpoint), and
+// the mask bits that mapping depends on.
+func (s *Switch) pipelineKey(key flow.Key) (flow.Key, flow.Mask) {
+	var extra flow.Mask
+	extra.InPort = 0xffffffff
+	if key.TunFlags&flow.TunPresent != 0 && s.ports.hasCarriers() {
+		if vp, ok := s.ports.endpointFor(key.InPort, netip.AddrFrom4(key.TunSrc)); ok {
+			key.InPort = vp
+		}
+		extra.TunSrc = [4]byte{0xff, 0xff, 0xff, 0xff}
+		extra.TunFlags = 0xff
+	}
+	return key, extra
 }
 
 // lower replaces outputs to virtual tunnel ports by outputs to the device
@@ -294,7 +301,8 @@ func (s *Switch) handleActionUpcall(u *datapath.Upcall) {
 	if !ok {
 		return
 	}
-	s.sendPacketIn(pi, u.Packet, u.Len, u.Key)
+	key, _ := s.pipelineKey(u.Key) // in_port: the tunnel endpoint's port
+	s.sendPacketIn(pi, u.Packet, u.Len, key)
 }
 
 // sendPacketIn sends pkt to the controllers that want this reason.
