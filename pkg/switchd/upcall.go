@@ -176,6 +176,7 @@ func (h *upcallHandler) handle(ups []datapath.Upcall) {
 		case datapath.UpcallAction:
 			s.stats.actionUpcalls.Add(1)
 			h.flush() // keep the packets in order
+			room = s.cfg.FlowLimit - s.cache.len()
 			s.handleActionUpcall(u)
 			continue
 		default:
