@@ -3,11 +3,6 @@ package switchd
 import (
 	"testing"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
-
-	"github.com/nagare-net/nagare/pkg/datapath"
-	"github.com/nagare-net/nagare/pkg/flow"
 	"github.com/nagare-net/nagare/pkg/openflow"
 )
 
@@ -24,22 +19,7 @@ func BenchmarkFlowSetup(b *testing.B) {
 	if _, err := sw.pl.FlowMod(fm); err != nil {
 		b.Fatal(err)
 	}
-	ups := make([]datapath.Upcall, b.N)
-	for i := range ups {
-		eth := &layers.Ethernet{SrcMAC: mustMAC(podMAC(1)), DstMAC: mustMAC(podMAC(2)), EthernetType: layers.EthernetTypeIPv4}
-		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: []byte{10, 8, 0, 1}, DstIP: []byte{10, 8, 0, 2}}
-		udp := &layers.UDP{SrcPort: layers.UDPPort(1024 + i%60000), DstPort: layers.UDPPort(1 + i/60000)}
-		_ = udp.SetNetworkLayerForChecksum(ip)
-		buf := gopacket.NewSerializeBuffer()
-		_ = gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, udp, gopacket.Payload("0123456789"))
-		pkt := buf.Bytes()
-		k, err := flow.ParsePacket(pkt)
-		if err != nil {
-			b.Fatal(err)
-		}
-		k.InPort = 1
-		ups[i] = datapath.Upcall{Reason: datapath.UpcallMiss, Key: k, Len: len(pkt), Packet: pkt}
-	}
+	ups := udpUpcalls(b, b.N, 0)
 	// As the upcall loop does: this goroutine's thread stays in the
 	// namespace (and is discarded when the benchmark ends).
 	done := make(chan struct{})
