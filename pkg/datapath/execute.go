@@ -157,12 +157,14 @@ type ExecBatch struct {
 // execBatchMax is the most queued packet copies: past it Add sends.
 const execBatchMax = 64
 
-// NewExecBatch opens a batch for a goroutine that called LockToNetns.
+// NewExecBatch opens a batch for a goroutine that called LockToNetns. Where
+// no packet socket can be opened, every packet goes through BPF_PROG_RUN
+// (slower, same result); err says why.
 func (d *Datapath) NewExecBatch() (*ExecBatch, error) {
 	// Protocol 0: the socket only transmits, it never receives.
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("datapath: packet socket: %w", err)
+		return &ExecBatch{d: d, fd: -1}, fmt.Errorf("datapath: packet socket (executing with BPF_PROG_RUN only): %w", err)
 	}
 	b := &ExecBatch{d: d, fd: fd, addrs: make([]unix.RawSockaddrLinklayer, execBatchMax),
 		iovs: make([]unix.Iovec, execBatchMax), msgs: make([]unix.Mmsghdr, execBatchMax)}
@@ -183,7 +185,7 @@ func (b *ExecBatch) Add(pkt []byte, inPort uint32, actions []flow.Action) error 
 	}
 	var devs [MaxActions]int
 	n, ok := b.d.outputDevices(actions, devs[:])
-	if !ok {
+	if !ok || b.fd < 0 {
 		if err := b.Flush(); err != nil {
 			return err
 		}
@@ -257,8 +259,11 @@ func (b *ExecBatch) Flush() error {
 // Close sends what is queued and closes the socket.
 func (b *ExecBatch) Close() error {
 	err := b.Flush()
-	if cerr := unix.Close(b.fd); err == nil {
-		err = cerr
+	if b.fd >= 0 {
+		if cerr := unix.Close(b.fd); err == nil {
+			err = cerr
+		}
+		b.fd = -1
 	}
 	return err
 }

@@ -248,6 +248,14 @@ func TestExecBatch(t *testing.T) {
 			addErr = eb.Flush()
 		}
 		sent = eb.Sent
+		// Without a packet socket every packet takes BPF_PROG_RUN.
+		fallback := &ExecBatch{d: d, fd: -1}
+		if addErr == nil {
+			addErr = fallback.Add(frame(7200, "fallback"), 1, out)
+		}
+		if addErr == nil && fallback.Sent != 0 {
+			addErr = fmt.Errorf("fallback batch sent %d with sendmmsg", fallback.Sent)
+		}
 	}()
 	<-done
 	if addErr != nil {
@@ -262,14 +270,14 @@ func TestExecBatch(t *testing.T) {
 	got := map[string]bool{}
 	buf := make([]byte, 2048)
 	_ = srv.SetReadDeadline(time.Now().Add(10 * time.Second))
-	for len(got) < 11 {
+	for len(got) < 12 {
 		n, _, err := srv.ReadFrom(buf)
 		if err != nil {
 			t.Fatalf("received %v: %v", got, err)
 		}
 		got[string(buf[:n])] = true
 	}
-	if !got["rewritten"] || !got["p0"] || !got["p9"] {
+	if !got["rewritten"] || !got["p0"] || !got["p9"] || !got["fallback"] {
 		t.Fatalf("received %v", got)
 	}
 }

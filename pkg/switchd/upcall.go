@@ -45,9 +45,7 @@ func (s *Switch) upcallLoop(ctx context.Context) {
 	}
 	eb, err := s.dp.NewExecBatch()
 	if err != nil {
-		r.Close()
-		s.log.Error("upcall handler", "err", err)
-		return
+		s.log.Warn("upcall handler", "err", err)
 	}
 	defer eb.Close()
 	go func() {
