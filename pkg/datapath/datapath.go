@@ -119,6 +119,7 @@ type installed struct {
 	key     flow.Key // masked
 	actions []flow.Action
 	filter  uint32 // filter slot index raised for this flow
+	idx     int    // its index in the DeleteBatch under way
 }
 
 // Open loads the fast path for cfg.Name, reusing its pinned maps and port

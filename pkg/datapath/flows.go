@@ -282,6 +282,21 @@ func batchPut[K, V any](m *ebpf.Map, keys []K, vals []V, failed func(i int, err 
 	}
 }
 
+// batchDel deletes keys with BPF_MAP_DELETE_BATCH, as batchPut writes.
+func batchDel[K any](m *ebpf.Map, keys []K, failed func(i int, err error)) {
+	for off := 0; off < len(keys); {
+		done, err := m.BatchDelete(keys[off:], nil)
+		if err == nil {
+			return
+		}
+		if done < 0 || done >= len(keys)-off {
+			done = len(keys) - off - 1
+		}
+		failed(off+done, err)
+		off += done + 1
+	}
+}
+
 // Modify replaces the actions of an installed megaflow in place. Packets
 // see the old or the new list, never a mix (a hash map update swaps the
 // whole element). The flow gets a new generation, which retires the copies
@@ -340,15 +355,107 @@ func (d *Datapath) Delete(key flow.Key, mask flow.Mask) (Stats, error) {
 	return st, nil
 }
 
-// Flush deletes every megaflow.
-func (d *Datapath) Flush() error {
-	var errs []error
-	for _, f := range d.Flows() {
-		if _, err := d.Delete(f.Key, f.Mask); err != nil && !errors.Is(err, ErrNoFlow) {
-			errs = append(errs, err)
+// DeleteBatch removes many megaflows (Key and Mask of each fs[i]; actions
+// are ignored) with one map call per map. errs[i] (len(fs) long) gets
+// ErrNoFlow for a flow that is not installed (or repeats an earlier one of
+// the batch), or the error that kept it installed. Unlike Delete it does
+// not read the flows' final counters.
+func (d *Datapath) DeleteBatch(fs []flow.Flow, errs []error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var ins []*installed
+	var mids []megaflowID
+	var ids []uint32
+	for i, f := range fs {
+		in, err := d.find(f.Key.And(f.Mask), f.Mask)
+		errs[i] = err
+		if err != nil {
+			continue
+		}
+		// Untracked at once, so a repeat in the batch is not found again.
+		mid := makeMegaflowID(in.slot, &in.key)
+		d.untrack(mid, in)
+		in.idx = i
+		ins, mids, ids = append(ins, in), append(mids, mid), append(ids, in.id)
+	}
+	if len(ins) == 0 {
+		return
+	}
+	keep := func(j int, err error) { // flow j stays installed
+		in := ins[j]
+		errs[in.idx] = fmt.Errorf("datapath: deleting megaflow: %w", err)
+		d.track(mids[j], in)
+		ins[j] = nil
+	}
+	// Exact-match cache entries first (generation 0), then the megaflow,
+	// as Delete does.
+	batchPut(d.objs.FlowGens, ids, make([]uint32, len(ids)), keep)
+	n := 0
+	for j := range ins {
+		if ins[j] != nil {
+			ins[n], mids[n] = ins[j], mids[j]
+			n++
 		}
 	}
-	return errors.Join(errs...)
+	ins, mids = ins[:n], mids[:n]
+	batchDel(d.objs.Megaflows, mids, func(j int, err error) {
+		_ = d.objs.FlowGens.Put(ins[j].id, ins[j].gen)
+		keep(j, err)
+	})
+	var gone []uint32
+	counts := map[uint32]uint32{}
+	for _, in := range ins {
+		if in == nil {
+			continue
+		}
+		if _, ok := counts[in.filter]; !ok {
+			counts[in.filter] = d.filter[in.filter]
+		}
+		counts[in.filter]--
+		gone = append(gone, in.id)
+	}
+	slots, ns := make([]uint32, 0, len(counts)), make([]uint32, 0, len(counts))
+	for f, n := range counts {
+		slots, ns = append(slots, f), append(ns, n)
+	}
+	// A count that could not be lowered stays too high: a false positive
+	// of the filter (a wasted probe), never a missed flow.
+	batchPut(d.objs.MaskFilter, slots, ns, func(j int, err error) { delete(counts, slots[j]) })
+	for f, n := range counts {
+		if n == 0 {
+			delete(d.filter, f)
+		} else {
+			d.filter[f] = n
+		}
+	}
+	if len(gone) > 0 {
+		_, _ = d.objs.Flows.BatchDelete(gone, nil)
+		_, _ = d.objs.Stats.BatchUpdate(gone, make([]nagareFlowStats, len(gone)*d.ncpu), nil)
+	}
+	for _, in := range ins {
+		if in != nil {
+			d.ids.release(in.id)
+			d.releaseMask(in.slot, false)
+		}
+	}
+}
+
+// Flush deletes every megaflow.
+func (d *Datapath) Flush() error {
+	fs := d.Flows()
+	const chunk = 4096
+	errs := make([]error, chunk)
+	var all []error
+	for i := 0; i < len(fs); i += chunk {
+		part := fs[i:min(i+chunk, len(fs))]
+		d.DeleteBatch(part, errs[:len(part)])
+		for _, err := range errs[:len(part)] {
+			if err != nil && !errors.Is(err, ErrNoFlow) {
+				all = append(all, err)
+			}
+		}
+	}
+	return errors.Join(all...)
 }
 
 // nextGen returns a fresh, non-zero generation number.

@@ -395,3 +395,63 @@ func TestIDAllocatorSmallestFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteBatch: a batch removes the flows it names (unknown ones and
+// repeats reported as ErrNoFlow), their packets miss at once, the others
+// keep forwarding, and deleting the rest (Flush) frees every mask and id.
+func TestDeleteBatch(t *testing.T) {
+	d := newTestDP(t)
+	exact := func(i int) flow.Flow {
+		return flow.Flow{Key: exactKeyUDP4("10.0.0.1", "10.0.0.2", uint16(i), 53), Mask: flow.ExactMask(), Actions: []flow.Action{flow.Output{Port: portOut}}}
+	}
+	var fs []flow.Flow
+	for i := 1; i <= 3000; i++ {
+		fs = append(fs, exact(i))
+	}
+	ids, errs := make([]uint32, len(fs)), make([]error, len(fs))
+	d.InstallBatch(fs, ids, errs)
+	pkt := func(i int) []byte { return udpPkt(t, "10.0.0.1", "10.0.0.2", uint16(i), 53, "x") }
+	d.run(pkt(2), "lo") // in the exact-match cache
+	del := []flow.Flow{exact(2), exact(4000), exact(4), exact(2)}
+	derrs := make([]error, len(del))
+	d.DeleteBatch(del, derrs)
+	if derrs[0] != nil || derrs[2] != nil || !errors.Is(derrs[1], ErrNoFlow) || !errors.Is(derrs[3], ErrNoFlow) {
+		t.Fatalf("errors %v", derrs)
+	}
+	if n := len(d.Flows()); n != 2998 {
+		t.Fatalf("%d flows left, want 2998", n)
+	}
+	for _, i := range []int{2, 4} {
+		if r := d.run(pkt(i), "lo"); len(r.outputs) != 0 {
+			t.Fatalf("deleted flow %d still forwards", i)
+		}
+	}
+	if got := d.outputOf(pkt(3)); got != d.ifindex["dummy0"] {
+		t.Fatalf("kept flow went to %d", got)
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, m := len(d.Flows()), d.NumMasks(); n != 0 || m != 0 {
+		t.Fatalf("after flush: %d flows, %d masks", n, m)
+	}
+	if id, err := d.Install(exact(1)); err != nil || id != 0 {
+		t.Fatalf("first install after flush: id %d, %v", id, err)
+	}
+	// Ids come back with zeroed counters (flow 2's packet was counted on
+	// one of the first ids).
+	for i := 2; i <= 3; i++ {
+		if _, err := d.Install(exact(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dump, err := d.Dump()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range dump {
+		if f.Stats.Packets != 0 {
+			t.Fatalf("reused id %d starts with %d packets", f.ID, f.Stats.Packets)
+		}
+	}
+}

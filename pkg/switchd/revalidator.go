@@ -3,6 +3,7 @@ package switchd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"runtime"
 	"slices"
 	"sync"
@@ -167,10 +168,7 @@ func (r *revalidator) round() {
 		}
 		s.cache.mu.Unlock()
 	}
-	for _, uk := range deletes {
-		r.delete(uk)
-		idle++
-	}
+	idle = uint64(len(deletes))
 	// Translating again is the costly part of a round after a table
 	// change: spread it over the CPUs (the pipeline is safe for
 	// concurrent translations, the fast path for concurrent updates).
@@ -182,23 +180,25 @@ func (r *revalidator) round() {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			var st, mod uint64
+			var mod uint64
+			var del []*ukey
 			for j := w; j < len(recheck); j += workers {
 				switch r.check(recheck[j], version) {
 				case verdictDelete:
-					r.delete(recheck[j])
-					st++
+					del = append(del, recheck[j])
 				case verdictModified:
 					mod++
 				}
 			}
 			mu.Lock()
-			stale += st
+			stale += uint64(len(del))
+			deletes = append(deletes, del...)
 			modified += mod
 			mu.Unlock()
 		}(w)
 	}
 	wg.Wait()
+	r.deleteAll(deletes)
 	dur := time.Since(start)
 	r.mu.Lock()
 	r.lastVersion = version
@@ -238,17 +238,32 @@ func (r *revalidator) check(uk *ukey, version uint64) verdict {
 	return verdictModified
 }
 
-// delete removes a cached flow and its ukey.
-func (r *revalidator) delete(uk *ukey) {
+// deleteAll removes cached flows and their ukeys, a few thousand per
+// datapath call.
+func (r *revalidator) deleteAll(uks []*ukey) {
 	s := r.s
-	if _, err := s.dp.Delete(uk.packet, uk.mask); err != nil {
-		s.log.Debug("revalidator delete", "flow", flow.Format(uk.packet, uk.mask), "err", err)
+	const chunk = 4096
+	fs := make([]flow.Flow, 0, min(chunk, len(uks)))
+	errs := make([]error, min(chunk, len(uks)))
+	for i := 0; i < len(uks); i += chunk {
+		part := uks[i:min(i+chunk, len(uks))]
+		fs = fs[:0]
+		for _, uk := range part {
+			fs = append(fs, flow.Flow{Key: uk.packet, Mask: uk.mask})
+		}
+		s.dp.DeleteBatch(fs, errs[:len(part)])
+		s.cache.mu.Lock()
+		for j, uk := range part {
+			if err := errs[j]; err != nil && !errors.Is(err, datapath.ErrNoFlow) {
+				s.log.Debug("revalidator delete", "flow", flow.Format(uk.packet, uk.mask), "err", err)
+				continue
+			}
+			if s.cache.get(uk.id) == uk {
+				s.cache.del(uk.id)
+			}
+		}
+		s.cache.mu.Unlock()
 	}
-	s.cache.mu.Lock()
-	if s.cache.get(uk.id) == uk {
-		s.cache.del(uk.id)
-	}
-	s.cache.mu.Unlock()
 }
 
 func actionsEqual(a, b []flow.Action) bool {

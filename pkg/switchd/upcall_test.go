@@ -35,12 +35,17 @@ func udpUpcalls(tb testing.TB, n, first int) []datapath.Upcall {
 	return ups
 }
 
-// TestFlowLimitInBatches: a batch installs flows only up to the flow limit
-// (counting the ones installed earlier in the batch), delivers every
-// packet all the same, and counts the flows it did not install.
-func TestFlowLimitInBatches(t *testing.T) {
+// handlerSwitch is a switch (not running) with ports 1 and 2 and the rule
+// in_port=1 → output:2, and a function that hands upcalls to its upcall
+// handler the way the upcall loop does.
+func handlerSwitch(t *testing.T, mod func(*Config)) (*Switch, func([]datapath.Upcall)) {
+	t.Helper()
 	node, _ := newTopo(t, 2)
-	sw, err := New(Config{Bridge: "br0", RunDir: t.TempDir(), NetNS: node.Path, PinRoot: testPinRoot, FlowLimit: 10, DisableMegaflows: true, IdleTimeout: time.Hour})
+	cfg := Config{Bridge: "br0", RunDir: t.TempDir(), NetNS: node.Path, PinRoot: testPinRoot, IdleTimeout: time.Hour}
+	if mod != nil {
+		mod(&cfg)
+	}
+	sw, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,26 +59,35 @@ func TestFlowLimitInBatches(t *testing.T) {
 	if _, err := sw.pl.FlowMod(fm); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		restore, err := sw.dp.LockToNetns()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer restore()
-		eb, err := sw.dp.NewExecBatch()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer eb.Close()
-		h := newUpcallHandler(sw, eb)
-		h.handle(udpUpcalls(t, 64, 0))
-		h.handle(udpUpcalls(t, 5, 64))
-	}()
-	<-done
+	return sw, func(ups []datapath.Upcall) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			restore, err := sw.dp.LockToNetns()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer restore()
+			eb, err := sw.dp.NewExecBatch()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer eb.Close()
+			newUpcallHandler(sw, eb).handle(ups)
+		}()
+		<-done
+	}
+}
+
+// TestFlowLimitInBatches: a batch installs flows only up to the flow limit
+// (counting the ones installed earlier in the batch), delivers every
+// packet all the same, and counts the flows it did not install.
+func TestFlowLimitInBatches(t *testing.T) {
+	sw, handle := handlerSwitch(t, func(c *Config) { c.FlowLimit, c.DisableMegaflows = 10, true })
+	handle(udpUpcalls(t, 64, 0))
+	handle(udpUpcalls(t, 5, 64))
 	st := &sw.stats
 	if n := sw.cache.len(); n != 10 || st.installed.Load() != 10 || st.limited.Load() != 59 {
 		t.Fatalf("cached %d, installed %d, limited %d; want 10, 10, 59", n, st.installed.Load(), st.limited.Load())
@@ -83,5 +97,37 @@ func TestFlowLimitInBatches(t *testing.T) {
 	}
 	if fs := sw.dp.Flows(); len(fs) != 10 {
 		t.Fatalf("%d flows in the fast path, want 10", len(fs))
+	}
+}
+
+// TestRevalidatorDeletes: a round deletes cached flows that stayed idle
+// past the idle timeout, and flows whose translation now depends on more
+// than their mask covers (a higher-priority rule on the UDP port), fast
+// path and ukeys alike.
+func TestRevalidatorDeletes(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	sw, handle := handlerSwitch(t, func(c *Config) { c.DisableMegaflows, c.IdleTimeout = true, idle })
+	handle(udpUpcalls(t, 50, 0))
+	if n := len(sw.dp.Flows()); n != 50 {
+		t.Fatalf("%d flows installed, want 50", n)
+	}
+	time.Sleep(idle + 50*time.Millisecond) // the flows' packets are older than the idle timeout
+	sw.rv.round()
+	if st := sw.rv.stats(); st.IdleDeleted != 50 || len(sw.dp.Flows()) != 0 || sw.cache.len() != 0 {
+		t.Fatalf("idle round: %+v; %d flows, %d ukeys left", st, len(sw.dp.Flows()), sw.cache.len())
+	}
+
+	sw.cfg.DisableMegaflows, sw.cfg.IdleTimeout = false, time.Hour
+	handle(udpUpcalls(t, 3, 100)) // one megaflow: the rule reads only in_port
+	if n := len(sw.dp.Flows()); n != 1 {
+		t.Fatalf("%d megaflows for 3 packets of one rule, want 1", n)
+	}
+	fm, _ := openflow.ParseFlow("priority=200,udp,tp_dst=9,actions=drop")
+	if _, err := sw.pl.FlowMod(fm); err != nil {
+		t.Fatal(err)
+	}
+	sw.rv.round()
+	if st := sw.rv.stats(); st.StaleDeleted != 1 || len(sw.dp.Flows()) != 0 || sw.cache.len() != 0 {
+		t.Fatalf("round after the change: %+v; %d flows, %d ukeys left", st, len(sw.dp.Flows()), sw.cache.len())
 	}
 }
