@@ -208,9 +208,9 @@ func (s *Switch) show() ([]string, any, error) {
 			s.cfg.Bridge, s.cfg.DatapathID, s.cfg.FailMode, len(s.ports.list()), s.cache.len(), s.cfg.FlowLimit, s.dp.NumMasks()),
 		fmt.Sprintf("fast path: emc hits %d, megaflow hits %d, misses %d, upcalls %d, packets run through actions by BPF_PROG_RUN %d",
 			c["emc-hit"], c["megaflow-hit"], c["miss"], c["upcall"], c["executed"]),
-		fmt.Sprintf("slow path: upcalls %d (miss %d, action %d), installed %d, install errors %d, flow limit hits %d, executed %d, execute errors %d, too big to execute %d, translation errors %d, packet-ins %d",
+		fmt.Sprintf("slow path: upcalls %d (miss %d, action %d), installed %d, install errors %d, flow limit hits %d, executed %d, execute errors %d, too big to execute %d, translation errors %d, packet-ins %d, malformed upcalls %d",
 			st.upcalls.Load(), st.misses.Load(), st.actionUpcalls.Load(), st.installed.Load(), st.installErrs.Load(), st.limited.Load(),
-			st.executed.Load(), st.execErrs.Load(), st.truncated.Load(), st.xlateErrs.Load(), st.packetIns.Load()),
+			st.executed.Load(), st.execErrs.Load(), st.truncated.Load(), st.xlateErrs.Load(), st.packetIns.Load(), st.badUpcalls.Load()),
 		fmt.Sprintf("revalidator: %d rounds, last %v over %d flows (max %v), idle-deleted %d, stale-deleted %d, modified %d, revalidated %d, rules expired %d",
 			rv.Rounds, rv.LastDuration, rv.LastFlows, rv.MaxDuration, rv.IdleDeleted, rv.StaleDeleted, rv.Modified, rv.Revalidated, rv.RulesExpired),
 	}

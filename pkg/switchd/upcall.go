@@ -21,6 +21,7 @@ type slowStats struct {
 	installed, installErrs, limited atomic.Uint64
 	executed, execErrs, truncated   atomic.Uint64
 	xlateErrs, packetIns            atomic.Uint64
+	badUpcalls                      atomic.Uint64 // ring records that did not decode
 }
 
 // upcallBatch is the most upcalls handled together: their flows are
@@ -56,6 +57,7 @@ func (s *Switch) upcallLoop(ctx context.Context) {
 	ups := make([]datapath.Upcall, upcallBatch)
 	for {
 		n, err := r.ReadBatch(ups)
+		s.stats.badUpcalls.Store(r.Malformed)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, os.ErrClosed) {
 				return
