@@ -263,34 +263,29 @@ func live(b []pendingFlow) []pendingFlow {
 	return out
 }
 
-// batchPut writes keys[i] → vals[i] with BPF_MAP_UPDATE_BATCH. The kernel
-// stops at the first element it cannot write and says how many it wrote;
-// failed(i, err) is called for that one and the rest is written again.
-// (Batch updates take no BPF_NOEXIST: d.flows, kept under d.mu by the only
-// writer, is what keeps a megaflow from being installed twice.)
+// batchPut writes keys[i] → vals[i] with BPF_MAP_UPDATE_BATCH (see
+// eachBatch). Batch updates take no BPF_NOEXIST: d.flows, kept under d.mu by
+// the only writer, is what keeps a megaflow from being installed twice.
 func batchPut[K, V any](m *ebpf.Map, keys []K, vals []V, failed func(i int, err error)) {
-	for off := 0; off < len(keys); {
-		done, err := m.BatchUpdate(keys[off:], vals[off:], nil)
-		if err == nil {
-			return
-		}
-		if done < 0 || done >= len(keys)-off {
-			done = len(keys) - off - 1
-		}
-		failed(off+done, err)
-		off += done + 1
-	}
+	eachBatch(len(keys), func(off int) (int, error) { return m.BatchUpdate(keys[off:], vals[off:], nil) }, failed)
 }
 
-// batchDel deletes keys with BPF_MAP_DELETE_BATCH, as batchPut writes.
+// batchDel deletes keys with BPF_MAP_DELETE_BATCH (see eachBatch).
 func batchDel[K any](m *ebpf.Map, keys []K, failed func(i int, err error)) {
-	for off := 0; off < len(keys); {
-		done, err := m.BatchDelete(keys[off:], nil)
+	eachBatch(len(keys), func(off int) (int, error) { return m.BatchDelete(keys[off:], nil) }, failed)
+}
+
+// eachBatch runs a batch map operation over n elements. The kernel stops
+// at the first element it cannot handle and says how many it did;
+// failed(i, err) is called for that one and the rest is tried again.
+func eachBatch(n int, call func(off int) (int, error), failed func(i int, err error)) {
+	for off := 0; off < n; {
+		done, err := call(off)
 		if err == nil {
 			return
 		}
-		if done < 0 || done >= len(keys)-off {
-			done = len(keys) - off - 1
+		if done < 0 || done >= n-off {
+			done = n - off - 1
 		}
 		failed(off+done, err)
 		off += done + 1

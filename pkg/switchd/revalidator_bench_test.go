@@ -55,22 +55,8 @@ func BenchmarkRevalidation(b *testing.B) {
 // UDP ports, which is wider than the rule needs: revalidation keeps them).
 func benchSwitch(b *testing.B, n, room int) *Switch {
 	b.Helper()
-	node, _ := newTopo(b, 2)
-	cfg := Config{Bridge: "br0", RunDir: b.TempDir(), NetNS: node.Path, PinRoot: testPinRoot, MaxFlows: n + room + 1024, FlowLimit: n + room + 1024, IdleTimeout: time.Hour}
-	sw, err := New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = sw.Destroy() })
-	for i := 1; i <= 2; i++ {
-		if _, err := sw.AddPort(PortSpec{Name: fmt.Sprintf("v%d", i), OFPort: uint32(i)}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	fm, _ := openflow.ParseFlow("table=0,priority=10,udp,actions=output:2")
-	if _, err := sw.pl.FlowMod(fm); err != nil {
-		b.Fatal(err)
-	}
+	sw := idleSwitch(b, func(c *Config) { c.MaxFlows, c.FlowLimit = n+room+1024, n+room+1024 })
+	addFlow(b, sw, "table=0,priority=10,udp,actions=output:2")
 	mask := flow.Mask{InPort: 0xffffffff, EthType: 0xffff, NwProto: 0xff, TpSrc: 0xffff, TpDst: 0xffff}
 	const chunk = 1024
 	var fs []flow.Flow

@@ -35,50 +35,74 @@ func udpUpcalls(tb testing.TB, n, first int) []datapath.Upcall {
 	return ups
 }
 
-// handlerSwitch is a switch (not running) with ports 1 and 2 and the rule
-// in_port=1 → output:2, and a function that hands upcalls to its upcall
-// handler the way the upcall loop does.
-func handlerSwitch(t *testing.T, mod func(*Config)) (*Switch, func([]datapath.Upcall)) {
-	t.Helper()
-	node, _ := newTopo(t, 2)
-	cfg := Config{Bridge: "br0", RunDir: t.TempDir(), NetNS: node.Path, PinRoot: testPinRoot, IdleTimeout: time.Hour}
+// idleSwitch makes a switch that is not running (no upcall loop, no
+// revalidator: tests call them) with ports 1 and 2 on a fresh topology.
+func idleSwitch(tb testing.TB, mod func(*Config)) *Switch {
+	tb.Helper()
+	node, _ := newTopo(tb, 2)
+	cfg := Config{Bridge: "br0", RunDir: tb.TempDir(), NetNS: node.Path, PinRoot: testPinRoot, IdleTimeout: time.Hour}
 	if mod != nil {
 		mod(&cfg)
 	}
 	sw, err := New(cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sw.Destroy() })
+	tb.Cleanup(func() { _ = sw.Destroy() })
 	for i := 1; i <= 2; i++ {
 		if _, err := sw.AddPort(PortSpec{Name: fmt.Sprintf("v%d", i), OFPort: uint32(i)}); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
-	fm, _ := openflow.ParseFlow("priority=100,in_port=1,actions=output:2")
+	return sw
+}
+
+// addFlow adds an OpenFlow rule to sw's tables.
+func addFlow(tb testing.TB, sw *Switch, spec string) {
+	tb.Helper()
+	fm, err := openflow.ParseFlow(spec)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	if _, err := sw.pl.FlowMod(fm); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	return sw, func(ups []datapath.Upcall) {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			restore, err := sw.dp.LockToNetns()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer restore()
-			eb, err := sw.dp.NewExecBatch()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer eb.Close()
-			newUpcallHandler(sw, eb).handle(ups)
-		}()
-		<-done
-	}
+}
+
+// handleUpcalls hands ups to sw's upcall handler in batches of upcallBatch,
+// the way the upcall loop does when it falls behind: on a thread of its
+// own in the ports' namespace (discarded afterwards).
+func handleUpcalls(tb testing.TB, sw *Switch, ups []datapath.Upcall) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		restore, err := sw.dp.LockToNetns()
+		if err != nil {
+			tb.Error(err)
+			return
+		}
+		defer restore()
+		eb, err := sw.dp.NewExecBatch()
+		if err != nil {
+			tb.Error(err)
+			return
+		}
+		defer eb.Close()
+		h := newUpcallHandler(sw, eb)
+		for i := 0; i < len(ups); i += upcallBatch {
+			h.handle(ups[i:min(i+upcallBatch, len(ups))])
+		}
+	}()
+	<-done
+}
+
+// handlerSwitch is an idleSwitch with the rule in_port=1 → output:2, and a
+// function that hands it upcalls (handleUpcalls).
+func handlerSwitch(t *testing.T, mod func(*Config)) (*Switch, func([]datapath.Upcall)) {
+	t.Helper()
+	sw := idleSwitch(t, mod)
+	addFlow(t, sw, "priority=100,in_port=1,actions=output:2")
+	return sw, func(ups []datapath.Upcall) { handleUpcalls(t, sw, ups) }
 }
 
 // TestFlowLimitInBatches: a batch installs flows only up to the flow limit
@@ -122,10 +146,7 @@ func TestRevalidatorDeletes(t *testing.T) {
 	if n := len(sw.dp.Flows()); n != 1 {
 		t.Fatalf("%d megaflows for 3 packets of one rule, want 1", n)
 	}
-	fm, _ := openflow.ParseFlow("priority=200,udp,tp_dst=9,actions=drop")
-	if _, err := sw.pl.FlowMod(fm); err != nil {
-		t.Fatal(err)
-	}
+	addFlow(t, sw, "priority=200,udp,tp_dst=9,actions=drop")
 	sw.rv.round()
 	if st := sw.rv.stats(); st.StaleDeleted != 1 || len(sw.dp.Flows()) != 0 || sw.cache.len() != 0 {
 		t.Fatalf("round after the change: %+v; %d flows, %d ukeys left", st, len(sw.dp.Flows()), sw.cache.len())
