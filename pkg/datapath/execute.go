@@ -149,9 +149,17 @@ type ExecBatch struct {
 	addrs []unix.RawSockaddrLinklayer
 	iovs  []unix.Iovec
 	msgs  []unix.Mmsghdr
-	keep  [][]byte // the queued packets, referenced by iovs
-	// Sent and Failed count packets handed to devices and refused.
+	keep  []queued // the queued copies, referenced by iovs
+	err   error    // first error since the last Flush
+	// Sent counts copies sendmmsg handed to devices, Failed the copies
+	// that could not be delivered at all.
 	Sent, Failed uint64
+}
+
+// queued is one packet copy waiting for sendmmsg.
+type queued struct {
+	pkt          []byte
+	inPort, port uint32
 }
 
 // execBatchMax is the most queued packet copies: past it Add sends.
@@ -186,23 +194,19 @@ func (b *ExecBatch) Add(pkt []byte, inPort uint32, actions []flow.Action) error 
 	var devs [MaxActions]int
 	n, ok := b.d.outputDevices(actions, devs[:])
 	if !ok || b.fd < 0 {
-		if err := b.Flush(); err != nil {
-			return err
-		}
+		b.send()
 		return b.d.ExecuteLocal(pkt, inPort, actions)
 	}
 	if len(b.keep)+n > execBatchMax {
-		if err := b.Flush(); err != nil {
-			return err
-		}
+		b.send()
 	}
 	proto := *(*uint16)(unsafe.Pointer(&pkt[12])) // network order, as sll_protocol wants it
-	for _, ifindex := range devs[:n] {
+	for j, ifindex := range devs[:n] {
 		i := len(b.keep)
 		b.addrs[i] = unix.RawSockaddrLinklayer{Family: unix.AF_PACKET, Protocol: proto, Ifindex: int32(ifindex)}
 		b.iovs[i].Base = &pkt[0]
 		b.iovs[i].SetLen(len(pkt))
-		b.keep = append(b.keep, pkt)
+		b.keep = append(b.keep, queued{pkt: pkt, inPort: inPort, port: actions[j].(flow.Output).Port})
 	}
 	return nil
 }
@@ -229,10 +233,19 @@ func (d *Datapath) outputDevices(actions []flow.Action, devs []int) (int, bool) 
 	return len(actions), true
 }
 
-// Flush sends the queued packets. A packet a device refuses is counted in
-// Failed and the rest still go; the first such error is returned.
+// Flush sends the queued packets and returns the first error since the
+// last Flush (a packet that could not be delivered; the others still go).
 func (b *ExecBatch) Flush() error {
-	var first error
+	b.send()
+	err := b.err
+	b.err = nil
+	return err
+}
+
+// send hands the queue to sendmmsg. A copy the packet socket refuses for
+// its size (a frame longer than the output device's MTU allows: the fast
+// path's redirect does not check that) goes through BPF_PROG_RUN instead.
+func (b *ExecBatch) send() {
 	for off := 0; off < len(b.keep); {
 		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(b.fd), uintptr(unsafe.Pointer(&b.msgs[off])), uintptr(len(b.keep)-off), 0, 0, 0)
 		switch {
@@ -241,9 +254,16 @@ func (b *ExecBatch) Flush() error {
 		case e != 0:
 			// The message at off failed (sendmmsg reports an error only
 			// for the first message it tried).
-			b.Failed++
-			if first == nil {
-				first = fmt.Errorf("datapath: execute: sending to ifindex %d: %w", b.addrs[off].Ifindex, e)
+			q := b.keep[off]
+			err := error(e)
+			if e == unix.EMSGSIZE {
+				err = b.d.ExecuteLocal(q.pkt, q.inPort, []flow.Action{flow.Output{Port: q.port}})
+			}
+			if err != nil {
+				b.Failed++
+				if b.err == nil {
+					b.err = fmt.Errorf("datapath: execute: sending to ifindex %d: %w", b.addrs[off].Ifindex, err)
+				}
 			}
 			off++
 		default:
@@ -253,7 +273,6 @@ func (b *ExecBatch) Flush() error {
 	}
 	clear(b.keep)
 	b.keep = b.keep[:0]
-	return first
 }
 
 // Close sends what is queued and closes the socket.
