@@ -308,6 +308,25 @@ const backgroundWindow = 500 * time.Millisecond
 
 // backgroundBusy returns the VM's busy percentage (all CPUs) over window,
 // or -1.
+// A data plane run starts once the VM is quiet: busy below quietPct over
+// one backgroundWindow, or after settleWindows windows (and the row then
+// shows the load it ran with). The previous run's teardown (processes
+// exiting, the kernel freeing maps and namespaces) must not run into the
+// next data plane's measurements: with data planes interleaved, that
+// would penalise whichever plane follows a heavy teardown.
+const (
+	quietPct      = 5
+	settleWindows = 10
+)
+
+func settleBusy(ctx context.Context) float64 {
+	v := backgroundBusy(ctx, backgroundWindow)
+	for i := 1; i < settleWindows && v > quietPct && ctx.Err() == nil; i++ {
+		v = backgroundBusy(ctx, backgroundWindow)
+	}
+	return v
+}
+
 func backgroundBusy(ctx context.Context, window time.Duration) float64 {
 	a, err := takeSnapshot(nil)
 	if err != nil {
@@ -377,7 +396,7 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 
 	r.bar.Describe(fmt.Sprintf("rep %d/%d %-18s setup", r.rep, r.s.Reps, r.dp.Name()))
 	r.sh.logf("# ==== rep %d/%d: data plane %s ====", r.rep, r.s.Reps, r.dp.Name())
-	r.bgBusy = backgroundBusy(ctx, backgroundWindow)
+	r.bgBusy = settleBusy(ctx)
 	if err := t.build(ctx); err != nil {
 		return r.failAll(fmt.Errorf("building namespaces: %w", err)), nil
 	}
