@@ -98,7 +98,7 @@ type Datapath struct {
 	byID    []*installed // the same flows by id
 	scratch batchScratch
 	ids     idAllocator
-	filter  map[uint32]uint32 // mask_filter counts, as written (see addFilter)
+	filter  map[uint32]uint32 // mask_filter counts, as written (see setFilters)
 	gen     uint32
 	nMasks  uint32
 }
@@ -142,7 +142,7 @@ func Open(cfg Config) (*Datapath, error) {
 		dir:       filepath.Join(cfg.PinRoot, cfg.Name),
 		ports:     make(map[uint32]*Port),
 		flows:     make(map[megaflowID]*installed),
-		scratch:   batchScratch{counts: map[uint32]uint32{}},
+		scratch:   batchScratch{counts: filterCounts{}},
 		filter:    make(map[uint32]uint32),
 		execCache: make(map[string]uint32),
 		ns:        -1,

@@ -108,31 +108,17 @@ func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 	b = live(b)
 
 	// Filter slots: one write per slot with the count after the batch.
-	counts := sc.counts
-	clear(counts)
+	counts := d.filterCounts()
 	for i := range b {
-		f := b[i].in.filter
-		if _, ok := counts[f]; !ok {
-			counts[f] = d.filter[f]
-		}
-		counts[f]++
+		counts.add(d, b[i].in.filter, 1)
 	}
-	slots, ns := sc.slots[:0], sc.ns[:0]
-	defer func() { sc.slots, sc.ns = slots[:0], ns[:0] }()
-	for f, n := range counts {
-		slots, ns = append(slots, f), append(ns, n)
-	}
-	batchPut(d.objs.MaskFilter, slots, ns, func(j int, err error) {
+	d.setFilters(counts, func(slot uint32, err error) {
 		for i := range b {
-			if b[i].in != nil && b[i].in.filter == slots[j] {
+			if b[i].in != nil && b[i].in.filter == slot {
 				fail(&b[i], stageGens, err)
 			}
 		}
-		delete(counts, slots[j])
 	})
-	for f, n := range counts {
-		d.filter[f] = n
-	}
 	b = live(b)
 
 	mids := sc.mids[:0]
@@ -157,7 +143,52 @@ type batchScratch struct {
 	slots, ns  []uint32
 	entries    []flowEntryBytes
 	mids       []megaflowID
-	counts     map[uint32]uint32
+	counts     filterCounts
+}
+
+// filterCounts are new counts of filter slots (mask_filter), gathered for
+// one write per slot.
+type filterCounts map[uint32]uint32
+
+// filterCounts returns the (emptied) scratch map. Callers hold d.mu.
+func (d *Datapath) filterCounts() filterCounts {
+	clear(d.scratch.counts)
+	return d.scratch.counts
+}
+
+// add changes slot's count by delta, starting from its current count.
+func (c filterCounts) add(d *Datapath, slot uint32, delta int32) {
+	n, ok := c[slot]
+	if !ok {
+		n = d.filter[slot]
+	}
+	c[slot] = uint32(int32(n) + delta)
+}
+
+// setFilters writes the counts, one batch for all slots, and keeps d.filter
+// (userspace is the only writer, so it writes without reading first). A
+// slot it cannot write keeps its old count and is reported to failed.
+// Callers hold d.mu.
+func (d *Datapath) setFilters(counts filterCounts, failed func(slot uint32, err error)) {
+	sc := &d.scratch
+	slots, ns := sc.slots[:0], sc.ns[:0]
+	for f, n := range counts {
+		slots, ns = append(slots, f), append(ns, n)
+	}
+	batchPut(d.objs.MaskFilter, slots, ns, func(j int, err error) {
+		delete(counts, slots[j])
+		if failed != nil {
+			failed(slots[j], err)
+		}
+	})
+	for f, n := range counts {
+		if n == 0 {
+			delete(d.filter, f)
+		} else {
+			d.filter[f] = n
+		}
+	}
+	sc.slots, sc.ns = slots[:0], ns[:0]
 }
 
 // pendingFlow is a flow of an InstallBatch on its way into the maps.
@@ -218,7 +249,9 @@ func (d *Datapath) claim(f flow.Flow) (*installed, flowEntryBytes, error) {
 // unclaim undoes a claim whose install got as far as stage.
 func (d *Datapath) unclaim(in *installed, stage int) {
 	if stage >= stageFilter {
-		_ = d.addFilter(in.filter, -1)
+		counts := d.filterCounts()
+		counts.add(d, in.filter, -1)
+		d.setFilters(counts, nil)
 	}
 	if stage >= stageGens {
 		_ = d.objs.FlowGens.Put(in.id, uint32(0))
@@ -327,27 +360,10 @@ func (d *Datapath) Modify(f flow.Flow) error {
 // once: its generation is cleared first, and a later flow reusing the id
 // gets a new generation number.
 func (d *Datapath) Delete(key flow.Key, mask flow.Mask) (Stats, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	key = key.And(mask)
-	in, err := d.find(key, mask)
-	if err != nil {
-		return Stats{}, err
-	}
-	mid := makeMegaflowID(in.slot, &in.key)
-	if err := d.objs.FlowGens.Put(in.id, uint32(0)); err != nil {
-		return Stats{}, fmt.Errorf("datapath: deleting megaflow: %w", err)
-	}
-	if err := d.objs.Megaflows.Delete(mid[:]); err != nil {
-		return Stats{}, fmt.Errorf("datapath: deleting megaflow: %w", err)
-	}
-	st, _ := d.readStats(in.id)
-	_ = d.addFilter(in.filter, -1)
-	_ = d.objs.Flows.Delete(in.id)
-	d.freeID(in.id)
-	d.untrack(mid, in)
-	d.releaseMask(in.slot, false)
-	return st, nil
+	var st [1]Stats
+	var err [1]error
+	d.deleteBatch([]flow.Flow{{Key: key, Mask: mask}}, err[:], st[:])
+	return st[0], err[0]
 }
 
 // DeleteBatch removes many megaflows (Key and Mask of each fs[i]; actions
@@ -355,7 +371,11 @@ func (d *Datapath) Delete(key flow.Key, mask flow.Mask) (Stats, error) {
 // ErrNoFlow for a flow that is not installed (or repeats an earlier one of
 // the batch), or the error that kept it installed. Unlike Delete it does
 // not read the flows' final counters.
-func (d *Datapath) DeleteBatch(fs []flow.Flow, errs []error) {
+func (d *Datapath) DeleteBatch(fs []flow.Flow, errs []error) { d.deleteBatch(fs, errs, nil) }
+
+// deleteBatch is DeleteBatch that also reads each deleted flow's final
+// counters into final[i] unless final is nil (one lookup per flow).
+func (d *Datapath) deleteBatch(fs []flow.Flow, errs []error, final []Stats) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var ins []*installed
@@ -382,8 +402,7 @@ func (d *Datapath) DeleteBatch(fs []flow.Flow, errs []error) {
 		d.track(mids[j], in)
 		ins[j] = nil
 	}
-	// Exact-match cache entries first (generation 0), then the megaflow,
-	// as Delete does.
+	// Exact-match cache entries first (generation 0), then the megaflow.
 	batchPut(d.objs.FlowGens, ids, make([]uint32, len(ids)), keep)
 	n := 0
 	for j := range ins {
@@ -398,31 +417,20 @@ func (d *Datapath) DeleteBatch(fs []flow.Flow, errs []error) {
 		keep(j, err)
 	})
 	var gone []uint32
-	counts := map[uint32]uint32{}
+	counts := d.filterCounts()
 	for _, in := range ins {
 		if in == nil {
 			continue
 		}
-		if _, ok := counts[in.filter]; !ok {
-			counts[in.filter] = d.filter[in.filter]
+		if final != nil {
+			final[in.idx], _ = d.readStats(in.id) // unreachable now: nothing more to count
 		}
-		counts[in.filter]--
+		counts.add(d, in.filter, -1)
 		gone = append(gone, in.id)
-	}
-	slots, ns := make([]uint32, 0, len(counts)), make([]uint32, 0, len(counts))
-	for f, n := range counts {
-		slots, ns = append(slots, f), append(ns, n)
 	}
 	// A count that could not be lowered stays too high: a false positive
 	// of the filter (a wasted probe), never a missed flow.
-	batchPut(d.objs.MaskFilter, slots, ns, func(j int, err error) { delete(counts, slots[j]) })
-	for f, n := range counts {
-		if n == 0 {
-			delete(d.filter, f)
-		} else {
-			d.filter[f] = n
-		}
-	}
+	d.setFilters(counts, nil)
 	if len(gone) > 0 {
 		_, _ = d.objs.Flows.BatchDelete(gone, nil)
 		_, _ = d.objs.Stats.BatchUpdate(gone, make([]nagareFlowStats, len(gone)*d.ncpu), nil)
@@ -557,21 +565,6 @@ func (d *Datapath) freeID(id uint32) {
 	d.ids.release(id)
 }
 
-// addFilter changes a filter slot's count. Userspace is the only writer,
-// so it keeps the counts (d.filter) and writes without reading first.
-func (d *Datapath) addFilter(slot uint32, delta int32) error {
-	n := uint32(int32(d.filter[slot]) + delta)
-	if err := d.objs.MaskFilter.Put(slot, n); err != nil {
-		return err
-	}
-	if n == 0 {
-		delete(d.filter, slot)
-	} else {
-		d.filter[slot] = n
-	}
-	return nil
-}
-
 // Stats are a cached flow's counters, summed over CPUs.
 type Stats struct {
 	Packets  uint64
@@ -606,27 +599,35 @@ func (d *Datapath) Flows() []flow.Flow {
 	return out
 }
 
-// Dump returns the installed megaflows with their statistics.
+// Dump returns the installed megaflows with their statistics, in flow id
+// order (counters read with RangeStats, a chunk at a time).
 func (d *Datapath) Dump() ([]FlowStats, error) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	all, err := d.readAllStats()
+	all := make([]Stats, len(d.byID)) // by flow id
+	d.mu.Unlock()
+	err := d.RangeStats(func(ids []uint32, stats []Stats) {
+		for i, id := range ids {
+			if int(id) >= len(all) {
+				all = append(all, make([]Stats, int(id)+1-len(all))...)
+			}
+			all[id] = stats[i]
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	out := make([]FlowStats, 0, len(d.flows))
-	for _, in := range d.flows {
-		var st Stats
-		if all != nil {
-			st = all[in.id]
-		} else if st, err = d.readStats(in.id); err != nil {
-			return nil, err
+	for _, in := range d.byID {
+		if in == nil {
+			continue
 		}
-		out = append(out, FlowStats{
-			Flow:  flow.Flow{Key: in.key, Mask: d.masks[in.slot].mask, Actions: in.actions},
-			ID:    in.id,
-			Stats: st,
-		})
+		f := FlowStats{Flow: flow.Flow{Key: in.key, Mask: d.masks[in.slot].mask, Actions: in.actions}, ID: in.id}
+		if int(in.id) < len(all) {
+			f.Stats = all[in.id] // else installed after the walk: nothing counted yet
+		}
+		out = append(out, f)
 	}
 	return out, nil
 }
@@ -708,39 +709,6 @@ func (d *Datapath) FlowByID(id uint32) (flow.Flow, bool) {
 // batchThreshold: below this many flows, one lookup per flow is cheaper
 // than batch-reading the stats array.
 const batchThreshold = 64
-
-// readAllStats batch-reads the counters of every allocated flow id (nil
-// when there are few flows: the caller then reads them one by one).
-// Callers hold d.mu.
-func (d *Datapath) readAllStats() ([]Stats, error) {
-	n := d.ids.next
-	if len(d.flows) < batchThreshold {
-		return nil, nil
-	}
-	out := make([]Stats, n)
-	const chunk = 4096
-	keys := make([]uint32, chunk)
-	vals := make([]nagareFlowStats, chunk*d.ncpu)
-	var cursor ebpf.MapBatchCursor
-	now := coarseNow()
-	for done := false; !done; {
-		cnt, err := d.objs.Stats.BatchLookup(&cursor, keys, vals, nil)
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			done = true
-		} else if err != nil {
-			return nil, fmt.Errorf("datapath: reading flow statistics: %w", err)
-		}
-		for i := 0; i < cnt; i++ {
-			id := keys[i]
-			if id >= n {
-				done = true
-				continue
-			}
-			out[id] = sumStats(vals[i*d.ncpu:(i+1)*d.ncpu], now)
-		}
-	}
-	return out, nil
-}
 
 func sumStats(per []nagareFlowStats, now timePair) Stats {
 	var st Stats
