@@ -64,9 +64,18 @@ func (d *Datapath) LockToNetns() (restore func(), err error) {
 	}, nil
 }
 
-func (d *Datapath) execute(pkt []byte, inPort uint32, actions []flow.Action, run func(func() error) error) error {
+// checkExecuteSize refuses what BPF_PROG_RUN cannot take (and what is no
+// Ethernet frame).
+func checkExecuteSize(pkt []byte) error {
 	if len(pkt) < 14 || len(pkt) > maxExecute {
 		return fmt.Errorf("datapath: execute %d bytes: %w", len(pkt), ErrPacketSize)
+	}
+	return nil
+}
+
+func (d *Datapath) execute(pkt []byte, inPort uint32, actions []flow.Action, run func(func() error) error) error {
+	if err := checkExecuteSize(pkt); err != nil {
+		return err
 	}
 	d.mu.Lock()
 	raw, err := d.compileActions(actions)
@@ -188,8 +197,8 @@ func (d *Datapath) NewExecBatch() (*ExecBatch, error) {
 // Add executes pkt through actions as if it arrived on inPort, now or at
 // the next Flush. pkt must stay unchanged until then.
 func (b *ExecBatch) Add(pkt []byte, inPort uint32, actions []flow.Action) error {
-	if len(pkt) < 14 || len(pkt) > maxExecute {
-		return fmt.Errorf("datapath: execute %d bytes: %w", len(pkt), ErrPacketSize)
+	if err := checkExecuteSize(pkt); err != nil {
+		return err
 	}
 	var devs [MaxActions]int
 	n, ok := b.d.outputDevices(actions, devs[:])

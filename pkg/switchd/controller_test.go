@@ -149,6 +149,11 @@ func (tc *testController) waitFlowRemoved(t *testing.T, d time.Duration) *openfl
 	return tc.wait(t, d, func(m openflow.Message) bool { _, ok := m.(*openflow.FlowRemoved); return ok }).(*openflow.FlowRemoved)
 }
 
+func (tc *testController) waitPacketIn(t *testing.T, d time.Duration) *openflow.PacketIn {
+	t.Helper()
+	return tc.wait(t, d, func(m openflow.Message) bool { _, ok := m.(*openflow.PacketIn); return ok }).(*openflow.PacketIn)
+}
+
 // TestPacketInAfterRewrite: a rule that rewrites and then sends to the
 // controller hands over the rewritten packet, for the flow's first packet
 // (translated in userspace) as for the later ones (the cached flow's
@@ -173,8 +178,7 @@ func TestPacketInAfterRewrite(t *testing.T) {
 		if _, err := conn.Write([]byte(what)); err != nil {
 			t.Fatal(err)
 		}
-		m := c.wait(t, 10*time.Second, func(m openflow.Message) bool { _, ok := m.(*openflow.PacketIn); return ok })
-		pi := m.(*openflow.PacketIn)
+		pi := c.waitPacketIn(t, 10*time.Second)
 		pkt := gopacket.NewPacket(pi.Data, layers.LayerTypeEthernet, gopacket.Default)
 		ip, _ := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 		udp, _ := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP)

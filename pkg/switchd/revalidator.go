@@ -119,7 +119,7 @@ func (r *revalidator) round() {
 
 	var idle, stale, modified, checked uint64
 	var recheck []*ukey // to translate again
-	var deletes []*ukey // idle
+	var deletes []*ukey // idle, then stale: deleted together at the end
 	var missing []uint32
 	total := 0
 	err := s.dp.RangeStats(func(ids []uint32, stats []datapath.Stats) {

@@ -53,8 +53,7 @@ func TestTunnelEndpointPacketIn(t *testing.T) {
 		if _, err := conn.Write([]byte(what)); err != nil {
 			t.Fatal(err)
 		}
-		m := c.wait(t, 10*time.Second, func(m openflow.Message) bool { _, ok := m.(*openflow.PacketIn); return ok })
-		pi := m.(*openflow.PacketIn)
+		pi := c.waitPacketIn(t, 10*time.Second)
 		in, ok := pi.Match.Get(openflow.FieldInPort)
 		tun, tok := pi.Match.Get(openflow.FieldTunnelID)
 		if !ok || in.Uint() != endpoint || !tok || tun.Uint() != 42 {

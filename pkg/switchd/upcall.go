@@ -218,24 +218,22 @@ func (h *upcallHandler) flush() {
 		now := time.Now()
 		s.cache.mu.Lock()
 		for _, m := range h.misses {
-			if m.install < 0 || h.errs[m.install] != nil {
+			if m.install < 0 {
 				continue
 			}
 			f := &h.flows[m.install]
-			s.cache.set(h.ids[m.install], &ukey{packet: m.u.Key, mask: f.Mask, actions: m.x.actions, rules: m.x.Rules, version: m.x.version, created: now})
-		}
-		s.cache.mu.Unlock()
-		for i, err := range h.errs {
-			switch {
+			switch err := h.errs[m.install]; {
 			case err == nil:
 				s.stats.installed.Add(1)
+				s.cache.set(h.ids[m.install], &ukey{packet: m.u.Key, mask: f.Mask, actions: m.x.actions, rules: m.x.Rules, version: m.x.version, created: now})
 			case errors.Is(err, datapath.ErrFlowExists):
 				// Another packet of the same megaflow got there first.
 			default:
 				s.stats.installErrs.Add(1)
-				s.log.Debug("install", "flow", h.flows[i].String(), "err", err)
+				s.log.Debug("install", "flow", f.String(), "err", err)
 			}
 		}
+		s.cache.mu.Unlock()
 	}
 	now := time.Now()
 	failed := h.eb.Failed
