@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
+	"context"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/nagare-net/nagare/pkg/switchd"
 )
@@ -114,32 +111,7 @@ func ctl(req switchd.CtlRequest) (*switchd.CtlResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := net.DialTimeout("unix", path, 5*time.Second)
-	if err != nil {
-		return nil, fmt.Errorf("switch at %s: %w", path, err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
-	b, _ := json.Marshal(req)
-	if _, err := c.Write(append(b, '\n')); err != nil {
-		return nil, err
-	}
-	sc := bufio.NewScanner(c)
-	sc.Buffer(make([]byte, 64<<10), 256<<20)
-	if !sc.Scan() {
-		if sc.Err() != nil {
-			return nil, sc.Err()
-		}
-		return nil, fmt.Errorf("switch at %s closed the connection", path)
-	}
-	var resp switchd.CtlResponse
-	if err := json.Unmarshal(sc.Bytes(), &resp); err != nil {
-		return nil, err
-	}
-	if !resp.OK {
-		return nil, fmt.Errorf("%s", resp.Error)
-	}
-	return &resp, nil
+	return switchd.Call(context.Background(), path, req)
 }
 
 func ctlPrint(w io.Writer, req switchd.CtlRequest) error {

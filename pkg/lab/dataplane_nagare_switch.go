@@ -1,11 +1,9 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -276,39 +274,7 @@ func (sw *nagareSwitch) ofctl(ctx context.Context, t *Topology, args ...string) 
 // ctl sends one request of the JSON control protocol (what nagarectl
 // speaks) on sw's socket.
 func (sw *nagareSwitch) ctl(ctx context.Context, req switchd.CtlRequest) (*switchd.CtlResponse, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", sw.socket())
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	deadline := time.Now().Add(5 * time.Minute)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	_ = c.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
-	defer stop()
-	b, _ := json.Marshal(req)
-	if _, err := c.Write(append(b, '\n')); err != nil {
-		return nil, err
-	}
-	sc := bufio.NewScanner(c)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	if !sc.Scan() {
-		if err := sc.Err(); err != nil {
-			return nil, fmt.Errorf("%s: %w", req.Cmd, err)
-		}
-		return nil, fmt.Errorf("%s: switch closed the connection", req.Cmd)
-	}
-	var resp switchd.CtlResponse
-	if err := json.Unmarshal(sc.Bytes(), &resp); err != nil {
-		return nil, fmt.Errorf("%s: %w", req.Cmd, err)
-	}
-	if !resp.OK {
-		return nil, fmt.Errorf("%s: %s", req.Cmd, resp.Error)
-	}
-	return &resp, nil
+	return switchd.Call(ctx, sw.socket(), req)
 }
 
 // Teardown logs each switch's `show` (slow-path, revalidator and drop
