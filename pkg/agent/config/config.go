@@ -1,0 +1,181 @@
+// Package config is the node agent's view of the cluster: the settings
+// every node shares (VNI, MTU, cluster CIDR, external interface) and the
+// nodes themselves (name, underlay address, pod CIDR).
+//
+// Without Kubernetes the whole of it comes from a cluster file (YAML, the
+// embedded Default unless --cluster-file names another); under Kubernetes
+// the same file, minus its nodes, comes from the ConfigMap and the nodes
+// come from the API server (pkg/agent/k8s).
+package config
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+
+	"gopkg.in/yaml.v3"
+)
+
+// VXLANOverhead is what VXLAN adds to a frame on the underlay: outer
+// Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8.
+const VXLANOverhead = 50
+
+// Cluster is a cluster file.
+type Cluster struct {
+	// VNI is the VXLAN network identifier of the pod network (default 1).
+	VNI uint32 `yaml:"vni"`
+	// MTU is the underlay's MTU; pods get MTU - VXLANOverhead (default 1500).
+	MTU int `yaml:"mtu"`
+	// ClusterCIDR covers every node's pod CIDR; traffic to it never leaves
+	// through SNAT. Default: the smallest prefix covering the nodes' pod
+	// CIDRs is not guessed; an empty ClusterCIDR means "the union of the
+	// pod CIDRs of the known nodes".
+	ClusterCIDR netip.Prefix `yaml:"clusterCIDR"`
+	// ExternalInterface is the node's interface towards the outside
+	// (masquerade); a node can override it.
+	ExternalInterface string `yaml:"externalInterface"`
+	// VXLANPort is the UDP port of the tunnel (default 4789).
+	VXLANPort uint16 `yaml:"vxlanPort"`
+	Nodes     []Node `yaml:"nodes"`
+}
+
+// Node is one node of the cluster.
+type Node struct {
+	Name string `yaml:"name"`
+	// Underlay is the node's address on the network between nodes: the
+	// tunnel's endpoint.
+	Underlay netip.Addr `yaml:"underlay"`
+	// PodCIDR is the node's pod subnet; its first address is the node's
+	// gateway.
+	PodCIDR           netip.Prefix `yaml:"podCIDR"`
+	ExternalInterface string       `yaml:"externalInterface,omitempty"`
+}
+
+// Gateway is the node's gateway address: the pod CIDR's first address.
+func (n Node) Gateway() netip.Addr { return n.PodCIDR.Masked().Addr().Next() }
+
+//go:embed default.yaml
+var defaultYAML []byte
+
+// Default is the embedded cluster file: the namespace cluster the lab, the
+// tests and the README's main job use.
+func Default() *Cluster {
+	c, err := Parse(defaultYAML)
+	if err != nil {
+		panic("config: embedded default.yaml: " + err.Error())
+	}
+	return c
+}
+
+// Load reads a cluster file; "" is the embedded default.
+func Load(path string) (*Cluster, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes and checks a cluster file and fills in defaults.
+func Parse(b []byte) (*Cluster, error) {
+	var c Cluster
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		return nil, err
+	}
+	if err := c.Complete(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Complete fills in defaults and checks the file: unique node names,
+// underlay addresses and non-overlapping IPv4 pod CIDRs.
+func (c *Cluster) Complete() error {
+	if c.VNI == 0 {
+		c.VNI = 1
+	}
+	if c.VNI >= 1<<24 {
+		return fmt.Errorf("vni %d: must fit in 24 bits", c.VNI)
+	}
+	if c.MTU == 0 {
+		c.MTU = 1500
+	}
+	if c.MTU < 576+VXLANOverhead || c.MTU > 65535 {
+		return fmt.Errorf("mtu %d: want %d..65535", c.MTU, 576+VXLANOverhead)
+	}
+	if c.VXLANPort == 0 {
+		c.VXLANPort = 4789
+	}
+	if c.ClusterCIDR.IsValid() && !c.ClusterCIDR.Addr().Is4() {
+		return fmt.Errorf("clusterCIDR %s: only IPv4 is supported", c.ClusterCIDR)
+	}
+	names := map[string]bool{}
+	underlays := map[netip.Addr]string{}
+	for i, n := range c.Nodes {
+		if err := n.check(); err != nil {
+			return fmt.Errorf("nodes[%d]: %w", i, err)
+		}
+		if names[n.Name] {
+			return fmt.Errorf("nodes[%d]: node %q appears twice", i, n.Name)
+		}
+		names[n.Name] = true
+		if o, ok := underlays[n.Underlay]; ok {
+			return fmt.Errorf("nodes[%d]: underlay %s is also node %q's", i, n.Underlay, o)
+		}
+		underlays[n.Underlay] = n.Name
+		for _, m := range c.Nodes[:i] {
+			if m.PodCIDR.Overlaps(n.PodCIDR) {
+				return fmt.Errorf("nodes[%d]: podCIDR %s overlaps node %q's %s", i, n.PodCIDR, m.Name, m.PodCIDR)
+			}
+		}
+		if c.ClusterCIDR.IsValid() && !(c.ClusterCIDR.Contains(n.PodCIDR.Addr()) && c.ClusterCIDR.Bits() <= n.PodCIDR.Bits()) {
+			return fmt.Errorf("nodes[%d]: podCIDR %s is outside clusterCIDR %s", i, n.PodCIDR, c.ClusterCIDR)
+		}
+	}
+	return nil
+}
+
+// Check checks one node's own fields (also for nodes from the API server).
+func (n Node) check() error {
+	if n.Name == "" {
+		return errors.New("a node needs a name")
+	}
+	if !n.Underlay.Is4() {
+		return fmt.Errorf("node %q: underlay %v: want an IPv4 address", n.Name, n.Underlay)
+	}
+	if !n.PodCIDR.IsValid() || !n.PodCIDR.Addr().Is4() {
+		return fmt.Errorf("node %q: podCIDR %v: want an IPv4 prefix", n.Name, n.PodCIDR)
+	}
+	if n.PodCIDR.Masked() != n.PodCIDR {
+		return fmt.Errorf("node %q: podCIDR %s has host bits set", n.Name, n.PodCIDR)
+	}
+	if n.PodCIDR.Bits() > 29 {
+		return fmt.Errorf("node %q: podCIDR %s is too small (at most /29)", n.Name, n.PodCIDR)
+	}
+	return nil
+}
+
+// Check checks one node's fields.
+func (n Node) Check() error { return n.check() }
+
+// Node returns the node called name.
+func (c *Cluster) Node(name string) (Node, bool) {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// PodMTU is the MTU pods get: room for VXLAN on the underlay.
+func (c *Cluster) PodMTU() int { return c.MTU - VXLANOverhead }
