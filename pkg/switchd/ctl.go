@@ -141,6 +141,8 @@ func (s *Switch) controlDo(req CtlRequest) ([]string, any, error) {
 		return nil, nil, s.ports.Del(req.Name)
 	case "dump-ports":
 		return s.dumpPorts()
+	case "list-ports":
+		return s.listPorts()
 	case "dump-flows":
 		fs := s.pl.FlowStats(&openflow.FlowStatsRequest{TableID: openflow.TableAll, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})
 		var lines []string
@@ -178,7 +180,7 @@ func (s *Switch) controlDo(req CtlRequest) ([]string, any, error) {
 		}
 		return []string{fmt.Sprintf("deleted %d cached flows", n)}, nil, nil
 	}
-	return nil, nil, fmt.Errorf("unknown command %q (port-add, port-del, dump-ports, dump-flows, dump-cache, trace, show, revalidate, flush-cache)", req.Cmd)
+	return nil, nil, fmt.Errorf("unknown command %q (port-add, port-del, list-ports, dump-ports, dump-flows, dump-cache, trace, show, revalidate, flush-cache)", req.Cmd)
 }
 
 func (s *Switch) dumpPorts() ([]string, any, error) {
@@ -208,6 +210,45 @@ func (s *Switch) dumpPorts() ([]string, any, error) {
 			p.no, p.name, p.kind, state, extra, x.RxPackets, x.RxBytes, x.RxDropped, x.TxPackets, x.TxBytes, x.TxDropped))
 	}
 	return lines, st, nil
+}
+
+// PortInfo is one port as list-ports reports it (for programs: the
+// agent finds the ports a previous run of it added).
+type PortInfo struct {
+	OFPort  uint32 `json:"ofport"`
+	Name    string `json:"name"`
+	Kind    string `json:"kind"`
+	Ifindex int    `json:"ifindex,omitempty"`
+	Remote  string `json:"remote,omitempty"` // a tunnel endpoint's
+	Local   string `json:"local,omitempty"`
+	Carrier uint32 `json:"carrier,omitempty"` // a tunnel endpoint's device port
+	Device  string `json:"device,omitempty"`  // a tunnel endpoint's device
+}
+
+func (s *Switch) listPorts() ([]string, any, error) {
+	ports := s.ports.list()
+	byNo := map[uint32]*port{}
+	for _, p := range ports {
+		byNo[p.no] = p
+	}
+	var lines []string
+	out := []PortInfo{}
+	for _, p := range ports {
+		pi := PortInfo{OFPort: p.no, Name: p.name, Kind: p.kind.String(), Ifindex: p.ifindex}
+		if p.tunnel != nil {
+			pi.Remote = p.tunnel.Remote.String()
+			if p.tunnel.Local.IsValid() {
+				pi.Local = p.tunnel.Local.String()
+			}
+			pi.Carrier = p.carrier
+			if c := byNo[p.carrier]; c != nil {
+				pi.Device = c.name
+			}
+		}
+		out = append(out, pi)
+		lines = append(lines, fmt.Sprintf("%d %s %s", p.no, p.name, p.kind))
+	}
+	return lines, out, nil
 }
 
 func (s *Switch) dumpCache() ([]string, any, error) {

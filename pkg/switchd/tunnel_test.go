@@ -1,6 +1,7 @@
 package switchd
 
 import (
+	"encoding/json"
 	"net"
 	"net/netip"
 	"testing"
@@ -39,6 +40,21 @@ func TestTunnelEndpointPacketIn(t *testing.T) {
 	if _, err := ts.AddPort(PortSpec{Name: "nvx0", OFPort: endpoint, Tunnel: &ofproto.TunnelConfig{
 		Remote: netip.MustParseAddr("192.168.77.2"), Local: netip.MustParseAddr("192.168.77.1")}}); err != nil {
 		t.Fatal(err)
+	}
+	// list-ports names the endpoint, its remote and the device carrying it.
+	resp := ts.control(CtlRequest{Cmd: "list-ports"})
+	var ports []PortInfo
+	if err := json.Unmarshal(resp.Data, &ports); !resp.OK || err != nil {
+		t.Fatalf("list-ports: %+v %v", resp, err)
+	}
+	var ep *PortInfo
+	for i := range ports {
+		if ports[i].OFPort == endpoint {
+			ep = &ports[i]
+		}
+	}
+	if ep == nil || ep.Remote != "192.168.77.2" || ep.Local != "192.168.77.1" || ep.Device != "nvx0" || ep.Kind != "tunnel" {
+		t.Fatalf("list-ports: endpoint %d: %+v (all: %+v)", endpoint, ep, ports)
 	}
 	c := dialController(t, ts.Sock)
 	ts.ofctl("add-flow", "priority=10,udp,actions=controller")
