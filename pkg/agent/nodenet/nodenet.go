@@ -1,0 +1,281 @@
+// Package nodenet makes the node's own devices: the gateway (a veth pair,
+// as Antrea's antrea-gw0 is an internal port: one end holds the pod
+// subnet's first address in the node's stack, the other is a switch port),
+// the external-mode VXLAN device that carries every tunnel, and the routes
+// that send traffic for other nodes' pod subnets into the switch.
+//
+// Every Ensure is idempotent and leaves what already matches alone, so an
+// agent restart changes nothing on a node that is right.
+package nodenet
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Default device names.
+const (
+	DefaultGateway = "nagare-gw0"
+	DefaultTunnel  = "nagare-vx0"
+	// GatewayPortSuffix names the switch end of the gateway pair.
+	GatewayPortSuffix = "p"
+)
+
+// Config says what the node gets.
+type Config struct {
+	Netns     string       // node namespace path; "" = the agent's own
+	Gateway   string       // gateway device in the node's stack (DefaultGateway)
+	GatewayIP netip.Prefix // the pod subnet's first address, with its length
+	MTU       int          // the pods' MTU (underlay MTU - VXLAN overhead)
+	Tunnel    string       // the VXLAN device (DefaultTunnel)
+	VXLANPort uint16
+	// TunnelMTU is the VXLAN device's MTU: the pods' MTU (the encapsulated
+	// frame then fits the underlay).
+	TunnelMTU int
+}
+
+// GatewayPort is the switch end of the gateway pair.
+func (c Config) GatewayPort() string { return c.Gateway + GatewayPortSuffix }
+
+// Net is a handle on the node's namespace.
+type Net struct {
+	cfg Config
+	h   *netlink.Handle
+}
+
+// Open opens the node's namespace.
+func Open(cfg Config) (*Net, error) {
+	if cfg.Gateway == "" {
+		cfg.Gateway = DefaultGateway
+	}
+	if cfg.Tunnel == "" {
+		cfg.Tunnel = DefaultTunnel
+	}
+	if cfg.VXLANPort == 0 {
+		cfg.VXLANPort = 4789
+	}
+	var h *netlink.Handle
+	var err error
+	if cfg.Netns == "" {
+		h, err = netlink.NewHandle()
+	} else {
+		var nh netns.NsHandle
+		nh, err = netns.GetFromPath(cfg.Netns)
+		if err != nil {
+			return nil, fmt.Errorf("node namespace %s: %w", cfg.Netns, err)
+		}
+		defer nh.Close()
+		h, err = netlink.NewHandleAt(nh)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Net{cfg: cfg, h: h}, nil
+}
+
+// Close releases the handle.
+func (n *Net) Close() { n.h.Close() }
+
+// Config returns the configuration with defaults filled in.
+func (n *Net) Config() Config { return n.cfg }
+
+// Gateway is what EnsureGateway reports.
+type Gateway struct {
+	MAC      net.HardwareAddr // of the gateway device (pods' next hop)
+	PortName string           // the switch end
+}
+
+// EnsureGateway makes the gateway pair, its address and MTU, and turns on
+// forwarding in the node's namespace (a node that routes for its pods must
+// forward; on a Kubernetes node it already does).
+func (n *Net) EnsureGateway() (Gateway, error) {
+	c := n.cfg
+	gw, err := n.h.LinkByName(c.Gateway)
+	if err != nil {
+		va := netlink.NewLinkAttrs()
+		va.Name = c.Gateway
+		va.MTU = c.MTU
+		if err := n.h.LinkAdd(&netlink.Veth{LinkAttrs: va, PeerName: c.GatewayPort(), PeerMTU: uint32(c.MTU)}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return Gateway{}, fmt.Errorf("create gateway %s: %w", c.Gateway, err)
+		}
+		if gw, err = n.h.LinkByName(c.Gateway); err != nil {
+			return Gateway{}, err
+		}
+	}
+	port, err := n.h.LinkByName(c.GatewayPort())
+	if err != nil {
+		return Gateway{}, fmt.Errorf("gateway's switch end %s: %w (delete %s to let the agent make the pair again)", c.GatewayPort(), err, c.Gateway)
+	}
+	for _, l := range []netlink.Link{gw, port} {
+		if l.Attrs().MTU != c.MTU {
+			if err := n.h.LinkSetMTU(l, c.MTU); err != nil {
+				return Gateway{}, err
+			}
+		}
+	}
+	if err := n.sysctls(map[string]string{
+		"net/ipv4/ip_forward": "1",
+		// The switch end is a port, not an interface of the node.
+		"net/ipv6/conf/" + c.GatewayPort() + "/disable_ipv6": "1",
+	}); err != nil {
+		return Gateway{}, err
+	}
+	if err := n.h.AddrReplace(gw, &netlink.Addr{IPNet: ipnet(c.GatewayIP)}); err != nil {
+		return Gateway{}, fmt.Errorf("gateway address %s: %w", c.GatewayIP, err)
+	}
+	for _, l := range []netlink.Link{port, gw} {
+		if err := n.h.LinkSetUp(l); err != nil {
+			return Gateway{}, err
+		}
+	}
+	return Gateway{MAC: gw.Attrs().HardwareAddr, PortName: c.GatewayPort()}, nil
+}
+
+// EnsureTunnel makes the external-mode (flow-based) VXLAN device: one
+// device for every remote node; the switch sets each packet's VNI and
+// remote endpoint.
+func (n *Net) EnsureTunnel() error {
+	c := n.cfg
+	l, err := n.h.LinkByName(c.Tunnel)
+	if err == nil {
+		v, ok := l.(*netlink.Vxlan)
+		if !ok || !v.FlowBased || v.Port != int(c.VXLANPort) {
+			return fmt.Errorf("%s exists but is not an external-mode VXLAN device on UDP port %d; delete it", c.Tunnel, c.VXLANPort)
+		}
+	} else {
+		va := netlink.NewLinkAttrs()
+		va.Name = c.Tunnel
+		va.MTU = c.TunnelMTU
+		vx := &netlink.Vxlan{LinkAttrs: va, FlowBased: true, Port: int(c.VXLANPort), Learning: false}
+		if err := n.h.LinkAdd(vx); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("create %s: %w", c.Tunnel, err)
+		}
+		if l, err = n.h.LinkByName(c.Tunnel); err != nil {
+			return err
+		}
+	}
+	if c.TunnelMTU > 0 && l.Attrs().MTU != c.TunnelMTU {
+		if err := n.h.LinkSetMTU(l, c.TunnelMTU); err != nil {
+			return err
+		}
+	}
+	if err := n.sysctls(map[string]string{"net/ipv6/conf/" + c.Tunnel + "/disable_ipv6": "1"}); err != nil {
+		return err
+	}
+	return n.h.LinkSetUp(l)
+}
+
+// Remote is another node's pod subnet as the node's routing sees it.
+type Remote struct {
+	PodCIDR netip.Prefix
+	Gateway netip.Addr // the remote node's gateway address (its PodCIDR's first)
+}
+
+// EnsureRemote routes a remote node's pod subnet into the switch: "PodCIDR
+// via its gateway dev gw onlink", with a permanent neighbour entry for that
+// gateway (mac: the pipeline's remote-gateway MAC), so the node never ARPs
+// for another node's gateway.
+func (n *Net) EnsureRemote(r Remote, mac net.HardwareAddr) error {
+	gw, err := n.h.LinkByName(n.cfg.Gateway)
+	if err != nil {
+		return err
+	}
+	neigh := &netlink.Neigh{LinkIndex: gw.Attrs().Index, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
+		IP: r.Gateway.AsSlice(), HardwareAddr: mac}
+	if err := n.h.NeighSet(neigh); err != nil {
+		return fmt.Errorf("neighbour %s: %w", r.Gateway, err)
+	}
+	rt := &netlink.Route{LinkIndex: gw.Attrs().Index, Dst: ipnet(r.PodCIDR.Masked()), Gw: r.Gateway.AsSlice(), Flags: int(netlink.FLAG_ONLINK)}
+	if err := n.h.RouteReplace(rt); err != nil {
+		return fmt.Errorf("route %s via %s: %w", r.PodCIDR, r.Gateway, err)
+	}
+	return nil
+}
+
+// DelRemote removes what EnsureRemote made; absent entries are fine.
+func (n *Net) DelRemote(r Remote) error {
+	gw, err := n.h.LinkByName(n.cfg.Gateway)
+	if err != nil {
+		return nil
+	}
+	rt := &netlink.Route{LinkIndex: gw.Attrs().Index, Dst: ipnet(r.PodCIDR.Masked())}
+	if err := n.h.RouteDel(rt); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("route %s: %w", r.PodCIDR, err)
+	}
+	neigh := &netlink.Neigh{LinkIndex: gw.Attrs().Index, Family: unix.AF_INET, IP: r.Gateway.AsSlice()}
+	if err := n.h.NeighDel(neigh); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("neighbour %s: %w", r.Gateway, err)
+	}
+	return nil
+}
+
+// Routes lists the remote pod subnets routed through the gateway.
+func (n *Net) Routes() ([]netip.Prefix, error) {
+	gw, err := n.h.LinkByName(n.cfg.Gateway)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := n.h.RouteList(gw, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Prefix
+	for _, r := range rs {
+		if r.Gw == nil || r.Dst == nil {
+			continue
+		}
+		a, _ := netip.AddrFromSlice(r.Dst.IP.To4())
+		ones, _ := r.Dst.Mask.Size()
+		out = append(out, netip.PrefixFrom(a, ones))
+	}
+	return out, nil
+}
+
+// Remove deletes the gateway pair and the tunnel device (uninstall).
+func (n *Net) Remove() error {
+	var errs []error
+	for _, name := range []string{n.cfg.Gateway, n.cfg.Tunnel} {
+		if l, err := n.h.LinkByName(name); err == nil {
+			if err := n.h.LinkDel(l); err != nil {
+				errs = append(errs, fmt.Errorf("delete %s: %w", name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (n *Net) sysctls(kv map[string]string) error {
+	set := func() error {
+		for k, v := range kv {
+			p := filepath.Join("/proc/sys", k)
+			cur, err := os.ReadFile(p)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err == nil && string(cur) == v+"\n" {
+				continue
+			}
+			if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+				return fmt.Errorf("sysctl %s=%s: %w", k, v, err)
+			}
+		}
+		return nil
+	}
+	if n.cfg.Netns == "" {
+		return set()
+	}
+	return ns.WithNetNSPath(n.cfg.Netns, func(ns.NetNS) error { return set() })
+}
+
+func ipnet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
