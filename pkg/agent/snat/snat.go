@@ -1,0 +1,212 @@
+// Package snat keeps the node's masquerade for pod traffic leaving the
+// cluster, in nftables, in a table of the agent's own ("ip nagare") so it
+// never touches anyone else's rules:
+//
+//	table ip nagare {
+//	  chain postrouting {
+//	    type nat hook postrouting priority srcnat;
+//	    oifname "ext0" ip saddr 10.77.1.0/24 ip daddr != 10.77.0.0/16 counter masquerade
+//	  }
+//	}
+//
+// Ensure replaces the table's whole content in one netlink batch (add the
+// table, delete it, add it again with its chain and rule), so the kernel
+// applies it atomically: no packet sees an empty chain, and a second Ensure
+// leaves exactly one rule. It speaks netlink (github.com/google/nftables):
+// no nft binary is needed on the node or in the agent's image.
+package snat
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// TableName is the agent's nftables table (family ip).
+const TableName = "nagare"
+
+const chainName = "postrouting"
+
+// Config says what to masquerade.
+type Config struct {
+	NetNS   string       // network namespace path ("" = the current one)
+	PodCIDR netip.Prefix // this node's pods
+	// ClusterCIDR: traffic to it is never masqueraded (invalid: only the
+	// node's own PodCIDR is excluded).
+	ClusterCIDR netip.Prefix
+	// ExternalInterface: masquerade only out of it ("" = out of any
+	// interface but Gateway).
+	ExternalInterface string
+	Gateway           string
+}
+
+func conn(ns string) (*nftables.Conn, func(), error) {
+	if ns == "" {
+		c, err := nftables.New()
+		return c, func() {}, err
+	}
+	h, err := netns.GetFromPath(ns)
+	if err != nil {
+		return nil, nil, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	c, err := nftables.New(nftables.WithNetNSFd(int(h)))
+	if err != nil {
+		h.Close()
+		return nil, nil, err
+	}
+	return c, func() { h.Close() }, nil
+}
+
+// Ensure makes the table hold exactly the masquerade rule for cfg.
+func Ensure(cfg Config) error {
+	if !cfg.PodCIDR.IsValid() || !cfg.PodCIDR.Addr().Is4() {
+		return fmt.Errorf("snat: pod CIDR %v: want IPv4", cfg.PodCIDR)
+	}
+	exclude := cfg.ClusterCIDR
+	if !exclude.IsValid() {
+		exclude = cfg.PodCIDR
+	}
+	c, done, err := conn(cfg.NetNS)
+	if err != nil {
+		return err
+	}
+	defer done()
+	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: TableName}
+	c.AddTable(t)
+	c.DelTable(t)
+	c.AddTable(t)
+	ch := c.AddChain(&nftables.Chain{Name: chainName, Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	var exprs []expr.Any
+	if cfg.ExternalInterface != "" {
+		exprs = append(exprs, ifname(cfg.ExternalInterface, expr.CmpOpEq)...)
+	} else if cfg.Gateway != "" {
+		exprs = append(exprs, ifname(cfg.Gateway, expr.CmpOpNeq)...)
+	}
+	exprs = append(exprs, prefixMatch(12, cfg.PodCIDR, expr.CmpOpEq)...)
+	exprs = append(exprs, prefixMatch(16, exclude, expr.CmpOpNeq)...)
+	exprs = append(exprs, &expr.Counter{}, &expr.Masq{})
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("snat: nftables: %w", err)
+	}
+	return nil
+}
+
+func ifname(name string, op expr.CmpOp) []expr.Any {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: b},
+	}
+}
+
+// prefixMatch compares the IPv4 address at offset (12 source, 16
+// destination) of the network header with a prefix.
+func prefixMatch(offset uint32, p netip.Prefix, op expr.CmpOp) []expr.Any {
+	mask := net.CIDRMask(p.Bits(), 32)
+	a := p.Masked().Addr().As4()
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: op, Register: 1, Data: a[:]},
+	}
+}
+
+// Remove deletes the agent's table; an absent table is fine.
+func Remove(ns string) error {
+	c, done, err := conn(ns)
+	if err != nil {
+		return err
+	}
+	defer done()
+	t, err := find(c)
+	if err != nil || t == nil {
+		return err
+	}
+	c.DelTable(t)
+	return c.Flush()
+}
+
+func find(c *nftables.Conn) (*nftables.Table, error) {
+	ts, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range ts {
+		if t.Name == TableName {
+			return t, nil
+		}
+	}
+	return nil, nil
+}
+
+// Describe prints the table's rules in nft's words, with their counters
+// (for nagarectl agent and tests). No table: no lines.
+func Describe(ns string) ([]string, error) {
+	c, done, err := conn(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	t, err := find(c)
+	if err != nil || t == nil {
+		return nil, err
+	}
+	rules, err := c.GetRules(t, &nftables.Chain{Name: chainName, Table: t})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range rules {
+		out = append(out, describe(r.Exprs))
+	}
+	return out, nil
+}
+
+func describe(es []expr.Any) string {
+	var b bytes.Buffer
+	var field string
+	var mask []byte
+	for _, e := range es {
+		switch x := e.(type) {
+		case *expr.Meta:
+			if x.Key == expr.MetaKeyOIFNAME {
+				field = "oifname"
+			}
+		case *expr.Payload:
+			field = map[uint32]string{12: "ip saddr", 16: "ip daddr"}[x.Offset]
+			mask = nil
+		case *expr.Bitwise:
+			mask = x.Mask
+		case *expr.Cmp:
+			op := ""
+			if x.Op == expr.CmpOpNeq {
+				op = "!= "
+			}
+			switch field {
+			case "oifname":
+				fmt.Fprintf(&b, "oifname %s%q ", op, string(bytes.TrimRight(x.Data, "\x00")))
+			case "ip saddr", "ip daddr":
+				a, _ := netip.AddrFromSlice(x.Data)
+				bits := 32
+				if len(mask) == 4 {
+					bits, _ = net.IPMask(mask).Size()
+				}
+				fmt.Fprintf(&b, "%s %s%s ", field, op, netip.PrefixFrom(a, bits))
+			}
+		case *expr.Counter:
+			fmt.Fprintf(&b, "counter packets %d bytes %d ", x.Packets, x.Bytes)
+		case *expr.Masq:
+			b.WriteString("masquerade")
+		}
+	}
+	return string(bytes.TrimSpace(b.Bytes()))
+}

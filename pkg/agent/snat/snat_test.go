@@ -1,0 +1,96 @@
+package snat
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nagare-net/nagare/internal/nstest"
+)
+
+// TestMasquerade: pod -- node -- external host. With the rule the external
+// host sees the node's address; traffic to the cluster CIDR keeps the
+// pod's; without the rule the pod's address leaks out.
+func TestMasquerade(t *testing.T) {
+	pod, node, ext := nstest.New(t, "spod"), nstest.New(t, "snode"), nstest.New(t, "sext")
+	nstest.Veth(t, pod, "eth0", node, "gw", 1500)
+	nstest.Veth(t, node, "ext0", ext, "e0", 1500)
+	pod.IP(t, "addr", "add", "10.66.1.2/24", "dev", "eth0")
+	pod.IP(t, "route", "add", "default", "via", "10.66.1.1")
+	node.IP(t, "addr", "add", "10.66.1.1/24", "dev", "gw")
+	node.IP(t, "addr", "add", "172.30.0.1/24", "dev", "ext0")
+	ext.IP(t, "addr", "add", "172.30.0.2/24", "dev", "e0")
+	// A second "cluster" address on the external side, to see it is not
+	// masqueraded.
+	ext.IP(t, "addr", "add", "10.66.9.9/32", "dev", "e0")
+	node.IP(t, "route", "add", "10.66.9.9/32", "via", "172.30.0.2")
+	ext.IP(t, "route", "add", "10.66.1.0/24", "via", "172.30.0.1")
+	if err := node.Sh(t, "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{NetNS: node.Path, PodCIDR: netip.MustParsePrefix("10.66.1.0/24"),
+		ClusterCIDR: netip.MustParsePrefix("10.66.0.0/16"), ExternalInterface: "ext0", Gateway: "gw"}
+	for i := 0; i < 2; i++ {
+		if err := Ensure(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rules, err := Describe(node.Path)
+	if err != nil || len(rules) != 1 {
+		t.Fatalf("rules after two Ensures: %q %v", rules, err)
+	}
+	want := `oifname "ext0" ip saddr 10.66.1.0/24 ip daddr != 10.66.0.0/16 counter packets 0 bytes 0 masquerade`
+	if rules[0] != want {
+		t.Errorf("rule %q\nwant %q", rules[0], want)
+	}
+	if got := seen(t, pod, ext, "172.30.0.2:7101"); got != "172.30.0.1" {
+		t.Errorf("external host saw %s, want the node's 172.30.0.1", got)
+	}
+	if got := seen(t, pod, ext, "10.66.9.9:7102"); got != "10.66.1.2" {
+		t.Errorf("cluster address saw %s, want the pod's 10.66.1.2", got)
+	}
+	rules, _ = Describe(node.Path)
+	if len(rules) != 1 || strings.Contains(rules[0], "packets 0 ") {
+		t.Errorf("counter did not count: %q", rules)
+	}
+	if err := Remove(node.Path); err != nil {
+		t.Fatal(err)
+	}
+	if err := Remove(node.Path); err != nil {
+		t.Fatalf("second remove: %v", err)
+	}
+	if rules, err := Describe(node.Path); err != nil || len(rules) != 0 {
+		t.Fatalf("after remove: %q %v", rules, err)
+	}
+	if got := seen(t, pod, ext, "172.30.0.2:7103"); got != "10.66.1.2" {
+		t.Errorf("without the rule the external host saw %s, want the pod's own 10.66.1.2", got)
+	}
+}
+
+func seen(t *testing.T, from, to nstest.NS, addr string) string {
+	t.Helper()
+	var srv net.PacketConn
+	var err error
+	to.In(t, func() { srv, err = net.ListenPacket("udp4", addr) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	var c net.Conn
+	from.In(t, func() { c, err = net.Dial("udp4", addr) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 64)
+	for i := 0; i < 3; i++ {
+		_, _ = c.Write([]byte("hi"))
+		_ = srv.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, p, err := srv.ReadFrom(buf); err == nil {
+			return p.(*net.UDPAddr).IP.String()
+		}
+	}
+	return ""
+}
