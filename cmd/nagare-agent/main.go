@@ -1,0 +1,181 @@
+// Command nagare-agent is nagare's node agent: one per node, beside the
+// node's nagare-switch. It serves nagare-cni (pod ADD/DEL/CHECK/GC/STATUS),
+// keeps the node's gateway, tunnel and masquerade, and programs the switch.
+//
+//	nagare-agent --node-name NODE [--cluster-file FILE] [--netns NAME|PATH] ...
+//	nagare-agent --kubernetes [--kubeconfig FILE] --node-name NODE --config FILE ...
+//	nagare-agent install-cni --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d
+//	nagare-agent cleanup --node-name NODE [--netns ...]   # remove the node's devices and masquerade
+//
+// Without Kubernetes the nodes come from a cluster file (the embedded
+// default unless --cluster-file names one); with --kubernetes the shared
+// settings come from --config (the same YAML without nodes) and the nodes
+// from the API server.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nagare-net/nagare/pkg/agent"
+	"github.com/nagare-net/nagare/pkg/agent/cniserver"
+	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/agent/k8s"
+	"github.com/nagare-net/nagare/pkg/agent/nodenet"
+	"github.com/nagare-net/nagare/pkg/agent/snat"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "nagare-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "install-cni":
+			return installCNI(args[1:])
+		case "cleanup":
+			return cleanup(args[1:])
+		}
+	}
+	fs := flag.NewFlagSet("nagare-agent", flag.ContinueOnError)
+	var (
+		cfg         agent.Config
+		clusterFile string
+		kube        bool
+		kubeconfig  string
+		netnsName   string
+		switchSock  string
+		metricsAddr string
+		logLevel    string
+	)
+	fs.StringVar(&cfg.NodeName, "node-name", defaultNodeName(), "this node's name (default: $NODE_NAME, else the host name)")
+	fs.StringVar(&clusterFile, "cluster-file", "", "cluster file (YAML: vni, mtu, clusterCIDR, externalInterface, nodes); default: the embedded one")
+	fs.StringVar(&clusterFile, "config", "", "same as --cluster-file (under Kubernetes: the settings, without nodes)")
+	fs.BoolVar(&kube, "kubernetes", false, "take nodes and pods from the Kubernetes API (in-cluster, or --kubeconfig)")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --kubernetes outside a pod")
+	fs.StringVar(&netnsName, "netns", "", "the node's network namespace (a name under /var/run/netns, or a path); default: the agent's own")
+	fs.StringVar(&switchSock, "switch", "unix:"+agent.DefaultSwitchSocket, "the node switch's management socket")
+	fs.StringVar(&cfg.CNISocket, "cni-socket", cniserver.DefaultSocket, "where nagare-cni reaches the agent (mode 0600)")
+	fs.StringVar(&cfg.AgentSocket, "agent-socket", agent.DefaultAgentSocket, "status and metrics for nagarectl agent (mode 0600)")
+	fs.StringVar(&cfg.StateDir, "state-dir", agent.DefaultStateDir, "IPAM database directory")
+	fs.StringVar(&cfg.Gateway, "gateway", nodenet.DefaultGateway, "gateway device name")
+	fs.StringVar(&cfg.Tunnel, "tunnel", nodenet.DefaultTunnel, "VXLAN device name")
+	fs.StringVar(&metricsAddr, "metrics-addr", "", "also serve /metrics on this TCP address (e.g. 127.0.0.1:9475); the agent socket always serves it")
+	fs.DurationVar(&cfg.GCInterval, "gc-interval", time.Minute, "period of the check for leaked allocations")
+	fs.DurationVar(&cfg.GCGrace, "gc-grace", 2*time.Minute, "allocations younger than this are never collected")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	sock, ok := strings.CutPrefix(switchSock, "unix:")
+	if !ok {
+		return fmt.Errorf("--switch %s: want unix:PATH", switchSock)
+	}
+	cfg.SwitchSocket = sock
+	cfg.NetNS = netnsPath(netnsName)
+	c, err := config.Load(clusterFile)
+	if err != nil {
+		return err
+	}
+	cfg.Cluster = c
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if kube {
+		client, err := k8s.ClientFromFlags(kubeconfig, kubeconfig == "")
+		if err != nil {
+			return err
+		}
+		cfg.Kube = k8s.NewSource(client, cfg.NodeName, cfg.Logger)
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		return err
+	}
+	if metricsAddr != "" {
+		go func() {
+			if err := a.ServeMetrics(ctx, metricsAddr); err != nil {
+				cfg.Logger.Error("metrics listener", "addr", metricsAddr, "err", err)
+			}
+		}()
+	}
+	return a.Run(ctx)
+}
+
+func defaultNodeName() string {
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return n
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+func netnsPath(name string) string {
+	if name == "" || strings.Contains(name, "/") {
+		return name
+	}
+	return filepath.Join("/var/run/netns", name)
+}
+
+// installCNI drops nagare-cni (from beside this binary) and the conflist
+// on the node: the DaemonSet's init container.
+func installCNI(args []string) error {
+	fs := flag.NewFlagSet("install-cni", flag.ContinueOnError)
+	binDir := fs.String("bin-dir", "/opt/cni/bin", "where the container runtime looks for CNI plugins")
+	confDir := fs.String("conf-dir", "/etc/cni/net.d", "where the container runtime reads network configurations")
+	sock := fs.String("cni-socket", cniserver.DefaultSocket, "the agent's CNI socket, written into the conflist")
+	src := fs.String("plugin", "", "the nagare-cni binary to install (default: beside this program)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *src == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		*src = filepath.Join(filepath.Dir(exe), "nagare-cni")
+	}
+	if err := cniserver.Install(*src, *binDir, *confDir, cniserver.DefaultConflist(*sock)); err != nil {
+		return err
+	}
+	fmt.Printf("installed %s into %s and the nagare conflist into %s\n", *src, *binDir, *confDir)
+	return nil
+}
+
+// cleanup removes what the agent made on the node (gateway, tunnel device,
+// masquerade table). Pods attached are left to their runtime's DEL.
+func cleanup(args []string) error {
+	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
+	netnsName := fs.String("netns", "", "the node's network namespace")
+	gw := fs.String("gateway", nodenet.DefaultGateway, "gateway device name")
+	tun := fs.String("tunnel", nodenet.DefaultTunnel, "VXLAN device name")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	n, err := nodenet.Open(nodenet.Config{Netns: netnsPath(*netnsName), Gateway: *gw, Tunnel: *tun})
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	return errors.Join(n.Remove(), snat.Remove(netnsPath(*netnsName)))
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nagare-net/nagare/pkg/agent"
+)
+
+func init() {
+	register(&command{name: "agent", summary: "the node agent: pods, IPAM, nodes, tunnels, pipeline flows per table",
+		usage: "nagarectl agent [--agent-socket PATH] [status|pods|nodes|pipeline|metrics] [--json]",
+		run:   runAgent})
+}
+
+func runAgent(args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	sock := fs.String("agent-socket", agent.DefaultAgentSocket, "the agent's status socket")
+	asJSON := fs.Bool("json", false, "print the agent's status as JSON")
+	what := "status"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		what, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return usagef("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments %q", fs.Args())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if what == "metrics" {
+		m, err := agent.FetchMetrics(ctx, *sock)
+		if err != nil {
+			return err
+		}
+		_, err = io.WriteString(stdout, m)
+		return err
+	}
+	st, err := agent.FetchStatus(ctx, *sock)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	defer w.Flush()
+	switch what {
+	case "status":
+		conn := "connected"
+		if !st.Switch.Connected {
+			conn = "NOT CONNECTED"
+		}
+		fmt.Fprintf(w, "node %s (%s)\tpod CIDR %s\tgateway %s %s (port %d)\tunderlay %s\tup %s\n",
+			st.Node, st.Source, st.PodCIDR, st.Gateway, st.GatewayMAC, st.GatewayPort, st.Underlay, st.Uptime)
+		fmt.Fprintf(w, "switch %s: %s, %d reconnects; last sync %s ago: %d added, %d deleted, %d kept (%s)\n",
+			st.Switch.Socket, conn, st.Switch.Reconnects, time.Since(st.Switch.LastSyncAt).Round(time.Second),
+			st.Switch.LastSync.Added, st.Switch.LastSync.Deleted, st.Switch.LastSync.Kept, st.Switch.SyncTook)
+		fmt.Fprintf(w, "IPAM: %d of %d addresses in use; %d pods; %d remote nodes\n", st.IPAM.Used, st.IPAM.Total, len(st.Pods), len(st.Remotes))
+		for _, m := range st.Masquerade {
+			fmt.Fprintf(w, "masquerade: %s\n", m)
+		}
+		fmt.Fprintln(w)
+		printPods(w, st)
+		fmt.Fprintln(w)
+		printNodes(w, st)
+		fmt.Fprintln(w)
+		printTables(w, st)
+	case "pods":
+		printPods(w, st)
+	case "nodes":
+		printNodes(w, st)
+	case "pipeline":
+		printTables(w, st)
+	default:
+		return usagef("unknown view %q (status, pods, nodes, pipeline, metrics)", what)
+	}
+	return nil
+}
+
+func printPods(w io.Writer, st *agent.Status) {
+	fmt.Fprintln(w, "POD\tIP\tMAC\tPORT\tHOST END\tCONTAINER")
+	for _, p := range st.Pods {
+		id := p.ContainerID
+		if len(id) > 12 {
+			id = id[:12]
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s/%s\n", orDash(p.Pod), p.IP, p.MAC, p.OFPort, p.Host, id, p.IfName)
+	}
+}
+
+func printNodes(w io.Writer, st *agent.Status) {
+	fmt.Fprintln(w, "REMOTE NODE\tUNDERLAY\tPOD CIDR\tTUNNEL PORT")
+	for _, r := range st.Remotes {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", r.Name, r.Underlay, r.PodCIDR, r.Port)
+	}
+}
+
+func printTables(w io.Writer, st *agent.Status) {
+	fmt.Fprintln(w, "TABLE\tNAME\tSTAGE\tFLOWS")
+	for _, t := range st.Tables {
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d\n", t.ID, t.Name, t.Stage, t.Flows)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

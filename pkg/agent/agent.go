@@ -1,0 +1,492 @@
+// Package agent is nagare-agent, one per node: it gives pods their network
+// (IPAM, veth, addresses, routes) when nagare-cni asks, programs the node's
+// nagare-switch over OpenFlow (pkg/agent/pipeline), keeps the node's
+// gateway, tunnel device, routes and masquerade, and follows the cluster's
+// nodes (a cluster file, or the Kubernetes API) with one tunnel endpoint
+// per remote node.
+//
+// The agent owns no packet: pods keep forwarding while it restarts, since
+// the switch and its fast path go on. On start it finds what a previous
+// run made (IPAM records, switch ports, flows by cookie) and reconciles,
+// changing only what differs.
+//
+// Files: agent.go (config, start, the switch connection), pods.go (the CNI
+// handler: ADD, DEL, CHECK, GC, STATUS), nodes.go (remote nodes and
+// tunnels), gc.go (leaked allocations), status.go (nagarectl agent,
+// Prometheus metrics).
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nagare-net/nagare/pkg/agent/cniserver"
+	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/agent/ipam"
+	"github.com/nagare-net/nagare/pkg/agent/k8s"
+	"github.com/nagare-net/nagare/pkg/agent/nodenet"
+	"github.com/nagare-net/nagare/pkg/agent/pipeline"
+	"github.com/nagare-net/nagare/pkg/agent/snat"
+	"github.com/nagare-net/nagare/pkg/switchd"
+)
+
+// Defaults.
+const (
+	DefaultSwitchSocket = "/var/run/nagare/br-int.mgmt"
+	DefaultStateDir     = "/var/lib/nagare"
+	DefaultAgentSocket  = "/var/run/nagare/agent.sock"
+)
+
+// Config is the agent's configuration (its flags).
+type Config struct {
+	NodeName string
+	// Cluster holds the shared settings and, without Kubernetes, the nodes.
+	Cluster *config.Cluster
+	// Kube, when set, is where nodes and pods come from.
+	Kube *k8s.Source
+	// NetNS is the node's network namespace (path); "" = the agent's own.
+	NetNS        string
+	SwitchSocket string // the switch's management socket (OpenFlow and control)
+	CNISocket    string // where nagare-cni reaches the agent
+	AgentSocket  string // nagarectl agent and /metrics
+	StateDir     string // IPAM database
+	Gateway      string // gateway device name (nodenet.DefaultGateway)
+	Tunnel       string // VXLAN device name (nodenet.DefaultTunnel)
+	// GCInterval is the period of the check for leaked allocations.
+	GCInterval time.Duration
+	// GCGrace: an allocation younger than this is never collected (its ADD
+	// may still be running).
+	GCGrace time.Duration
+	Logger  *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.NodeName == "" {
+		return errors.New("agent: a node name is required")
+	}
+	if c.Cluster == nil {
+		c.Cluster = config.Default()
+	}
+	if c.SwitchSocket == "" {
+		c.SwitchSocket = DefaultSwitchSocket
+	}
+	if c.CNISocket == "" {
+		c.CNISocket = cniserver.DefaultSocket
+	}
+	if c.AgentSocket == "" {
+		c.AgentSocket = DefaultAgentSocket
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.Gateway == "" {
+		c.Gateway = nodenet.DefaultGateway
+	}
+	if c.Tunnel == "" {
+		c.Tunnel = nodenet.DefaultTunnel
+	}
+	if c.GCInterval == 0 {
+		c.GCInterval = time.Minute
+	}
+	if c.GCGrace == 0 {
+		c.GCGrace = 2 * time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return nil
+}
+
+// Agent is one node's agent.
+type Agent struct {
+	cfg  Config
+	log  *slog.Logger
+	node config.Node // this node
+	net  *nodenet.Net
+	gw   nodenet.Gateway
+	ipam *ipam.Store
+	pl   *pipeline.Pipeline
+	met  *metrics
+	reg  *prometheus.Registry
+
+	// mu guards the maps below and conn; structural work on the switch
+	// (ports, pipeline) runs under swMu so a reconnect's full sync and a
+	// pod's flows never interleave.
+	mu          sync.Mutex
+	swMu        sync.Mutex
+	conn        *pipeline.Conn
+	ready       bool // switch connected and synced
+	gwPort      uint32
+	pods        map[string]*podRecord // by key (containerID/ifName)
+	remotes     map[string]*remote    // by node name
+	locks       keyedMutex
+	started     time.Time
+	lastSync    pipeline.SyncStats
+	lastSyncAt  time.Time
+	lastSyncDur time.Duration
+	reconnects  int
+}
+
+// New checks the configuration; Run does the work.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeName), pods: map[string]*podRecord{}, remotes: map[string]*remote{}}
+	a.reg = prometheus.NewRegistry()
+	a.met = newMetrics(a)
+	return a, nil
+}
+
+// Run starts the agent and serves until ctx ends. It returns once the
+// sockets are closed; everything on the node (devices, switch ports and
+// flows, allocations) stays as it is, so pods keep forwarding.
+func (a *Agent) Run(ctx context.Context) error {
+	a.started = time.Now()
+	node, err := a.localNode(ctx)
+	if err != nil {
+		return err
+	}
+	a.node = node
+	a.log.Info("node", "podCIDR", node.PodCIDR, "underlay", node.Underlay, "gateway", node.Gateway())
+
+	if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
+		return err
+	}
+	db := filepath.Join(a.cfg.StateDir, "ipam-"+a.cfg.NodeName+".db")
+	a.ipam, err = ipam.Open(db, node.PodCIDR, node.Gateway())
+	if err != nil {
+		return fmt.Errorf("IPAM: %w", err)
+	}
+	defer a.ipam.Close()
+	if err := a.loadPods(); err != nil {
+		return err
+	}
+
+	if err := a.setupNode(); err != nil {
+		return err
+	}
+	defer a.net.Close()
+
+	// The CNI socket is served from the start: until the switch is synced
+	// an ADD fails at once with a retryable error (not a hang).
+	srv, err := cniserver.Listen(a.cfg.CNISocket)
+	if err != nil {
+		return fmt.Errorf("CNI socket: %w", err)
+	}
+	status, err := a.serveStatus()
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if err := cniserver.Serve(ctx, srv, a, a.log, a.met.cni); err != nil && ctx.Err() == nil {
+			a.log.Error("CNI server", "err", err)
+		}
+	}()
+	go func() { defer wg.Done(); a.gcLoop(ctx) }()
+	go func() { defer wg.Done(); a.switchLoop(ctx) }()
+	if a.cfg.Kube != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := a.cfg.Kube.Run(ctx, a); err != nil && ctx.Err() == nil {
+				a.log.Error("Kubernetes node source", "err", err)
+			}
+		}()
+	} else {
+		for _, n := range a.cfg.Cluster.Nodes {
+			if n.Name != a.cfg.NodeName {
+				a.NodeUpdated(n)
+			}
+		}
+	}
+	a.log.Info("agent started", "cni", a.cfg.CNISocket, "switch", a.cfg.SwitchSocket, "status", a.cfg.AgentSocket)
+	<-ctx.Done()
+	srv.Close()
+	status.Close()
+	wg.Wait()
+	a.mu.Lock()
+	if a.conn != nil {
+		a.conn.Close()
+	}
+	a.mu.Unlock()
+	return nil
+}
+
+// localNode is this node's entry: from the cluster file, or from its Node
+// object (waiting until it has a pod CIDR).
+func (a *Agent) localNode(ctx context.Context) (config.Node, error) {
+	if a.cfg.Kube != nil {
+		return a.cfg.Kube.LocalNode(ctx)
+	}
+	n, ok := a.cfg.Cluster.Node(a.cfg.NodeName)
+	if !ok {
+		return n, fmt.Errorf("node %q is not in the cluster file", a.cfg.NodeName)
+	}
+	return n, nil
+}
+
+// setupNode makes the gateway, the tunnel device and the masquerade.
+func (a *Agent) setupNode() error {
+	c := a.cfg.Cluster
+	gwPrefix := netip.PrefixFrom(a.node.Gateway(), a.node.PodCIDR.Bits())
+	var err error
+	a.net, err = nodenet.Open(nodenet.Config{Netns: a.cfg.NetNS, Gateway: a.cfg.Gateway, GatewayIP: gwPrefix,
+		MTU: c.PodMTU(), Tunnel: a.cfg.Tunnel, VXLANPort: c.VXLANPort, TunnelMTU: c.PodMTU()})
+	if err != nil {
+		return err
+	}
+	if a.gw, err = a.net.EnsureGateway(); err != nil {
+		return err
+	}
+	if err := a.net.EnsureTunnel(); err != nil {
+		return err
+	}
+	ext := a.node.ExternalInterface
+	if ext == "" {
+		ext = c.ExternalInterface
+	}
+	if err := snat.Ensure(snat.Config{NetNS: a.cfg.NetNS, PodCIDR: a.node.PodCIDR, ClusterCIDR: c.ClusterCIDR,
+		ExternalInterface: ext, Gateway: a.cfg.Gateway}); err != nil {
+		return fmt.Errorf("masquerade: %w", err)
+	}
+	return nil
+}
+
+func (a *Agent) pipelineNode() pipeline.Node {
+	return pipeline.Node{Name: a.node.Name, PodCIDR: a.node.PodCIDR, ClusterCIDR: a.cfg.Cluster.ClusterCIDR,
+		GatewayIP: a.node.Gateway(), GatewayMAC: a.gw.MAC, GatewayPort: a.gwPort, VNI: a.cfg.Cluster.VNI}
+}
+
+// errSwitchDown is what CNI calls get while the switch is not synced.
+var errSwitchDown = errors.New("the node's switch is not connected yet")
+
+// switchLoop connects to the switch, brings its ports and tables to the
+// desired state, and does it again whenever the connection drops (the
+// switch restarted).
+func (a *Agent) switchLoop(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		conn, err := a.connectAndSync(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			a.log.Warn("switch not ready; retrying", "switch", a.cfg.SwitchSocket, "err", err, "in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return
+		case <-conn.Done():
+		}
+		a.mu.Lock()
+		a.ready = false
+		a.reconnects++
+		a.mu.Unlock()
+		a.met.reconnects.Inc()
+		a.log.Warn("switch connection lost; reconnecting")
+	}
+}
+
+func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pipeline.Dial(dctx, "unix:"+a.cfg.SwitchSocket)
+	if err != nil {
+		return nil, err
+	}
+	a.swMu.Lock()
+	defer a.swMu.Unlock()
+	start := time.Now()
+	if err := a.ensurePorts(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	a.mu.Lock()
+	old := a.conn
+	a.conn = conn
+	if a.pl == nil {
+		a.pl = pipeline.New(conn, a.pipelineNode(), a.log)
+	} else {
+		a.pl.SetConn(conn)
+	}
+	pods, remotes := a.pipelineStateLocked()
+	a.pl.SetState(pods, remotes)
+	a.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	st, err := a.pl.Sync(ctx)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("sync: %w", err)
+	}
+	a.mu.Lock()
+	a.ready = true
+	a.lastSync, a.lastSyncAt, a.lastSyncDur = st, time.Now(), time.Since(start)
+	a.mu.Unlock()
+	a.log.Info("switch synced", "added", st.Added, "deleted", st.Deleted, "kept", st.Kept, "pods", len(pods), "remotes", len(remotes), "took", time.Since(start))
+	return conn, nil
+}
+
+// ensurePorts makes the switch's ports what the agent expects: the
+// gateway, every remote node's tunnel endpoint, every pod's host end. A
+// port a previous run added keeps its number (its flows name it).
+func (a *Agent) ensurePorts(ctx context.Context) error {
+	have, err := a.listPorts(ctx)
+	if err != nil {
+		return err
+	}
+	byName := map[string]switchd.PortInfo{}
+	for _, p := range have {
+		byName[p.Name] = p
+	}
+	gwName := a.gw.PortName
+	if p, ok := byName[gwName]; ok {
+		a.gwPort = p.OFPort
+	} else {
+		no, err := a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: gwName, Kind: "internal"})
+		if err != nil {
+			return fmt.Errorf("gateway port: %w", err)
+		}
+		a.gwPort = no
+	}
+	a.mu.Lock()
+	remotes := make([]*remote, 0, len(a.remotes))
+	for _, r := range a.remotes {
+		remotes = append(remotes, r)
+	}
+	pods := make([]*podRecord, 0, len(a.pods))
+	for _, p := range a.pods {
+		pods = append(pods, p)
+	}
+	a.mu.Unlock()
+	for _, r := range remotes {
+		if err := a.ensureEndpoint(ctx, r, byName); err != nil {
+			return err
+		}
+	}
+	for _, p := range pods {
+		if p.OFPort == 0 {
+			continue // its ADD did not get that far
+		}
+		if q, ok := byName[p.Host]; ok {
+			if q.OFPort != p.OFPort {
+				a.podLog(p).Warn("pod port renumbered by the switch", "was", p.OFPort, "now", q.OFPort)
+				a.setPodPort(p, q.OFPort)
+			}
+			continue
+		}
+		exists, err := a.podNode().HostExists(p.Host)
+		if err != nil || !exists {
+			continue // gone: GC will release it
+		}
+		no, err := a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: p.Host, Kind: "pod", OFPort: p.OFPort})
+		if err != nil {
+			no, err = a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: p.Host, Kind: "pod"})
+		}
+		if err != nil {
+			a.podLog(p).Error("re-attach pod port", "err", err)
+			continue
+		}
+		a.setPodPort(p, no)
+	}
+	return nil
+}
+
+func (a *Agent) listPorts(ctx context.Context) ([]switchd.PortInfo, error) {
+	resp, err := switchd.Call(ctx, a.cfg.SwitchSocket, switchd.CtlRequest{Cmd: "list-ports"})
+	if err != nil {
+		return nil, err
+	}
+	var ps []switchd.PortInfo
+	if err := jsonUnmarshal(resp.Data, &ps); err != nil {
+		return nil, fmt.Errorf("list-ports: %w", err)
+	}
+	return ps, nil
+}
+
+func (a *Agent) addPort(ctx context.Context, req switchd.CtlRequest) (uint32, error) {
+	resp, err := switchd.Call(ctx, a.cfg.SwitchSocket, req)
+	if err != nil {
+		return 0, err
+	}
+	var d struct {
+		OFPort uint32 `json:"ofport"`
+	}
+	if err := jsonUnmarshal(resp.Data, &d); err != nil || d.OFPort == 0 {
+		return 0, fmt.Errorf("port-add %s: no port number in %s", req.Name, resp.Data)
+	}
+	return d.OFPort, nil
+}
+
+// connected returns the pipeline when the switch is synced.
+func (a *Agent) connected() (*pipeline.Pipeline, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.ready || a.pl == nil {
+		return nil, errSwitchDown
+	}
+	return a.pl, nil
+}
+
+// keyedMutex serializes work on one key (a container) without holding up
+// the others.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// macString formats a MAC for records.
+func macString(m net.HardwareAddr) string { return m.String() }

@@ -1,0 +1,74 @@
+package cniserver
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// ConflistName is the file Install writes into the runtime's config
+// directory. "10-" puts it ahead of most others: runtimes use the first.
+const ConflistName = "10-nagare.conflist"
+
+// DefaultConflist is the network configuration that sends a runtime's
+// calls to the agent at socket.
+func DefaultConflist(socket string) []byte {
+	return []byte(fmt.Sprintf(`{
+  "cniVersion": "1.1.0",
+  "name": "nagare",
+  "plugins": [
+    {"type": "nagare-cni", "socket": %q}
+  ]
+}
+`, socket))
+}
+
+// Install copies the plugin binary into binDir and writes the conflist
+// into confDir, each atomically (a temporary file, synced, renamed): a
+// runtime never runs a half-written plugin or reads half a config.
+func Install(src, binDir, confDir string, conflist []byte) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	defer in.Close()
+	if err := writeAtomic(filepath.Join(binDir, "nagare-cni"), 0o755, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
+		return err
+	}); err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(confDir, ConflistName), 0o644, func(w io.Writer) error {
+		_, err := w.Write(conflist)
+		return err
+	})
+}
+
+func writeAtomic(path string, mode os.FileMode, fill func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if err := fill(f); err != nil {
+		f.Close()
+		return fmt.Errorf("install %s: %w", path, err)
+	}
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,31 @@
+package pipeline
+
+import "hash/fnv"
+
+// A flow's cookie says which feature made it and for which object:
+//
+//	bits 63..56  feature (cookieNode, cookiePod, cookieRemote)
+//	bits 55..0   object: FNV-1a of the object's key ("node", the pod's
+//	             containerID/ifName, the remote node's name), 56 bits
+//
+// Deleting an object's flows is one FLOW_MOD DELETE over every table with
+// the object's bits and objectMask; a restarted agent compares flows by
+// cookie and content and leaves the ones that did not change alone.
+const (
+	cookieNode   uint64 = 0x01 << 56 // node-wide: table defaults, the gateway
+	cookiePod    uint64 = 0x02 << 56 // one pod
+	cookieRemote uint64 = 0x03 << 56 // one remote node
+
+	objectMask    uint64 = 1<<56 - 1
+	cookieFeature uint64 = 0xff << 56
+)
+
+func objectID(kind uint64, key string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return kind | h.Sum64()&objectMask
+}
+
+func podObject(key string) uint64   { return objectID(cookiePod, key) }
+func nodeObject(name string) uint64 { return objectID(cookieRemote, name) }
+func localObject() uint64           { return objectID(cookieNode, "node") }

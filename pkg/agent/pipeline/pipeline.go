@@ -1,0 +1,376 @@
+// Package pipeline is the OpenFlow pipeline nagare-agent programs into its
+// node's nagare-switch: the tables, in order, and one flow builder per
+// purpose, in one file per feature (Antrea's habit).
+//
+// # Rules for adding a table
+//
+//  1. Declare it in tables below, in packet order, with its stage. Table
+//     ids leave gaps of 10 so a table can go between two others without
+//     renumbering (renumbering rewrites every flow on every node).
+//  2. Give it a default flow (priority 0) in defaults() that says what an
+//     unmatched packet does: the next table, or drop. Nothing is left to
+//     the switch's table-miss behaviour.
+//  3. Put its builders in the file of the feature they serve, each one
+//     function with a one-line comment that says what the flow does; give
+//     every flow the cookie of its feature and object (cookie.go).
+//  4. Match only what the decision needs: the switch caches the fields a
+//     translation looked at, and a needless field multiplies cached flows.
+//  5. Add its walk to docs/agent-pipeline.md.
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/nagare-net/nagare/pkg/openflow"
+)
+
+// Table is one pipeline table.
+type Table struct {
+	ID    uint8
+	Name  string
+	Stage string
+}
+
+// The tables, in the order a packet meets them.
+var (
+	TableClassifier = Table{0, "Classifier", "classify"}   // where did it come from: pod, gateway, tunnel
+	TableSpoofGuard = Table{10, "SpoofGuard", "validate"}  // a pod sends only as itself; a node only its pods
+	TableARP        = Table{20, "ARPResponder", "resolve"} // ARP requests to their target only, never flooded
+	TableL3         = Table{30, "L3Forwarding", "route"}   // routed: local pod, remote node (tunnel), node
+	TableL2         = Table{40, "L2Forwarding", "switch"}  // by destination MAC: a pod port or the gateway
+	tables          = []Table{TableClassifier, TableSpoofGuard, TableARP, TableL3, TableL2}
+)
+
+// Tables returns the pipeline's tables in order.
+func Tables() []Table { return append([]Table(nil), tables...) }
+
+// Priorities, per table, highest first.
+const (
+	prioSpecific = 200 // one object's flow (a pod, a node)
+	prioKind     = 100 // a class of packets (all ARP replies, all tunnel traffic)
+	prioDrop     = 50  // explicit drops below the specific flows
+	prioDefault  = 0   // the table's default
+)
+
+// Metadata bits: where the packet came in (set by the classifier).
+const (
+	metaSourceMask  uint64 = 0x3
+	metaFromPod     uint64 = 1
+	metaFromGateway uint64 = 2
+	metaFromTunnel  uint64 = 3
+)
+
+// RemoteGatewayMAC is the MAC the node's routes to other nodes' pod
+// subnets resolve to (a permanent neighbour entry for each remote
+// gateway on the node's gateway device): packets the node sends to
+// remote pods carry it, and L3 forwarding routes them into the tunnel.
+// Locally administered, unicast.
+var RemoteGatewayMAC = net.HardwareAddr{0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}
+
+// Node is what the pipeline needs of its own node.
+type Node struct {
+	Name        string
+	PodCIDR     netip.Prefix
+	ClusterCIDR netip.Prefix // informational; routing is by the known nodes' pod CIDRs
+	GatewayIP   netip.Addr
+	GatewayMAC  net.HardwareAddr
+	GatewayPort uint32
+	VNI         uint32
+}
+
+// Pod is a pod attached to a switch port.
+type Pod struct {
+	Key  string // containerID/ifName
+	Name string // namespace/name (logs)
+	Port uint32
+	MAC  net.HardwareAddr
+	IP   netip.Addr
+}
+
+// RemoteNode is another node, reached through a tunnel endpoint port.
+type RemoteNode struct {
+	Name     string
+	PodCIDR  netip.Prefix
+	Underlay netip.Addr
+	Port     uint32
+}
+
+// Pipeline knows every object the agent wants flows for and keeps the
+// switch's tables equal to them.
+type Pipeline struct {
+	log     *slog.Logger
+	mu      sync.Mutex // one switch operation at a time; guards the fields below
+	conn    *Conn
+	node    Node
+	pods    map[string]Pod
+	remotes map[string]RemoteNode
+}
+
+// New makes a pipeline for node, programmed through c.
+func New(c *Conn, node Node, log *slog.Logger) *Pipeline {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Pipeline{log: log, conn: c, node: node, pods: map[string]Pod{}, remotes: map[string]RemoteNode{}}
+}
+
+// SetConn switches to a new connection (the switch restarted); call Sync.
+func (p *Pipeline) SetConn(c *Conn) {
+	p.mu.Lock()
+	p.conn = c
+	p.mu.Unlock()
+}
+
+// SetNode changes the node's own parameters (the gateway's port number
+// after a switch restart); call Sync.
+func (p *Pipeline) SetNode(n Node) {
+	p.mu.Lock()
+	p.node = n
+	p.mu.Unlock()
+}
+
+// SetState replaces the known pods and remote nodes without touching the
+// switch; Sync applies them.
+func (p *Pipeline) SetState(pods []Pod, remotes []RemoteNode) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pods = map[string]Pod{}
+	for _, x := range pods {
+		p.pods[x.Key] = x
+	}
+	p.remotes = map[string]RemoteNode{}
+	for _, r := range remotes {
+		p.remotes[r.Name] = r
+	}
+}
+
+// AddPod installs a pod's flows and waits until the switch has them.
+func (p *Pipeline) AddPod(ctx context.Context, pod Pod) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old, ok := p.pods[pod.Key]; ok && !samePod(old, pod) {
+		if err := p.deleteObject(ctx, podObject(old.Key)); err != nil {
+			return err
+		}
+	}
+	p.pods[pod.Key] = pod
+	return p.apply(ctx, p.podFlows(pod), nil)
+}
+
+func samePod(a, b Pod) bool {
+	return a.Port == b.Port && a.IP == b.IP && a.MAC.String() == b.MAC.String()
+}
+
+// DelPod removes a pod's flows (by its cookie). Unknown pods are fine.
+func (p *Pipeline) DelPod(ctx context.Context, key string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.pods, key)
+	return p.deleteObject(ctx, podObject(key))
+}
+
+// AddRemoteNode installs the flows to and from a remote node.
+func (p *Pipeline) AddRemoteNode(ctx context.Context, n RemoteNode) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old, ok := p.remotes[n.Name]; ok && old != n {
+		if err := p.deleteObject(ctx, nodeObject(old.Name)); err != nil {
+			return err
+		}
+	}
+	p.remotes[n.Name] = n
+	return p.apply(ctx, p.remoteFlows(n), nil)
+}
+
+// DelRemoteNode removes a remote node's flows.
+func (p *Pipeline) DelRemoteNode(ctx context.Context, name string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.remotes, name)
+	return p.deleteObject(ctx, nodeObject(name))
+}
+
+// deleteObject deletes every flow of one object, in every table.
+func (p *Pipeline) deleteObject(ctx context.Context, obj uint64) error {
+	fm := &openflow.FlowMod{Command: openflow.FlowDelete, TableID: openflow.TableAll, Cookie: obj, CookieMask: objectMask,
+		BufferID: openflow.NoBuffer, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny}
+	return p.apply(ctx, nil, []*openflow.FlowMod{fm})
+}
+
+// apply sends adds and deletes and waits for the barrier.
+func (p *Pipeline) apply(ctx context.Context, adds, dels []*openflow.FlowMod) error {
+	var msgs []openflow.Message
+	for _, d := range dels {
+		msgs = append(msgs, d)
+	}
+	for _, a := range adds {
+		msgs = append(msgs, a)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := p.conn.Send(msgs...); err != nil {
+		return err
+	}
+	return p.conn.Barrier(ctx)
+}
+
+// Desired is every flow the pipeline wants, in table order.
+func (p *Pipeline) Desired() []*openflow.FlowMod {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.desiredLocked()
+}
+
+func (p *Pipeline) desiredLocked() []*openflow.FlowMod {
+	fs := p.nodeFlows()
+	keys := make([]string, 0, len(p.pods))
+	for k := range p.pods {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fs = append(fs, p.podFlows(p.pods[k])...)
+	}
+	names := make([]string, 0, len(p.remotes))
+	for n := range p.remotes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fs = append(fs, p.remoteFlows(p.remotes[n])...)
+	}
+	sort.SliceStable(fs, func(i, j int) bool { return fs[i].TableID < fs[j].TableID })
+	return fs
+}
+
+// SyncStats says what a Sync changed.
+type SyncStats struct {
+	Added   int `json:"added"`
+	Deleted int `json:"deleted"`
+	Kept    int `json:"kept"`
+}
+
+// flowID identifies a flow in a table as OpenFlow does (table, priority,
+// match); its value is what the flow does (cookie and instructions).
+func flowID(table uint8, prio uint16, m openflow.Match) string {
+	fields := make([]string, 0, len(m.Fields))
+	for _, o := range m.Fields {
+		fields = append(fields, openflow.Match{Fields: []openflow.OXM{o}}.String())
+	}
+	sort.Strings(fields)
+	return fmt.Sprintf("%d/%d/%s", table, prio, strings.Join(fields, ","))
+}
+
+func flowValue(cookie uint64, is openflow.Instructions) string {
+	return fmt.Sprintf("%#x %s", cookie, is.String())
+}
+
+// Sync makes the switch's tables hold exactly the desired flows. Flows
+// that are already right are not touched (they keep their counters and
+// age: an agent restart deletes and re-adds nothing that did not change);
+// others are deleted (strictly, one by one) and the missing ones added.
+func (p *Pipeline) Sync(ctx context.Context) (SyncStats, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var st SyncStats
+	have, err := p.conn.DumpFlows(ctx, &openflow.FlowStatsRequest{TableID: openflow.TableAll, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})
+	if err != nil {
+		return st, fmt.Errorf("dump flows: %w", err)
+	}
+	want := map[string]*openflow.FlowMod{}
+	for _, f := range p.desiredLocked() {
+		want[flowID(f.TableID, f.Priority, f.Match)] = f
+	}
+	var dels, adds []*openflow.FlowMod
+	seen := map[string]bool{}
+	for _, h := range have {
+		id := flowID(h.TableID, h.Priority, h.Match)
+		if w, ok := want[id]; ok && !seen[id] && flowValue(w.Cookie, w.Instructions) == flowValue(h.Cookie, h.Instructions) {
+			seen[id] = true
+			st.Kept++
+			continue
+		}
+		dels = append(dels, &openflow.FlowMod{Command: openflow.FlowDeleteStrict, TableID: h.TableID, Priority: h.Priority,
+			Match: h.Match, BufferID: openflow.NoBuffer, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})
+	}
+	for id, w := range want {
+		if !seen[id] {
+			adds = append(adds, w)
+		}
+	}
+	sort.SliceStable(adds, func(i, j int) bool { return adds[i].TableID > adds[j].TableID }) // later tables first
+	st.Deleted, st.Added = len(dels), len(adds)
+	if err := p.apply(ctx, adds, dels); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// TableCount is one table's number of flows on the switch.
+type TableCount struct {
+	ID    uint8  `json:"id"`
+	Name  string `json:"name"`
+	Stage string `json:"stage"`
+	Flows int    `json:"flows"`
+}
+
+// TableCounts reads the switch's flows per pipeline table.
+func (p *Pipeline) TableCounts(ctx context.Context) ([]TableCount, error) {
+	p.mu.Lock()
+	c := p.conn
+	p.mu.Unlock()
+	fs, err := c.DumpFlows(ctx, &openflow.FlowStatsRequest{TableID: openflow.TableAll, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})
+	if err != nil {
+		return nil, err
+	}
+	n := map[uint8]int{}
+	for _, f := range fs {
+		n[f.TableID]++
+	}
+	out := make([]TableCount, 0, len(tables))
+	for _, t := range tables {
+		out = append(out, TableCount{ID: t.ID, Name: t.Name, Stage: t.Stage, Flows: n[t.ID]})
+	}
+	return out, nil
+}
+
+// flow builds a FLOW_MOD add; builders fill in match and instructions.
+func flow(t Table, prio uint16, cookie uint64, m openflow.Match, is ...openflow.Instruction) *openflow.FlowMod {
+	return &openflow.FlowMod{Command: openflow.FlowAdd, TableID: t.ID, Priority: prio, Cookie: cookie,
+		BufferID: openflow.NoBuffer, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny, Match: m, Instructions: is}
+}
+
+func gotoTable(t Table) openflow.Instruction { return openflow.InstGotoTable{TableID: t.ID} }
+
+func apply(as ...openflow.Action) openflow.Instruction { return openflow.InstApplyActions{Actions: as} }
+
+func output(port uint32) openflow.Action { return openflow.ActionOutput{Port: port, MaxLen: 0xffff} }
+
+func setEthSrc(m net.HardwareAddr) openflow.Action {
+	return openflow.ActionSetField{Field: openflow.MAC(openflow.FieldEthSrc, m)}
+}
+
+func setEthDst(m net.HardwareAddr) openflow.Action {
+	return openflow.ActionSetField{Field: openflow.MAC(openflow.FieldEthDst, m)}
+}
+
+func match(oxms ...openflow.OXM) openflow.Match { return openflow.Match{Fields: oxms} }
+
+func inPort(p uint32) openflow.OXM  { return openflow.Uint(openflow.FieldInPort, uint64(p)) }
+func ethType(t uint16) openflow.OXM { return openflow.Uint(openflow.FieldEthType, uint64(t)) }
+func source(kind uint64) openflow.OXM {
+	return openflow.UintMasked(openflow.FieldMetadata, kind, metaSourceMask)
+}
+
+const (
+	etherIPv4 = 0x0800
+	etherARP  = 0x0806
+)

@@ -1,0 +1,258 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nagare-net/nagare/pkg/agent/cniserver"
+	"github.com/nagare-net/nagare/pkg/agent/pipeline"
+	"github.com/nagare-net/nagare/pkg/agent/snat"
+)
+
+// Status is what `nagarectl agent` prints (GET /status on the agent socket).
+type Status struct {
+	Node        string                `json:"node"`
+	PodCIDR     string                `json:"podCIDR"`
+	Gateway     string                `json:"gateway"`
+	GatewayMAC  string                `json:"gatewayMAC"`
+	GatewayPort uint32                `json:"gatewayPort"`
+	Underlay    string                `json:"underlay"`
+	Source      string                `json:"source"` // cluster-file or kubernetes
+	Uptime      string                `json:"uptime"`
+	Switch      SwitchStatus          `json:"switch"`
+	IPAM        IPAMStatus            `json:"ipam"`
+	Pods        []PodStatus           `json:"pods"`
+	Remotes     []RemoteState         `json:"remotes"`
+	Tables      []pipeline.TableCount `json:"tables,omitempty"`
+	Masquerade  []string              `json:"masquerade,omitempty"`
+}
+
+type SwitchStatus struct {
+	Socket     string             `json:"socket"`
+	Connected  bool               `json:"connected"`
+	Reconnects int                `json:"reconnects"`
+	LastSync   pipeline.SyncStats `json:"lastSync"`
+	LastSyncAt time.Time          `json:"lastSyncAt"`
+	SyncTook   string             `json:"syncTook"`
+}
+
+type IPAMStatus struct {
+	Used  int `json:"used"`
+	Total int `json:"total"`
+}
+
+type PodStatus struct {
+	Pod         string `json:"pod"`
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
+	IP          string `json:"ip"`
+	MAC         string `json:"mac"`
+	Host        string `json:"host"`
+	OFPort      uint32 `json:"ofport"`
+}
+
+type RemoteState struct {
+	Name     string `json:"name"`
+	Underlay string `json:"underlay"`
+	PodCIDR  string `json:"podCIDR"`
+	Port     uint32 `json:"port"`
+}
+
+// Snapshot collects the agent's state.
+func (a *Agent) Snapshot(ctx context.Context) Status {
+	a.mu.Lock()
+	st := Status{Node: a.node.Name, PodCIDR: a.node.PodCIDR.String(), Gateway: a.node.Gateway().String(),
+		GatewayMAC: a.gw.MAC.String(), GatewayPort: a.gwPort, Underlay: a.node.Underlay.String(), Source: "cluster-file",
+		Uptime: time.Since(a.started).Round(time.Second).String(),
+		Switch: SwitchStatus{Socket: a.cfg.SwitchSocket, Connected: a.ready, Reconnects: a.reconnects,
+			LastSync: a.lastSync, LastSyncAt: a.lastSyncAt, SyncTook: a.lastSyncDur.String()}}
+	if a.cfg.Kube != nil {
+		st.Source = "kubernetes"
+	}
+	for _, p := range a.pods {
+		st.Pods = append(st.Pods, PodStatus{Pod: p.Pod, ContainerID: p.ContainerID, IfName: p.IfName, IP: p.IP.String(),
+			MAC: p.MAC, Host: p.Host, OFPort: p.OFPort})
+	}
+	for _, r := range a.remotes {
+		st.Remotes = append(st.Remotes, RemoteState{Name: r.node.Name, Underlay: r.node.Underlay.String(), PodCIDR: r.node.PodCIDR.String(), Port: r.port})
+	}
+	pl, ready := a.pl, a.ready
+	a.mu.Unlock()
+	sort.Slice(st.Pods, func(i, j int) bool { return st.Pods[i].IP < st.Pods[j].IP })
+	sort.Slice(st.Remotes, func(i, j int) bool { return st.Remotes[i].Name < st.Remotes[j].Name })
+	st.IPAM.Used, st.IPAM.Total = a.ipam.Stats()
+	if ready && pl != nil {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st.Tables, _ = pl.TableCounts(tctx)
+		cancel()
+	}
+	st.Masquerade, _ = snat.Describe(a.cfg.NetNS)
+	return st
+}
+
+// serveStatus serves GET /status and /metrics on the agent socket (0600).
+func (a *Agent) serveStatus() (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(a.cfg.AgentSocket), 0o700); err != nil {
+		return nil, err
+	}
+	l, err := cniserver.Listen(a.cfg.AgentSocket)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(a.Snapshot(r.Context()))
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) && !strings.Contains(err.Error(), "closed") {
+			a.log.Error("status socket", "err", err)
+		}
+	}()
+	return l, nil
+}
+
+// ServeMetrics serves /metrics on a TCP address too (Prometheus scrapes).
+func (a *Agent) ServeMetrics(ctx context.Context, addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); srv.Close() }()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+type metrics struct {
+	cni        *cniserver.Metrics
+	pods       prometheus.Gauge
+	remotes    prometheus.Gauge
+	reconnects prometheus.Counter
+	gcReleased prometheus.Counter
+}
+
+func newMetrics(a *Agent) *metrics {
+	m := &metrics{
+		cni:        cniserver.NewMetrics(a.reg),
+		pods:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_pods", Help: "Pods attached on this node."}),
+		remotes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_remote_nodes", Help: "Remote nodes with a tunnel."}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "nagare_agent_switch_reconnects_total", Help: "Times the switch connection was lost."}),
+		gcReleased: prometheus.NewCounter(prometheus.CounterOpts{Name: "nagare_agent_gc_released_total", Help: "Allocations released by garbage collection."}),
+	}
+	a.reg.MustRegister(m.pods, m.remotes, m.reconnects, m.gcReleased,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nagare_agent_ip_allocations", Help: "Addresses allocated in the node's pod subnet."},
+			func() float64 {
+				if a.ipam == nil {
+					return 0
+				}
+				u, _ := a.ipam.Stats()
+				return float64(u)
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nagare_agent_ip_capacity", Help: "Addresses the node's pod subnet can give."},
+			func() float64 {
+				if a.ipam == nil {
+					return 0
+				}
+				_, t := a.ipam.Stats()
+				return float64(t)
+			}),
+		&flowCollector{a: a, desc: prometheus.NewDesc("nagare_agent_flows", "OpenFlow flows per pipeline table.", []string{"table", "stage"}, nil)},
+	)
+	return m
+}
+
+// flowCollector reads the flows per table from the switch at scrape time.
+type flowCollector struct {
+	a    *Agent
+	desc *prometheus.Desc
+}
+
+func (c *flowCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *flowCollector) Collect(ch chan<- prometheus.Metric) {
+	pl, err := c.a.connected()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tcs, err := pl.TableCounts(ctx)
+	if err != nil {
+		return
+	}
+	for _, t := range tcs {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(t.Flows), t.Name, t.Stage)
+	}
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// agentClient is an HTTP client on the agent's Unix socket.
+func agentClient(socket string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}}
+}
+
+func agentGet(ctx context.Context, socket, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := agentClient(socket).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("agent at %s: %w", socket, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("agent at %s: %w", socket, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("agent at %s: %s: %s", socket, resp.Status, b)
+	}
+	return b, nil
+}
+
+// FetchStatus asks the agent serving socket for its status (what
+// `nagarectl agent` prints).
+func FetchStatus(ctx context.Context, socket string) (*Status, error) {
+	b, err := agentGet(ctx, socket, "/status")
+	if err != nil {
+		return nil, err
+	}
+	var st Status
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("agent at %s: %w", socket, err)
+	}
+	return &st, nil
+}
+
+// FetchMetrics returns the agent's /metrics text.
+func FetchMetrics(ctx context.Context, socket string) (string, error) {
+	b, err := agentGet(ctx, socket, "/metrics")
+	return string(b), err
+}
