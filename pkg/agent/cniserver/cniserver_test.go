@@ -260,7 +260,9 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("stale socket: %+v", te)
 	}
 	// Errors the agent returns reach the runtime unchanged.
-	h.add = func(*Request) (types.Result, error) { return nil, types.NewError(100, "no free address in 10.77.1.0/29", "") }
+	h.add = func(*Request) (types.Result, error) {
+		return nil, types.NewError(100, "no free address in 10.77.1.0/29", "")
+	}
 	if _, te, _ := runShim(t, addEnv(), single(good)); te == nil || te.Code != 100 || !strings.Contains(te.Msg, "no free address") {
 		t.Errorf("agent error: %+v", te)
 	}
