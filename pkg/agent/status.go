@@ -58,6 +58,7 @@ type PodStatus struct {
 	Pod         string `json:"pod"`
 	ContainerID string `json:"containerID"`
 	IfName      string `json:"ifName"`
+	Netns       string `json:"netns"`
 	IP          string `json:"ip"`
 	MAC         string `json:"mac"`
 	Host        string `json:"host"`
@@ -83,7 +84,7 @@ func (a *Agent) Snapshot(ctx context.Context) Status {
 		st.Source = "kubernetes"
 	}
 	for _, p := range a.pods {
-		st.Pods = append(st.Pods, PodStatus{Pod: p.Pod, ContainerID: p.ContainerID, IfName: p.IfName, IP: p.IP.String(),
+		st.Pods = append(st.Pods, PodStatus{Pod: p.Pod, ContainerID: p.ContainerID, IfName: p.IfName, Netns: p.Netns, IP: p.IP.String(),
 			MAC: p.MAC, Host: p.Host, OFPort: p.OFPort})
 	}
 	for _, r := range a.remotes {
