@@ -8,9 +8,10 @@ PKGS      := ./...
 # Debian packages the build, the tests and the lab use.
 APT_PKGS  := clang llvm libbpf-dev gcc-multilib iproute2 ethtool iputils-ping \
              sockperf iperf3 stress-ng openvswitch-switch openvswitch-common \
-             bpftool tcpdump python3-venv
+             bpftool tcpdump python3-venv \
+             etcd-server etcd-client containerd runc containernetworking-plugins busybox-static
 
-.PHONY: all deps generate build vet test test-short bench fuzz quickstart clean
+.PHONY: all deps k8s-deps generate build vet test test-short bench fuzz quickstart clean
 
 all: build
 
@@ -19,6 +20,17 @@ all: build
 deps:
 	@scripts/deps.sh $(APT_PKGS)
 	@scripts/osken-venv.sh
+
+# k8s-deps builds the Kubernetes binaries the real-Kubernetes tests run
+# (test/k8s) once, into /var/cache/nagare/k8s (about 12 minutes the first
+# time; nothing afterwards). make test needs them only in CI (CI=true) or
+# with NAGARE_K8S=1; without them the Kubernetes tests skip.
+k8s-deps: deps
+	@scripts/k8s/build.sh
+
+ifneq ($(filter true,$(CI))$(filter 1,$(NAGARE_K8S)),)
+TEST_DEPS := k8s-deps
+endif
 
 # generate compiles bpf/*.c with clang and writes the Go bindings (bpf2go).
 generate:
@@ -35,7 +47,7 @@ vet: generate
 # CI runs as root. Packages run one at a time (-p 1): their namespace
 # tests move real traffic and measure it, and on a 2-CPU machine two of
 # them at once would mostly measure each other.
-test: deps build vet
+test: deps $(TEST_DEPS) build vet
 	$(GO) test -p 1 -count=1 -timeout 40m $(PKGS)
 
 # test-short skips everything that needs root or network namespaces.

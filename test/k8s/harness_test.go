@@ -1,0 +1,470 @@
+// Package k8s tests nagare on a real Kubernetes, started on loopback by
+// the test: etcd, kube-apiserver, kube-controller-manager, containerd
+// (CRI) and kubelet, one node. Images are made locally as OCI tars (no
+// registry). Recipe and traps: shared/reference/kubernetes-local.md.
+//
+// The Kubernetes binaries come from scripts/k8s/build.sh (cached in
+// /var/cache/nagare/k8s/<version>); without them the tests skip, unless
+// CI=true or NAGARE_K8S=1, where a missing build is a failure.
+package k8s
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const k8sVersion = "v1.33.13"
+
+func k8sDir() string {
+	if d := os.Getenv("K8S_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/nagare/k8s/" + k8sVersion
+}
+
+// cluster is one Kubernetes node on loopback.
+type cluster struct {
+	t        *testing.T
+	dir      string
+	node     string
+	procs    []*exec.Cmd
+	sysctls  map[string]string
+	kubecfg  string
+	ctrSock  string
+	cniBin   string
+	cniConf  string
+	repoRoot string
+}
+
+// sysctlsKubeletTouches are restored at teardown (kubelet rewrites some at
+// start; nagare sets ip_forward on its node).
+var sysctlsKubeletTouches = []string{"kernel/panic", "kernel/panic_on_oops", "vm/overcommit_memory", "net/ipv4/ip_forward",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
+
+func requireK8s(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 || testing.Short() {
+		t.Skip("needs root (skipped in -short mode)")
+	}
+	for _, b := range []string{"kube-apiserver", "kubelet", "kube-controller-manager"} {
+		if _, err := os.Stat(filepath.Join(k8sDir(), b)); err != nil {
+			if os.Getenv("CI") == "true" || os.Getenv("NAGARE_K8S") == "1" {
+				t.Fatalf("Kubernetes binaries missing in %s (run scripts/k8s/build.sh): %v", k8sDir(), err)
+			}
+			t.Skipf("Kubernetes binaries not built (scripts/k8s/build.sh; %v)", err)
+		}
+	}
+	for _, tool := range []string{"etcd", "containerd", "runc", "ctr", "kubectl", "gcc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (make k8s-deps)", tool)
+		}
+	}
+}
+
+func (c *cluster) logf(format string, args ...any) {
+	c.t.Helper()
+	c.t.Logf("[%s] %s", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// up brings the whole node up; t.Cleanup tears it down.
+func up(t *testing.T) *cluster {
+	t.Helper()
+	requireK8s(t)
+	root, _ := filepath.Abs("../..")
+	dir, err := os.MkdirTemp("/var/tmp", "nagare-k8s-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, dir: dir, node: "nagare-k8s-node", sysctls: map[string]string{}, repoRoot: root}
+	for _, s := range sysctlsKubeletTouches {
+		if b, err := os.ReadFile("/proc/sys/" + s); err == nil {
+			c.sysctls[s] = strings.TrimSpace(string(b))
+		}
+	}
+	t.Cleanup(c.down)
+	c.cniBin, c.cniConf = filepath.Join(dir, "cni/bin"), filepath.Join(dir, "cni/net.d")
+	for _, d := range []string{c.cniBin, c.cniConf, filepath.Join(dir, "pki"), filepath.Join(dir, "logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	c.pki()
+	c.etcd()
+	c.apiserver()
+	c.controllerManager()
+	c.containerd()
+	c.images()
+	c.kubelet()
+	c.logf("Kubernetes %s up in %v (node %s)", k8sVersion, time.Since(start).Round(time.Millisecond), c.node)
+	return c
+}
+
+func (c *cluster) path(p ...string) string { return filepath.Join(append([]string{c.dir}, p...)...) }
+
+// start runs a daemon with its output in logs/<name>.log.
+func (c *cluster) start(name string, args ...string) *exec.Cmd {
+	c.t.Helper()
+	f, err := os.Create(c.path("logs", name+".log"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("start %s: %v", name, err)
+	}
+	c.logf("started %s (pid %d)", name, cmd.Process.Pid)
+	c.procs = append(c.procs, cmd)
+	return cmd
+}
+
+// waitFor polls cond until it is nil or the deadline passes.
+func (c *cluster) waitFor(what string, d time.Duration, cond func() error) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	c.t.Fatalf("%s: not within %v: %v", what, d, err)
+}
+
+func run(args ...string) (string, error) {
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return string(out), nil
+}
+
+// kubectl runs kubectl as the cluster's admin.
+func (c *cluster) kubectl(args ...string) (string, error) {
+	return run(append([]string{"kubectl", "--kubeconfig", c.kubecfg}, args...)...)
+}
+
+func (c *cluster) mustKubectl(args ...string) string {
+	c.t.Helper()
+	out, err := c.kubectl(args...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+func writePEM(path, typ string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+}
+
+// pki makes a CA, the API server's serving certificate, the service
+// account keys, a token file and the kubeconfigs.
+func (c *cluster) pki() {
+	t := c.t
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nagare-test-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	srvKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	srvTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")}}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saKey, _ := rsa.GenerateKey(rand.Reader, 2048)
+	srvKeyDER, _ := x509.MarshalECPrivateKey(srvKey)
+	saPub, _ := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	for _, w := range []struct {
+		name, typ string
+		der       []byte
+	}{
+		{"ca.crt", "CERTIFICATE", caDER}, {"apiserver.crt", "CERTIFICATE", srvDER}, {"apiserver.key", "EC PRIVATE KEY", srvKeyDER},
+		{"sa.key", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey)}, {"sa.pub", "PUBLIC KEY", saPub},
+	} {
+		if err := writePEM(c.path("pki", w.name), w.typ, w.der); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tokens := fmt.Sprintf("admin-token,admin,admin,system:masters\nkubelet-token,system:node:%s,kubelet,system:nodes\n", c.node)
+	if err := os.WriteFile(c.path("pki", "tokens.csv"), []byte(tokens), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.kubecfg = c.path("admin.kubeconfig")
+	c.kubeconfig(c.kubecfg, "admin-token")
+	c.kubeconfig(c.path("kubelet.kubeconfig"), "kubelet-token")
+}
+
+func (c *cluster) kubeconfig(path, token string) {
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: "https://127.0.0.1:6443", certificate-authority: %q}
+users:
+- name: u
+  user: {token: %q}
+contexts:
+- name: local
+  context: {cluster: local, user: u}
+current-context: local
+`, c.path("pki", "ca.crt"), token)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *cluster) etcd() {
+	c.start("etcd", "etcd", "--data-dir", c.path("etcd"), "--listen-client-urls", "http://127.0.0.1:2379",
+		"--advertise-client-urls", "http://127.0.0.1:2379", "--listen-peer-urls", "http://127.0.0.1:2380")
+	c.waitFor("etcd", 30*time.Second, func() error { _, err := run("etcdctl", "--endpoints", "http://127.0.0.1:2379", "endpoint", "health"); return err })
+}
+
+func (c *cluster) apiserver() {
+	p := func(n string) string { return c.path("pki", n) }
+	c.start("kube-apiserver", filepath.Join(k8sDir(), "kube-apiserver"),
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=6443",
+		"--etcd-servers=http://127.0.0.1:2379", "--token-auth-file="+p("tokens.csv"), "--client-ca-file="+p("ca.crt"),
+		"--tls-cert-file="+p("apiserver.crt"), "--tls-private-key-file="+p("apiserver.key"),
+		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file="+p("sa.pub"),
+		"--service-account-signing-key-file="+p("sa.key"), "--service-cluster-ip-range=10.96.0.0/16",
+		"--endpoint-reconciler-type=none", "--allow-privileged=true", "--cert-dir="+c.path("pki"))
+	c.waitFor("kube-apiserver /readyz", 90*time.Second, func() error { _, err := c.kubectl("get", "--raw", "/readyz"); return err })
+}
+
+func (c *cluster) controllerManager() {
+	c.start("kube-controller-manager", filepath.Join(k8sDir(), "kube-controller-manager"),
+		"--kubeconfig="+c.kubecfg, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=10257",
+		"--controllers=*", "--allocate-node-cidrs=true", "--cluster-cidr=10.78.0.0/16", "--node-cidr-mask-size=24",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--root-ca-file="+c.path("pki", "ca.crt"), "--service-account-private-key-file="+c.path("pki", "sa.key"),
+		"--use-service-account-credentials=false")
+	c.waitFor("default service account", 60*time.Second, func() error { _, err := c.kubectl("get", "serviceaccount", "default"); return err })
+}
+
+func (c *cluster) containerd() {
+	// The runtime's own loopback plugin; nagare-cni arrives with the DaemonSet.
+	if out, err := run("cp", "/usr/lib/cni/loopback", c.cniBin+"/"); err != nil {
+		c.t.Fatal(out, err)
+	}
+	c.ctrSock = c.path("containerd.sock")
+	cfg := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+[grpc]
+  address = %q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "docker.io/library/pause:local"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %q
+    conf_dir = %q
+`, c.path("containerd/root"), c.path("containerd/state"), c.ctrSock, c.cniBin, c.cniConf)
+	if err := os.WriteFile(c.path("containerd.toml"), []byte(cfg), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	c.start("containerd", "containerd", "--config", c.path("containerd.toml"))
+	c.waitFor("containerd", 30*time.Second, func() error { _, err := run("ctr", "--address", c.ctrSock, "version"); return err })
+}
+
+func (c *cluster) ctr(args ...string) (string, error) {
+	return run(append([]string{"ctr", "--address", c.ctrSock, "-n", "k8s.io"}, args...)...)
+}
+
+// images builds pause, busybox and nagare:dev and imports them.
+func (c *cluster) images() {
+	t := c.t
+	src := c.path("pause.c")
+	if err := os.WriteFile(src, []byte(`#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+static void quit(int s) { (void)s; exit(0); }
+int main(void) { signal(SIGTERM, quit); signal(SIGINT, quit); for (;;) pause(); }
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run("gcc", "-static", "-O2", "-o", c.path("pause"), src); err != nil {
+		t.Fatal(out, err)
+	}
+	bin := c.path("nagare-bin")
+	cmd := exec.Command("go", "build", "-o", bin+"/", "./cmd/nagare-agent", "./cmd/nagare-switch", "./cmd/nagare-cni", "./cmd/nagarectl")
+	cmd.Dir = c.repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build nagare: %v\n%s", err, out)
+	}
+	bb := map[string]ociFile{"/bin/busybox": {Src: "/bin/busybox"}}
+	for _, a := range []string{"sh", "sleep", "ping", "nc", "ip", "cat", "ls", "wget", "true"} {
+		bb["/bin/"+a] = ociFile{Link: "busybox"}
+	}
+	nagare := map[string]ociFile{}
+	for _, b := range []string{"nagare-agent", "nagare-switch", "nagare-cni", "nagarectl"} {
+		nagare["/usr/local/bin/"+b] = ociFile{Src: filepath.Join(bin, b)}
+	}
+	for _, img := range []struct {
+		ref   string
+		files map[string]ociFile
+		entry []string
+	}{
+		{"docker.io/library/pause:local", map[string]ociFile{"/pause": {Src: c.path("pause")}}, []string{"/pause"}},
+		{"docker.io/library/busybox:local", bb, []string{"/bin/sh"}},
+		{"docker.io/library/nagare:dev", nagare, []string{"/usr/local/bin/nagare-agent"}},
+	} {
+		tarPath := c.path(strings.NewReplacer("/", "_", ":", "_").Replace(img.ref) + ".tar")
+		if err := buildOCI(tarPath, img.ref, img.files, img.entry); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := c.ctr("images", "import", "--no-unpack=false", tarPath); err != nil {
+			if out2, err2 := c.ctr("images", "import", tarPath); err2 != nil {
+				t.Fatalf("import %s: %v %s / %v %s", img.ref, err, out, err2, out2)
+			}
+		}
+	}
+	c.logf("images imported: pause:local, busybox:local, nagare:dev")
+}
+
+func (c *cluster) kubelet() {
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+failSwapOn: false
+makeIPTablesUtilChains: false
+protectKernelDefaults: false
+address: 127.0.0.1
+healthzBindAddress: 127.0.0.1
+readOnlyPort: 0
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {}
+authorization: {mode: AlwaysAllow}
+containerRuntimeEndpoint: unix://%s
+imageServiceEndpoint: unix://%s
+resolvConf: /etc/resolv.conf
+serializeImagePulls: false
+evictionHard: {}
+`, c.ctrSock, c.ctrSock)
+	if err := os.WriteFile(c.path("kubelet.yaml"), []byte(cfg), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	c.start("kubelet", filepath.Join(k8sDir(), "kubelet"), "--kubeconfig="+c.path("kubelet.kubeconfig"),
+		"--config="+c.path("kubelet.yaml"), "--hostname-override="+c.node, "--node-ip=127.0.0.1",
+		"--root-dir="+c.path("kubelet"), "--cert-dir="+c.path("kubelet-pki"))
+	c.waitFor("node registered with a pod CIDR", 90*time.Second, func() error {
+		out, err := c.kubectl("get", "node", c.node, "-o", "jsonpath={.spec.podCIDR}")
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(out) == "" {
+			return fmt.Errorf("no podCIDR yet")
+		}
+		return nil
+	})
+}
+
+// down deletes the pods (so CNI DEL runs), stops everything by PID in
+// reverse order, and restores what kubelet and nagare changed on the host.
+func (c *cluster) down() {
+	if c.t.Failed() {
+		for _, n := range []string{"kubelet", "containerd"} {
+			b, _ := os.ReadFile(c.path("logs", n+".log"))
+			lines := strings.Split(string(b), "\n")
+			if len(lines) > 30 {
+				lines = lines[len(lines)-30:]
+			}
+			c.t.Logf("--- %s log (tail) ---\n%s", n, strings.Join(lines, "\n"))
+		}
+		if out, err := c.kubectl("-n", "kube-system", "logs", "ds/nagare", "-c", "nagare-agent", "--tail=40"); err == nil {
+			c.t.Logf("--- nagare-agent log ---\n%s", out)
+		}
+	}
+	if c.kubecfg != "" {
+		_, _ = c.kubectl("delete", "pods", "--all", "--grace-period=0", "--force", "--timeout=30s")
+	}
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		p := c.procs[i]
+		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		if p.Args[0] == "containerd" || strings.HasSuffix(p.Args[0], "kubelet") {
+			// Containers (shims) outlive a stopped containerd; stop them too.
+			killShims(c.dir)
+		}
+	}
+	// nagare's node-wide state on the host (the DaemonSet ran on the host network).
+	bin := c.path("nagare-bin")
+	_, _ = run(filepath.Join(bin, "nagare-agent"), "cleanup")
+	_, _ = run(filepath.Join(bin, "nagare-switch"), "--bridge", "br-int", "--run-dir", c.path("nagare-run"), "--destroy")
+	for s, v := range c.sysctls {
+		_ = os.WriteFile("/proc/sys/"+s, []byte(v), 0o644)
+	}
+	_ = exec.Command("umount", "-R", c.path("kubelet")).Run()
+	_ = exec.Command("umount", "-R", c.path("containerd")).Run()
+	if !c.t.Failed() || os.Getenv("NAGARE_K8S_KEEP") == "" {
+		_ = os.RemoveAll(c.dir)
+	}
+}
+
+// killShims kills containerd-shim processes started for this cluster.
+func killShims(state string) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		cmd := string(b)
+		if strings.Contains(cmd, "containerd-shim") && strings.Contains(cmd, state) {
+			var pid int
+			fmt.Sscan(e.Name(), &pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func execCommand(args ...string) *exec.Cmd { return exec.Command(args[0], args[1:]...) }
