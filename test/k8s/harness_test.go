@@ -245,7 +245,10 @@ current-context: local
 func (c *cluster) etcd() {
 	c.start("etcd", "etcd", "--data-dir", c.path("etcd"), "--listen-client-urls", "http://127.0.0.1:2379",
 		"--advertise-client-urls", "http://127.0.0.1:2379", "--listen-peer-urls", "http://127.0.0.1:2380")
-	c.waitFor("etcd", 30*time.Second, func() error { _, err := run("etcdctl", "--endpoints", "http://127.0.0.1:2379", "endpoint", "health"); return err })
+	c.waitFor("etcd", 30*time.Second, func() error {
+		_, err := run("etcdctl", "--endpoints", "http://127.0.0.1:2379", "endpoint", "health")
+		return err
+	})
 }
 
 func (c *cluster) apiserver() {
