@@ -299,3 +299,34 @@ func (s *Stream) Wait() int {
 	}
 	return int(s.received.Load())
 }
+
+// UDPPeer sends a datagram from namespace from to addr (a socket bound in
+// namespace to), up to three times, and returns the source address the
+// receiver saw ("" if nothing arrived): what tests of NAT look at.
+func UDPPeer(t testing.TB, from, to NS, addr string) string {
+	t.Helper()
+	var srv net.PacketConn
+	var err error
+	to.In(t, func() { srv, err = net.ListenPacket("udp4", addr) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	var c net.Conn
+	from.In(t, func() { c, err = net.Dial("udp4", addr) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 64)
+	for i := 0; i < 3; i++ {
+		if _, err := c.Write([]byte("who am i")); err != nil {
+			t.Fatal(err)
+		}
+		_ = srv.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, peer, err := srv.ReadFrom(buf); err == nil {
+			return peer.(*net.UDPAddr).IP.String()
+		}
+	}
+	return ""
+}

@@ -100,7 +100,7 @@ func TestTwoNodesThreePods(t *testing.T) {
 	t.Run("external-snat", func(t *testing.T) {
 		ext := nstest.NS{Name: c.External, Path: "/var/run/netns/" + c.External}
 		for i, p := range pods {
-			got := peerSeen(t, podNS(p), ext, fmt.Sprintf("%s:%d", nscluster.ExternalHost, 7500+i))
+			got := nstest.UDPPeer(t, podNS(p), ext, fmt.Sprintf("%s:%d", nscluster.ExternalHost, 7500+i))
 			if got != p.Node.ExtAddr {
 				t.Errorf("the external host saw %s from %s, want its node's %s", got, p.Name, p.Node.ExtAddr)
 			}
@@ -198,14 +198,7 @@ func TestConcurrentAdds(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	n := c.Nodes[0]
 	const N = 50
-	pods := make([]*nscluster.Pod, N)
-	for i := range pods {
-		p, err := n.NewPod(fmt.Sprintf("c%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pods[i] = p
-	}
+	pods := newPods(t, n, "c", N)
 	errs := make([]error, N)
 	var wg sync.WaitGroup
 	for i, p := range pods {
@@ -243,6 +236,20 @@ func TestConcurrentAdds(t *testing.T) {
 	}
 }
 
+// newPods makes count pod namespaces on n, not attached yet.
+func newPods(t *testing.T, n *nscluster.Node, prefix string, count int) []*nscluster.Pod {
+	t.Helper()
+	pods := make([]*nscluster.Pod, count)
+	for i := range pods {
+		p, err := n.NewPod(fmt.Sprintf("%s%d", prefix, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods[i] = p
+	}
+	return pods
+}
+
 func checkUnique(t *testing.T, pods []*nscluster.Pod) {
 	t.Helper()
 	seen := map[netip.Addr]string{}
@@ -265,14 +272,7 @@ func TestAgentKilledDuringAdds(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	n := c.Nodes[0]
 	const N = 40
-	pods := make([]*nscluster.Pod, N)
-	for i := range pods {
-		p, err := n.NewPod(fmt.Sprintf("k%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pods[i] = p
-	}
+	pods := newPods(t, n, "k", N)
 	errs := make([]error, N)
 	var wg sync.WaitGroup
 	var done sync.WaitGroup

@@ -27,36 +27,6 @@ func ping(ns, ip string, count int) error {
 	return nil
 }
 
-// peerSeen sends one UDP datagram from namespace from to addr (a server in
-// namespace to) and returns the source address the server saw.
-func peerSeen(t *testing.T, from, to nstest.NS, addr string) string {
-	t.Helper()
-	var srv net.PacketConn
-	var err error
-	to.In(t, func() { srv, err = net.ListenPacket("udp4", addr) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	var c net.Conn
-	from.In(t, func() { c, err = net.Dial("udp4", addr) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	buf := make([]byte, 64)
-	for i := 0; i < 3; i++ {
-		if _, err := c.Write([]byte("who am i")); err != nil {
-			t.Fatal(err)
-		}
-		_ = srv.SetReadDeadline(time.Now().Add(2 * time.Second))
-		if _, peer, err := srv.ReadFrom(buf); err == nil {
-			return peer.(*net.UDPAddr).IP.String()
-		}
-	}
-	return ""
-}
-
 // liveness measures the longest time a pair of pods could not talk, with
 // a UDP ping-pong every 10 ms and a paced TCP stream, while a test
 // restarts things underneath.

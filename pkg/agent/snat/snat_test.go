@@ -1,11 +1,9 @@
 package snat
 
 import (
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nagare-net/nagare/internal/nstest"
 )
@@ -45,10 +43,10 @@ func TestMasquerade(t *testing.T) {
 	if rules[0] != want {
 		t.Errorf("rule %q\nwant %q", rules[0], want)
 	}
-	if got := seen(t, pod, ext, "172.30.0.2:7101"); got != "172.30.0.1" {
+	if got := nstest.UDPPeer(t, pod, ext, "172.30.0.2:7101"); got != "172.30.0.1" {
 		t.Errorf("external host saw %s, want the node's 172.30.0.1", got)
 	}
-	if got := seen(t, pod, ext, "10.66.9.9:7102"); got != "10.66.1.2" {
+	if got := nstest.UDPPeer(t, pod, ext, "10.66.9.9:7102"); got != "10.66.1.2" {
 		t.Errorf("cluster address saw %s, want the pod's 10.66.1.2", got)
 	}
 	rules, _ = Describe(node.Path)
@@ -64,33 +62,7 @@ func TestMasquerade(t *testing.T) {
 	if rules, err := Describe(node.Path); err != nil || len(rules) != 0 {
 		t.Fatalf("after remove: %q %v", rules, err)
 	}
-	if got := seen(t, pod, ext, "172.30.0.2:7103"); got != "10.66.1.2" {
+	if got := nstest.UDPPeer(t, pod, ext, "172.30.0.2:7103"); got != "10.66.1.2" {
 		t.Errorf("without the rule the external host saw %s, want the pod's own 10.66.1.2", got)
 	}
-}
-
-func seen(t *testing.T, from, to nstest.NS, addr string) string {
-	t.Helper()
-	var srv net.PacketConn
-	var err error
-	to.In(t, func() { srv, err = net.ListenPacket("udp4", addr) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	var c net.Conn
-	from.In(t, func() { c, err = net.Dial("udp4", addr) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	buf := make([]byte, 64)
-	for i := 0; i < 3; i++ {
-		_, _ = c.Write([]byte("hi"))
-		_ = srv.SetReadDeadline(time.Now().Add(2 * time.Second))
-		if _, p, err := srv.ReadFrom(buf); err == nil {
-			return p.(*net.UDPAddr).IP.String()
-		}
-	}
-	return ""
 }
