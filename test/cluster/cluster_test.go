@@ -592,3 +592,41 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 }
+
+// TestPeriodicGC: a pod whose namespace went away without a DEL (the
+// runtime crashed) loses its allocation, veth, port and flows at the
+// agent's next check.
+func TestPeriodicGC(t *testing.T) {
+	c := newCluster(t, nil, "--gc-interval", "500ms", "--gc-grace", "1ms")
+	ctx := ctxT(t, 2*time.Minute)
+	n := c.Nodes[0]
+	base := readNodeState(t, n)
+	keep, err := n.AddPod(ctx, "g-keep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := n.AddPod(ctx, "g-gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("ip", "netns", "del", gone.NS).Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := n.Status(ctx)
+		if err == nil && st.IPAM.Used == 1 && len(st.Pods) == 1 && st.Pods[0].Pod == "default/g-keep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leaked pod not collected: %+v %v", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := keep.Del(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := readNodeState(t, n); fmt.Sprint(after) != fmt.Sprint(base) {
+		t.Errorf("after GC and DEL the node differs:\nbefore %+v\nafter  %+v", base, after)
+	}
+}
