@@ -36,15 +36,12 @@ done
 go mod edit -require "k8s.io/kubernetes@$V"
 echo "k8s: go get (this downloads ~500 MB of modules the first time)"
 GOFLAGS=-mod=mod go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$V" "k8s.io/kubernetes/cmd/kubelet@$V" "k8s.io/kubernetes/cmd/kube-controller-manager@$V" >/dev/null
+# Without the version, kubectl cannot parse the server's /version.
+minor=${V#v1.}; minor=${minor%%.*}
 ld="-s -w"
 for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	ld="$ld -X $p.gitVersion=$V -X $p.gitMajor=1 -X $p.gitMinor=${V#v1.}"
+	ld="$ld -X $p.gitVersion=$V -X $p.gitMajor=1 -X $p.gitMinor=$minor"
 done
-ld="${ld%.*}"   # gitMinor=33.13 -> 33 for the last; fix all below
-ld=$(echo "-s -w" $(for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	minor=${V#v1.}; minor=${minor%%.*}
-	echo "-X $p.gitVersion=$V -X $p.gitMajor=1 -X $p.gitMinor=$minor"
-done))
 for b in "${BINS[@]}"; do
 	echo "k8s: building $b"
 	CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$OUT/$b.tmp" "k8s.io/kubernetes/cmd/$b"
