@@ -19,7 +19,7 @@ func init() {
 	register(&command{
 		name:    "lab",
 		summary: "run the lab's scenarios (data planes compared with real tools)",
-		usage:   "nagarectl lab run SCENARIO [--out DIR] [--reps N] [--duration S] [--timeout D] | nagarectl lab list | nagarectl lab report DIR | nagarectl lab pktgen send|recv [FLAGS]",
+		usage:   "nagarectl lab run SCENARIO [--out DIR] [--reps N] [--duration 5s] [--timeout 10m] | nagarectl lab list | nagarectl lab report DIR | nagarectl lab pktgen send|recv [FLAGS]",
 		run:     runLab,
 	})
 }
@@ -100,8 +100,11 @@ func labRun(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(io.Discard)
 	out := fs.String("out", "", "output directory (default lab-results/<scenario>-<timestamp>)")
 	reps := fs.Int("reps", 0, "repetitions (default: the scenario's)")
-	dur := fs.Float64("duration", 0, "seconds per measurement (default: the scenario's)")
-	timeout := fs.Duration("timeout", 0, "give up (and clean up) after this long, e.g. 10m (default: no limit)")
+	// Durations as users type them (5s, 500ms, 2m), or a bare number of
+	// seconds as --duration took before.
+	var dur, timeout lab.Duration
+	fs.Var(&dur, "duration", "per measurement, e.g. 5s or 500ms; a bare number is seconds (default: the scenario's)")
+	fs.Var(&timeout, "timeout", "give up (and clean up) after this long, e.g. 10m (default: no limit)")
 	// Flags may come before or after the scenario name.
 	var pos []string
 	for {
@@ -117,7 +120,7 @@ func labRun(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 1 {
 		return usagef("want exactly one SCENARIO (a name from `nagarectl lab list` or a YAML file), got %d", len(pos))
 	}
-	if *reps < 0 || *dur < 0 || *timeout < 0 {
+	if *reps < 0 || dur < 0 || timeout < 0 {
 		return usagef("--reps, --duration and --timeout must not be negative")
 	}
 	s, err := lab.LoadScenario(pos[0])
@@ -126,15 +129,15 @@ func labRun(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *timeout > 0 {
+	if timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(timeout))
 		defer cancel()
 	}
 	res, err := lab.Run(ctx, s, lab.Options{
 		OutDir:   *out,
 		Reps:     *reps,
-		Duration: time.Duration(*dur * float64(time.Second)),
+		Duration: time.Duration(dur),
 		Progress: stderr,
 	})
 	if res != nil {

@@ -24,6 +24,11 @@ func TestDispatchExitCodes(t *testing.T) {
 		{[]string{"lab", "run", "quickstart", "--reps", "x"}, 2, "", "invalid value"},
 		{[]string{"lab", "run", "quickstart", "--bogus"}, 2, "", "flag provided but not defined"},
 		{[]string{"lab", "run", "--reps", "-1", "quickstart"}, 2, "", "must not be negative"},
+		{[]string{"lab", "run", "quickstart", "--duration", "soon"}, 2, "", `invalid value "soon" for flag -duration: duration "soon": want e.g. 5s, 500ms, 2m or a number of seconds`},
+		{[]string{"lab", "run", "no-such-scenario", "--duration", "5s"}, 1, "", "not one of the built-in scenarios"}, // 5s accepted
+		{[]string{"lab", "run", "no-such-scenario", "--duration", "5", "--timeout", "90"}, 1, "", "not one of the built-in scenarios"},
+		{[]string{"lab", "run", "quickstart", "--duration", "-2s"}, 2, "", "must not be negative"},
+		{[]string{"lab", "run", "quickstart", "--timeout", "later"}, 2, "", `invalid value "later" for flag -timeout`},
 		{[]string{"lab", "run", "no-such-scenario"}, 1, "", "not one of the built-in scenarios"},
 		{[]string{"lab", "list"}, 0, "quickstart", ""},
 		{[]string{"lab", "list", "extra"}, 2, "", "takes no arguments"},

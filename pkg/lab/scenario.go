@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"regexp"
 	"sort"
@@ -143,23 +144,51 @@ type CPUPodsSpec struct {
 	Percent int    `yaml:"percent"`
 }
 
-// Duration is a time.Duration that YAML may give as "2s", "500ms" or a
-// number of seconds.
+// Duration is a time.Duration that YAML and command-line flags may give as
+// a Go duration ("2s", "500ms", "2m") or a bare number of seconds.
 type Duration time.Duration
 
-// UnmarshalYAML accepts a Go duration string or a number of seconds.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if f, err := strconv.ParseFloat(n.Value, 64); err == nil {
-		*d = Duration(f * float64(time.Second))
-		return nil
+// ParseDuration reads a Go duration ("5s", "500ms", "1m30s") or, as the
+// flags and scenario files took before, a bare number of seconds ("5",
+// "0.5").
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) > math.MaxInt64/float64(time.Second) {
+			return 0, fmt.Errorf("duration %q: out of range", s)
+		}
+		return time.Duration(f * float64(time.Second)), nil
 	}
-	v, err := time.ParseDuration(n.Value)
+	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("line %d: duration %q: want e.g. 2s, 500ms or a number of seconds", n.Line, n.Value)
+		return 0, fmt.Errorf("duration %q: want e.g. 5s, 500ms, 2m or a number of seconds", s)
+	}
+	return v, nil
+}
+
+// UnmarshalYAML accepts what ParseDuration does.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
 	}
 	*d = Duration(v)
 	return nil
 }
+
+// Set makes *Duration a flag.Value: --duration 5s, --duration 500ms, or
+// --duration 5 (seconds).
+func (d *Duration) Set(s string) error {
+	v, err := ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// String is the duration as Go writes it ("5s").
+func (d Duration) String() string { return time.Duration(d).String() }
 
 // MarshalYAML writes the duration as a Go duration string.
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }

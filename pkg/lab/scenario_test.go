@@ -1,6 +1,8 @@
 package lab
 
 import (
+	"flag"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -153,5 +155,92 @@ func TestApplicableTestsRespectScope(t *testing.T) {
 	// both: (2 + 1) tests x 2 load steps.
 	if n := count(ScopeIntraNode | ScopeInterNode); n != 6 {
 		t.Errorf("intra+inter plane: %d tests, want 6", n)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		err  string
+	}{
+		{"5s", 5 * time.Second, ""},
+		{"500ms", 500 * time.Millisecond, ""},
+		{"2m", 2 * time.Minute, ""},
+		{"1m30s", 90 * time.Second, ""},
+		{"5", 5 * time.Second, ""}, // a bare number is seconds, as before
+		{"0.5", 500 * time.Millisecond, ""},
+		{" 3s ", 3 * time.Second, ""},
+		{"0", 0, ""},
+		{"", 0, "want e.g. 5s"},
+		{"5 s", 0, "want e.g. 5s"},
+		{"five", 0, "want e.g. 5s"},
+		{"5x", 0, "want e.g. 5s"},
+		{"NaN", 0, "out of range"},
+		{"Inf", 0, "out of range"},
+		{"1e300", 0, "out of range"},
+	} {
+		got, err := ParseDuration(c.in)
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("ParseDuration(%q): %v", c.in, err)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("ParseDuration(%q) = %v, %v; want an error with %q", c.in, got, err, c.err)
+		case c.err == "" && got != c.want:
+			t.Errorf("ParseDuration(%q) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+func TestDurationFlag(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var d Duration
+	fs.Var(&d, "duration", "")
+	if err := fs.Parse([]string{"--duration", "1500ms"}); err != nil || time.Duration(d) != 1500*time.Millisecond {
+		t.Errorf("--duration 1500ms: %v, %v", time.Duration(d), err)
+	}
+	if err := fs.Parse([]string{"--duration", "7"}); err != nil || time.Duration(d) != 7*time.Second {
+		t.Errorf("--duration 7: %v, %v", time.Duration(d), err)
+	}
+	err := fs.Parse([]string{"--duration", "soon"})
+	if err == nil || !strings.Contains(err.Error(), `duration "soon"`) {
+		t.Errorf("--duration soon: %v", err)
+	}
+	if d.String() != "7s" {
+		t.Errorf("String() = %q", d.String())
+	}
+}
+
+func TestScenarioDurationYAML(t *testing.T) {
+	for in, want := range map[string]time.Duration{"3s": 3 * time.Second, "2": 2 * time.Second, "1500ms": 1500 * time.Millisecond} {
+		s, err := ParseScenario([]byte(`
+name: d
+nodes: [n1]
+pods: [{name: a, node: n1}, {name: b, node: n1}]
+dataplanes: [veth]
+reps: 1
+measurements:
+  - {name: r, kind: rtt, client: a, server: b, duration: ` + in + `}
+`))
+		if err != nil {
+			t.Errorf("duration %s: %v", in, err)
+			continue
+		}
+		if got := time.Duration(s.Measurements[0].Duration); got != want {
+			t.Errorf("duration %s: got %v, want %v", in, got, want)
+		}
+	}
+	_, err := ParseScenario([]byte(`
+name: d
+nodes: [n1]
+pods: [{name: a, node: n1}, {name: b, node: n1}]
+dataplanes: [veth]
+reps: 1
+measurements:
+  - {name: r, kind: rtt, client: a, server: b, duration: soon}
+`))
+	if err == nil || !strings.Contains(err.Error(), `line 8: duration "soon"`) {
+		t.Errorf("bad duration: %v", err)
 	}
 }
