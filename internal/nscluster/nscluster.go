@@ -107,6 +107,52 @@ type Pod struct {
 
 // New builds the namespaces (no processes yet: Start starts them).
 func New(opt Options) (*Cluster, error) {
+	c, err := newCluster(opt)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.build(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Adopt makes a cluster of node namespaces that exist already, made and
+// joined by their owner (the lab builds its own nodes and underlay):
+// nodeNS names the namespace of every node of opt.Cluster. No underlay or
+// external namespace is made; Start starts the switches and agents as on
+// a cluster from New, and Close stops them, removes the switches' fast
+// paths and deletes the pods (CNI DEL), but leaves the namespaces to
+// their owner.
+func Adopt(opt Options, nodeNS map[string]string) (*Cluster, error) {
+	c, err := newCluster(opt)
+	if err != nil {
+		return nil, err
+	}
+	for _, nc := range c.Config.Nodes {
+		ns, ok := nodeNS[nc.Name]
+		if !ok {
+			c.Close()
+			return nil, fmt.Errorf("node %s: no namespace given", nc.Name)
+		}
+		n := &Node{c: c, Config: nc, NS: ns, Dir: filepath.Join(c.opt.Dir, nc.Name)}
+		if err := os.MkdirAll(n.Dir, 0o700); err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	if err := c.writeClusterFile(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// newCluster fills in opt's defaults and makes the scratch and pin
+// directories.
+func newCluster(opt Options) (*Cluster, error) {
 	if opt.Prefix == "" {
 		opt.Prefix = fmt.Sprintf("nc%d", os.Getpid())
 	}
@@ -131,10 +177,6 @@ func New(opt Options) (*Cluster, error) {
 		}
 		c.opt.PinRoot = d
 		c.onClose(func() error { return os.RemoveAll(d) })
-	}
-	if err := c.build(); err != nil {
-		c.Close()
-		return nil, err
 	}
 	return c, nil
 }
@@ -205,6 +247,10 @@ func (c *Cluster) build() error {
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
+	return c.writeClusterFile()
+}
+
+func (c *Cluster) writeClusterFile() error {
 	b, err := yaml.Marshal(c.Config)
 	if err != nil {
 		return err
@@ -413,14 +459,19 @@ func (p *Pod) RuntimeConf() *libcni.RuntimeConf {
 
 // NewPod makes a pod namespace on node n (not attached yet).
 func (n *Node) NewPod(name string) (*Pod, error) {
-	id := make([]byte, 32)
-	_, _ = rand.Read(id)
-	p := &Pod{Name: name, NS: n.c.opt.Prefix + "-" + name, Node: n, ContainerID: hex.EncodeToString(id)}
-	p.Netns = "/var/run/netns/" + p.NS
+	p := n.AdoptPod(name, n.c.opt.Prefix+"-"+name)
 	if err := n.c.addNS(p.NS); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// AdoptPod is a pod on node n in namespace ns, which exists already and
+// stays its owner's (not attached yet: Add attaches it).
+func (n *Node) AdoptPod(name, ns string) *Pod {
+	id := make([]byte, 32)
+	_, _ = rand.Read(id)
+	return &Pod{Name: name, NS: ns, Netns: "/var/run/netns/" + ns, Node: n, ContainerID: hex.EncodeToString(id)}
 }
 
 // ConfList parses the node's conflist.

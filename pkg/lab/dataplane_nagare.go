@@ -2,23 +2,32 @@ package lab
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 
-	"github.com/nagare-net/nagare/pkg/datapath"
-	"github.com/nagare-net/nagare/pkg/flow"
+	"github.com/nagare-net/nagare/internal/nscluster"
+	"github.com/nagare-net/nagare/pkg/agent/config"
 )
 
-// nagarePlane is nagare's kernel fast path on every node: each pod's host
-// veth and an external-mode VXLAN device are switch ports, and the flows
-// are installed directly from the lab (an L2 table: destination MAC →
-// local pod, or tunnel to the pod's node; broadcasts flooded). Once the
-// switch and the agent exist, this plane will program through them.
+// nagarePlane is nagare as users run it: on every node with pods the real
+// nagare-switch and nagare-agent processes (the agent programs the switch
+// over OpenFlow 1.3 from a cluster file), and every pod attached by
+// calling the real nagare-cni plugin through the CNI library, as a
+// container runtime does. internal/nscluster (the cluster tests' harness)
+// starts and stops all of it; here it adopts the lab's own node
+// namespaces and underlay instead of making its own.
+//
+// Pods get their addresses from the agent's IPAM: node j's pod CIDR is
+// 10.99.j.0/24 (gateway .1), so a pod's IP and MAC are known only once
+// its CNI ADD returned, and are set on the lab's Pod then. The pod MTU is
+// the agent's (underlay MTU - 50) on one node as on several.
 type nagarePlane struct {
-	dps []*datapath.Datapath
+	cluster *nscluster.Cluster
 }
 
 func init() { RegisterDataPlane(func() DataPlane { return &nagarePlane{} }) }
@@ -26,12 +35,20 @@ func init() { RegisterDataPlane(func() DataPlane { return &nagarePlane{} }) }
 func (*nagarePlane) Name() string { return "nagare" }
 
 func (*nagarePlane) Description() string {
-	return "nagare eBPF fast path (tcx, redirect_peer; VXLAN via tunnel metadata), flows installed directly"
+	return "nagare as a CNI: nagare-switch + nagare-agent per node, pods attached by nagare-cni via libcni (eBPF fast path: redirect_peer intra-node, VXLAN tunnel ports across nodes)"
 }
 
 func (*nagarePlane) Scope() Scope { return ScopeIntraNode | ScopeInterNode }
 
-func (*nagarePlane) Available() error { return fastPathAvailable("nagare") }
+func (*nagarePlane) Available() error {
+	if err := fastPathAvailable("nagare"); err != nil {
+		return err
+	}
+	if _, err := NagareBinaries(); err != nil {
+		return notAvailable("%v; build them: make build", err)
+	}
+	return nil
+}
 
 // fastPathAvailable says whether nagare's fast path can load here: it
 // needs root (BPF) and a kernel with BTF.
@@ -45,126 +62,148 @@ func fastPathAvailable(plane string) error {
 	return nil
 }
 
-const (
-	nagareTunnelPort = 1000
-	nagareVNI        = 1
-)
-
-var broadcastMAC = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-
-func (p *nagarePlane) Setup(ctx context.Context, t *Topology) error {
-	nodes := t.NodesWithPods()
-	multi := len(nodes) > 1
-	portOf := map[*Pod]uint32{}
-	for _, n := range nodes {
-		for i, pod := range t.NodePods(n) {
-			mtu := 0
-			if multi {
-				mtu = VXLANPodMTU
-			}
-			if err := t.AddPodLink(ctx, pod, PodLinkOptions{MTU: mtu}); err != nil {
-				return err
-			}
-			portOf[pod] = uint32(i + 1)
-		}
-		if multi {
-			if err := t.IP(ctx, n.NS, "link", "add", "nvx0", "type", "vxlan", "external", "dstport", "4789"); err != nil {
-				return err
-			}
-			if err := t.IP(ctx, n.NS, "link", "set", "nvx0", "up"); err != nil {
-				return err
-			}
+// nagareBinary finds one of nagare's executables: next to the running
+// program (bin/nagarectl → bin/<name>), else in PATH.
+func nagareBinary(name string) (string, error) {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
 		}
 	}
-	for _, n := range nodes {
-		dp, err := datapath.Open(datapath.Config{Name: n.NS, NetNS: "/var/run/netns/" + n.NS, MaxFlows: 4096})
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("no %s next to this program or in PATH", name)
+	}
+	return p, nil
+}
+
+// NagareBinaries finds nagare-switch, nagare-agent and nagare-cni (the
+// CNI library runs the plugin by its type, nagare-cni, from the
+// directory it is in). Tests replace it with freshly built binaries.
+var NagareBinaries = func() (nscluster.Binaries, error) {
+	var b nscluster.Binaries
+	var err error
+	if b.Switch, err = NagareSwitchBinary(); err != nil {
+		return b, err
+	}
+	if b.Agent, err = nagareBinary("nagare-agent"); err != nil {
+		return b, err
+	}
+	b.CNI, err = nagareBinary("nagare-cni")
+	return b, err
+}
+
+// nagareVNI is the VXLAN network identifier of the nagare planes.
+const nagareVNI = 1
+
+// nagareClusterCIDR holds every node's pod CIDR (10.99.<node>.0/24).
+var nagareClusterCIDR = netip.MustParsePrefix("10.99.0.0/16")
+
+// nagareCluster is the agents' cluster file for t: the nodes with pods,
+// their underlay addresses, one /24 pod CIDR each. The lab has no
+// external network: no external interface, so the agents' masquerade
+// (which never applies to the cluster CIDR) sees no lab traffic.
+func nagareCluster(t *Topology) (*config.Cluster, error) {
+	c := &config.Cluster{VNI: nagareVNI, MTU: t.UnderlayMTU, ClusterCIDR: nagareClusterCIDR}
+	for _, n := range t.NodesWithPods() {
+		ul, err := netip.ParseAddr(n.UnderlayIP)
 		if err != nil {
-			return fmt.Errorf("%s: %w", n.Name, err)
+			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
-		p.dps = append(p.dps, dp)
-		t.Cleanup.Add("nagare fast path "+n.NS, dp.Destroy)
-		for _, pod := range t.NodePods(n) {
-			if _, err := dp.AttachPort(pod.HostIf, portOf[pod], datapath.PortPod); err != nil {
-				return err
+		if n.Index > 255 {
+			return nil, fmt.Errorf("node %s: at most 255 nodes", n.Name)
+		}
+		c.Nodes = append(c.Nodes, config.Node{Name: n.Name, Underlay: ul,
+			PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 99, byte(n.Index), 0}), 24)})
+	}
+	if err := c.Complete(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (p *nagarePlane) Setup(ctx context.Context, t *Topology) error {
+	bins, err := NagareBinaries()
+	if err != nil {
+		return err
+	}
+	cc, err := nagareCluster(t)
+	if err != nil {
+		return err
+	}
+	nodeNS := map[string]string{}
+	for _, n := range t.NodesWithPods() {
+		nodeNS[n.Name] = n.NS
+	}
+	c, err := nscluster.Adopt(nscluster.Options{Prefix: t.Prefix, Cluster: cc, Bin: bins,
+		Dir: filepath.Join(t.TempDir, "nagare"), Logf: t.Sh.logf}, nodeNS)
+	if err != nil {
+		return err
+	}
+	p.cluster = c
+	// Close deletes the pods (CNI DEL through the agents), stops agents
+	// and switches by PID and removes the fast paths' pins; the lab's
+	// namespaces are removed after it (Cleanup is last-in first-out).
+	t.Cleanup.Add("nagare: CNI DEL, stop agents and switches, remove fast paths", c.Close)
+	if b, err := os.ReadFile(c.ClusterFile()); err == nil {
+		t.Sh.logf("# nagare cluster file %s:\n#   %s", c.ClusterFile(), strings.ReplaceAll(strings.TrimSpace(string(b)), "\n", "\n#   "))
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	for _, pod := range t.Pods {
+		n := c.Node(pod.Node.Name)
+		cp := n.AdoptPod(pod.Name, pod.NS)
+		t.Sh.logf("# CNI ADD (libcni) pod %s netns %s container %s: %s", pod.Name, cp.Netns, cp.ContainerID, n.Conflist())
+		if err := cp.Add(ctx); err != nil {
+			return fmt.Errorf("pod %s on %s: %w", pod.Name, pod.Node.Name, err)
+		}
+		pod.IP = cp.IP.String()
+		for _, itf := range cp.Result.Interfaces {
+			if itf.Sandbox == "" {
+				pod.HostIf = itf.Name
+			} else {
+				pod.MAC = itf.Mac
 			}
 		}
-		if multi {
-			if _, err := dp.AttachPort("nvx0", nagareTunnelPort, datapath.PortTunnel); err != nil {
-				return err
-			}
+		t.Sh.logf("#   → %s (MAC %s, host end %s)", pod.IP, pod.MAC, pod.HostIf)
+	}
+	return nil
+}
+
+// Teardown logs what each agent reports (pods, allocations, flows per
+// table) to the run's command log.
+func (p *nagarePlane) Teardown(ctx context.Context, t *Topology) error {
+	if p.cluster == nil {
+		return nil
+	}
+	for _, n := range p.cluster.Nodes {
+		if n.Agent == nil || n.Agent.Exited() {
+			continue
 		}
-		flows, err := nagareFlows(t, n, nodes, portOf)
-		if err != nil {
-			return err
-		}
-		for _, f := range flows {
-			if err := dp.Put(f); err != nil {
-				return fmt.Errorf("%s: %w", n.Name, err)
-			}
+		if st, err := n.Status(ctx); err == nil {
+			b, _ := json.Marshal(st)
+			t.Sh.logf("# nagare-agent %s status: %s", n.Config.Name, b)
 		}
 	}
 	return nil
 }
 
-// nagareFlows is node n's L2 table.
-func nagareFlows(t *Topology, n *Node, nodes []*Node, portOf map[*Pod]uint32) ([]flow.Flow, error) {
-	local := netip.MustParseAddr(n.UnderlayIP)
-	toNode := func(m *Node) []flow.Action {
-		return []flow.Action{
-			flow.SetTunnel{VNI: nagareVNI, Remote: netip.MustParseAddr(m.UnderlayIP), Local: local},
-			flow.Output{Port: nagareTunnelPort},
-		}
+// Processes are every node's switch and agent: the switch handles first
+// packets (upcalls); the agent only programs it, but it is part of what
+// this data plane costs.
+func (p *nagarePlane) Processes() []int {
+	if p.cluster == nil {
+		return nil
 	}
-	dstMask := flow.Mask{EthDst: broadcastMAC}
-	var out []flow.Flow
-	for _, pod := range t.Pods {
-		mac, err := net.ParseMAC(pod.MAC)
-		if err != nil {
-			return nil, err
-		}
-		f := flow.Flow{Key: flow.Key{EthDst: [6]byte(mac)}, Mask: dstMask}
-		if pod.Node == n {
-			f.Actions = []flow.Action{flow.Output{Port: portOf[pod]}}
-		} else {
-			f.Actions = toNode(pod.Node)
-		}
-		out = append(out, f)
-	}
-	// Broadcasts (ARP) from a local pod reach every other local pod and
-	// every other node; from the tunnel, every local pod.
-	bcast := flow.Mask{InPort: 0xffffffff, EthDst: broadcastMAC}
-	ins := []uint32{}
-	for _, pod := range t.NodePods(n) {
-		ins = append(ins, portOf[pod])
-	}
-	if len(nodes) > 1 {
-		ins = append(ins, nagareTunnelPort)
-	}
-	for _, in := range ins {
-		var acts []flow.Action
-		for _, pod := range t.NodePods(n) {
-			if portOf[pod] != in {
-				acts = append(acts, flow.Output{Port: portOf[pod]})
+	var pids []int
+	for _, n := range p.cluster.Nodes {
+		for _, proc := range []*nscluster.Proc{n.Switch, n.Agent} {
+			if proc != nil && !proc.Exited() {
+				pids = append(pids, proc.Cmd.Process.Pid)
 			}
 		}
-		if in != nagareTunnelPort {
-			for _, m := range nodes {
-				if m != n {
-					acts = append(acts, toNode(m)...)
-				}
-			}
-		}
-		if len(acts) == 0 {
-			continue
-		}
-		if len(acts) > datapath.MaxActions {
-			return nil, errors.New("nagare lab plane: too many ports to flood with one flow")
-		}
-		out = append(out, flow.Flow{Key: flow.Key{InPort: in, EthDst: broadcastMAC}, Mask: bcast, Actions: acts})
 	}
-	return out, nil
+	return pids
 }
-
-func (p *nagarePlane) Teardown(context.Context, *Topology) error { return nil }
-
-func (*nagarePlane) Processes() []int { return nil }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -47,15 +46,7 @@ type nagareSwitch struct {
 // NagareSwitchBinary finds the nagare-switch executable: next to the
 // running program (bin/nagarectl → bin/nagare-switch), else in PATH.
 // Tests replace it with a freshly built binary.
-var NagareSwitchBinary = func() (string, error) {
-	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "nagare-switch")
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return exec.LookPath("nagare-switch")
-}
+var NagareSwitchBinary = func() (string, error) { return nagareBinary("nagare-switch") }
 
 func init() { RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{} }) }
 
