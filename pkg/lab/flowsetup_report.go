@@ -10,7 +10,6 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -173,10 +172,9 @@ func (res *Result) flowSetupPlots(dir string) error {
 			p.Title.Text = fmt.Sprintf("%s (%s): %s new flows, offered %s", m.Name, pl, flowCount(m.Flows), rateLabel(m.Rate))
 			p.X.Label.Text = "seconds since the first packet was sent"
 			p.Y.Label.Text = "datapath flows installed"
-			p.Legend.Top = true
-			p.Legend.Left = true
+			leg := newLegend()
 			lines := 0
-			for i, pi := range res.Planes {
+			for _, pi := range res.Planes {
 				labelled := false
 				for _, smp := range res.Samples {
 					if smp.Measurement != m.Name || smp.Placement != pl || smp.Load != load || smp.DataPlane != pi.Name ||
@@ -191,10 +189,10 @@ func (res *Result) flowSetupPlots(dir string) error {
 					if err != nil {
 						return err
 					}
-					l.Color = plotutil.Color(i)
+					l.Color = planeColor(pi.Name)
 					p.Add(l)
 					if !labelled {
-						p.Legend.Add(pi.Name, l)
+						leg.Add(pi.Name, l)
 						labelled = true
 					}
 					lines++
@@ -204,7 +202,7 @@ func (res *Result) flowSetupPlots(dir string) error {
 				continue
 			}
 			p.Add(plotter.NewGrid())
-			if err := p.Save(20*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("flows-%s-%s.png", m.Name, pl))); err != nil {
+			if err := savePlot(p, leg, 22*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("flows-%s-%s.png", m.Name, pl))); err != nil {
 				return err
 			}
 		}

@@ -2,15 +2,139 @@ package lab
 
 import (
 	"fmt"
+	"hash/fnv"
+	"image/color"
 	"math"
+	"os"
 	"path/filepath"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
+
+// Plots are read at a glance: every data plane has its own colour, the
+// same in every plot (planeColor); the legend sits in a column right of
+// the plot area, never over bars or lines (savePlot); and when the values
+// of one plot span ten times or more, its value axis is logarithmic
+// (logScaleIfSpread), so a 12 µs bar stays readable beside a 150 µs one.
+
+// planeColors are the colours of the known data planes (Tableau 10):
+// the floor in grey, nagare's own planes in the warm colours.
+var planeColors = map[string]color.RGBA{
+	"veth":               {0x7f, 0x7f, 0x7f, 0xff}, // grey: the floor
+	"linux-bridge":       {0x4e, 0x79, 0xa7, 0xff}, // blue
+	"routed":             {0x59, 0xa1, 0x4f, 0xff}, // green
+	"ovs-netdev":         {0xb0, 0x7a, 0xa1, 0xff}, // purple
+	"linux-bridge+vxlan": {0x76, 0xb7, 0xb2, 0xff}, // teal
+	"ovs-vxlan":          {0x9c, 0x75, 0x5f, 0xff}, // brown
+	"nagare":             {0xe1, 0x57, 0x59, 0xff}, // red
+	"nagare-switch":      {0xf2, 0x8e, 0x2b, 0xff}, // orange
+}
+
+// spareColors are for data planes not in planeColors, chosen by a hash of
+// the name so that a plane keeps its colour from plot to plot and run to
+// run.
+var spareColors = []color.RGBA{
+	{0xed, 0xc9, 0x48, 0xff}, // yellow
+	{0xff, 0x9d, 0xa7, 0xff}, // pink
+	{0x33, 0x33, 0x33, 0xff}, // near black
+	{0x1f, 0x3b, 0x73, 0xff}, // navy
+}
+
+// planeColor is data plane name's colour in every plot.
+func planeColor(name string) color.Color {
+	if c, ok := planeColors[name]; ok {
+		return c
+	}
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return spareColors[h.Sum32()%uint32(len(spareColors))]
+}
+
+// logSpread is the ratio of largest to smallest value from which a plot's
+// value axis is logarithmic.
+const logSpread = 10
+
+// logScaleIfSpread makes p's Y axis logarithmic when the positive values
+// in vals span logSpread times or more, and says whether it did. Call it
+// after every p.Add: it sets the axis range (bars start at zero, which a
+// log axis cannot show; they start at the axis' bottom instead).
+func logScaleIfSpread(p *plot.Plot, vals []float64) bool {
+	lo, hi := math.Inf(1), 0.0
+	for _, v := range vals {
+		if v > 0 && !math.IsInf(v, 0) {
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+		}
+	}
+	if hi == 0 || hi/lo < logSpread {
+		p.Y.Max = math.Max(p.Y.Max, hi*1.05) // room above the tallest bar
+		return false
+	}
+	p.Y.Scale = clampedLogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Min = math.Pow(10, math.Floor(math.Log10(lo)))
+	p.Y.Max = math.Pow(10, math.Ceil(math.Log10(hi*1.05)))
+	p.Y.Label.Text += " (log scale)"
+	return true
+}
+
+// clampedLogScale is a log scale that draws values below the axis' minimum
+// (the zero a bar starts from) at the minimum instead of failing.
+type clampedLogScale struct{}
+
+func (clampedLogScale) Normalize(min, max, x float64) float64 {
+	return plot.LogScale{}.Normalize(min, max, math.Max(x, min))
+}
+
+// legendGap is the space between the plot area and the legend column.
+const legendGap = 4 * vg.Millimeter
+
+// layoutWithLegend splits c into the plot area (left) and the legend
+// column (right, as wide as the legend's longest entry, with a gap on
+// either side).
+func layoutWithLegend(c draw.Canvas, leg *plot.Legend) (plotArea, legendArea draw.Canvas) {
+	w := leg.Rectangle(c).Size().X
+	plotArea = draw.Crop(c, 0, -(w + 2*legendGap), 0, 0)
+	legendArea = draw.Crop(c, plotArea.Max.X-c.Min.X+legendGap, -legendGap, 0, 0)
+	return plotArea, legendArea
+}
+
+// newLegend is a legend for the column right of a plot: entries top-down
+// from the top, left-aligned.
+func newLegend() plot.Legend {
+	leg := plot.NewLegend()
+	leg.Top, leg.Left = true, true
+	return leg
+}
+
+// savePlot writes p as a PNG of w×h with leg in a column right of the plot
+// area, its first entry level with the top of the plot.
+func savePlot(p *plot.Plot, leg plot.Legend, w, h vg.Length, file string) (err error) {
+	img := vgimg.New(w, h)
+	c := draw.New(img)
+	c.SetColor(color.White)
+	c.Fill(c.Rectangle.Path())
+	plotArea, legendArea := layoutWithLegend(c, &leg)
+	p.Draw(plotArea)
+	if p.Title.Text != "" {
+		legendArea.Max.Y -= p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y + p.Title.Padding
+	}
+	leg.Draw(legendArea)
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
+	return err
+}
 
 // WritePlots writes PNG plots into dir:
 //   - rtt-<measurement>-<placement>.png: RTT min/p50/p90/p99 bars per data
@@ -65,27 +189,32 @@ func (res *Result) rttBars(dir string, m MeasurementSpec, pl, load string, find 
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s, %s, load %s: %d B UDP round trip", m.Name, pl, load, m.Size)
 	p.Y.Label.Text = "RTT (µs, median of runs)"
-	p.Legend.Top = true
-	p.Legend.Left = true
+	leg := newLegend()
 	w := vg.Points(60 / float64(len(planes)+1))
+	var all []float64
 	for i, r := range planes {
 		vals := make(plotter.Values, len(stats))
 		for j, st := range stats {
 			vals[j] = r.Cell(st).Median
+			if math.IsNaN(vals[j]) {
+				vals[j] = 0
+			}
 		}
+		all = append(all, vals...)
 		b, err := plotter.NewBarChart(vals, w)
 		if err != nil {
 			return err
 		}
-		b.Color = plotutil.Color(i)
+		b.Color = planeColor(r.DataPlane)
 		b.LineStyle.Width = 0
 		b.Offset = w * vg.Length(float64(i)-float64(len(planes)-1)/2)
 		p.Add(b)
-		p.Legend.Add(r.DataPlane, b)
+		leg.Add(r.DataPlane, b)
 	}
 	p.NominalX("min", "p50", "p90", "p99")
 	p.Add(plotter.NewGrid())
-	return p.Save(18*vg.Centimeter, 11*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("rtt-%s-%s.png", m.Name, pl)))
+	logScaleIfSpread(p, all)
+	return savePlot(p, leg, 20*vg.Centimeter, 11*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("rtt-%s-%s.png", m.Name, pl)))
 }
 
 func (res *Result) vsLoad(dir string, m MeasurementSpec, pl string, find rowFinder) error {
@@ -111,19 +240,21 @@ func (res *Result) vsLoad(dir string, m MeasurementSpec, pl string, find rowFind
 	p.Title.Text = fmt.Sprintf("%s (%s) vs background load", m.Name, pl)
 	p.Y.Label.Text = yLabel
 	p.X.Label.Text = "load step"
-	p.Legend.Top = true
+	leg := newLegend()
+	var all []float64
 	names := make([]string, len(s.Loads))
 	for i, l := range s.Loads {
 		names[i] = l.Name
 	}
 	lines := 0
-	for i, pi := range res.Planes {
+	for _, pi := range res.Planes {
 		for _, se := range ss {
 			var xys plotter.XYs
 			for x, l := range s.Loads {
 				if r := find(m.Name, pl, l.Name, pi.Name); r != nil {
 					if v := r.Cell(se.col).Median; !math.IsNaN(v) {
 						xys = append(xys, plotter.XY{X: float64(x), Y: v})
+						all = append(all, v)
 					}
 				}
 			}
@@ -134,8 +265,8 @@ func (res *Result) vsLoad(dir string, m MeasurementSpec, pl string, find rowFind
 			if err != nil {
 				return err
 			}
-			l.Color = plotutil.Color(i)
-			pts.Color = plotutil.Color(i)
+			l.Color = planeColor(pi.Name)
+			pts.Color = planeColor(pi.Name)
 			pts.Shape = draw.CircleGlyph{}
 			if se.dashed {
 				l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
@@ -145,7 +276,7 @@ func (res *Result) vsLoad(dir string, m MeasurementSpec, pl string, find rowFind
 			if len(ss) > 1 {
 				label += " " + se.name
 			}
-			p.Legend.Add(label, l)
+			leg.Add(label, l)
 			lines++
 		}
 	}
@@ -154,5 +285,6 @@ func (res *Result) vsLoad(dir string, m MeasurementSpec, pl string, find rowFind
 	}
 	p.NominalX(names...)
 	p.Add(plotter.NewGrid())
-	return p.Save(20*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("%s-%s-vs-load.png", m.Name, pl)))
+	logScaleIfSpread(p, all)
+	return savePlot(p, leg, 22*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("%s-%s-vs-load.png", m.Name, pl)))
 }
