@@ -244,3 +244,29 @@ measurements:
 		t.Errorf("bad duration: %v", err)
 	}
 }
+
+// TestPaperScenariosRunNagare: every scenario that rebuilds a paper's
+// experiment (seed*) measures nagare beside the peers.
+func TestPaperScenariosRunNagare(t *testing.T) {
+	papers := 0
+	for _, name := range ScenarioNames() {
+		if !strings.HasPrefix(name, "seed") {
+			continue
+		}
+		papers++
+		s, err := LoadScenario(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		planes := strings.Join(s.PlaneNames(), " ")
+		if !strings.Contains(" "+planes+" ", " nagare ") {
+			t.Errorf("%s runs %s: no nagare", name, planes)
+		}
+		if len(s.PlaneNames()) < 2 {
+			t.Errorf("%s runs %s: no peer beside nagare", name, planes)
+		}
+	}
+	if papers < 2 {
+		t.Errorf("%d paper scenarios found", papers)
+	}
+}
