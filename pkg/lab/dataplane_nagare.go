@@ -136,8 +136,15 @@ func (p *nagarePlane) Setup(ctx context.Context, t *Topology) error {
 	for _, n := range t.NodesWithPods() {
 		nodeNS[n.Name] = n.NS
 	}
+	// The switches' pins go under a directory named after the run, so a
+	// leftover is easy to tell apart (and the tests can check there is none).
+	pins, err := os.MkdirTemp("/sys/fs/bpf", t.Prefix+"-nagare-")
+	if err != nil {
+		return fmt.Errorf("BPF filesystem: %w", err)
+	}
+	t.Cleanup.Add("remove "+pins, func() error { return os.RemoveAll(pins) })
 	c, err := nscluster.Adopt(nscluster.Options{Prefix: t.Prefix, Cluster: cc, Bin: bins,
-		Dir: filepath.Join(t.TempDir, "nagare"), Logf: t.Sh.logf}, nodeNS)
+		Dir: filepath.Join(t.TempDir, "nagare"), PinRoot: pins, Logf: t.Sh.logf}, nodeNS)
 	if err != nil {
 		return err
 	}
