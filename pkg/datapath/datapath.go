@@ -91,16 +91,17 @@ type Datapath struct {
 	nsStop    chan struct{}
 	nsErr     error
 
-	mu      sync.Mutex
-	ports   map[uint32]*Port // by OpenFlow port number
-	masks   [MaxMasks]maskSlot
-	flows   map[megaflowID]*installed
-	byID    []*installed // the same flows by id
-	scratch batchScratch
-	ids     idAllocator
-	filter  map[uint32]uint32 // mask_filter counts, as written (see setFilters)
-	gen     uint32
-	nMasks  uint32
+	mu       sync.Mutex
+	ports    map[uint32]*Port // by OpenFlow port number
+	vanished []Port           // ports whose device was gone at Open
+	masks    [MaxMasks]maskSlot
+	flows    map[megaflowID]*installed
+	byID     []*installed // the same flows by id
+	scratch  batchScratch
+	ids      idAllocator
+	filter   map[uint32]uint32 // mask_filter counts, as written (see setFilters)
+	gen      uint32
+	nMasks   uint32
 }
 
 type maskSlot struct {
@@ -232,6 +233,10 @@ func (d *Datapath) Destroy() error {
 	errs = append(errs, d.Close(), os.RemoveAll(d.dir))
 	return errors.Join(errs...)
 }
+
+// Vanished lists the ports found in the pins at Open whose device no
+// longer existed; Open removed them.
+func (d *Datapath) Vanished() []Port { return d.vanished }
 
 // Dir is the instance's pin directory.
 func (d *Datapath) Dir() string { return d.dir }

@@ -66,3 +66,47 @@ func TestRestartKeepsForwarding(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartWithVanishedPort deletes a port's device while no process
+// owns the instance (a pod deleted during a switch restart): the next Open
+// must start, without that port, and say which port it removed.
+func TestRestartWithVanishedPort(t *testing.T) {
+	n, _, _, d := podPair(t)
+	cfg := d.cfg
+	var gone Port
+	for _, p := range d.Ports() {
+		if p.OFPort == 2 {
+			gone = p
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n.IP(t, "link", "del", "vb")
+	d2, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("reopening after a port's device went: %v", err)
+	}
+	ps := d2.Ports()
+	if len(ps) != 1 || ps[0].OFPort != 1 {
+		t.Fatalf("reopened instance has ports %+v, want only port 1", ps)
+	}
+	if v := d2.Vanished(); len(v) != 1 || v[0].OFPort != 2 || v[0].Ifindex != gone.Ifindex {
+		t.Fatalf("vanished ports %+v, want port 2 (ifindex %d)", v, gone.Ifindex)
+	}
+	if _, err := link.LoadPinnedLink(d2.linkPin(gone.Ifindex), nil); err == nil {
+		t.Fatalf("the vanished port's tcx link is still pinned")
+	}
+	// A third Open sees a clean instance.
+	if err := d2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d3, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d3.Destroy()
+	if len(d3.Vanished()) != 0 || len(d3.Ports()) != 1 {
+		t.Fatalf("third open: vanished %+v, ports %+v", d3.Vanished(), d3.Ports())
+	}
+}

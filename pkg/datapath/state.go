@@ -78,9 +78,18 @@ func (d *Datapath) restore() error {
 	}
 	err := d.inNetns(func() error {
 		for _, p := range ports {
-			if ifc, err := net.InterfaceByIndex(p.Ifindex); err == nil {
-				p.Name = ifc.Name
+			ifc, err := net.InterfaceByIndex(p.Ifindex)
+			if err != nil {
+				// The device went while no process owned the instance (a
+				// pod deleted during a switch restart): forget the port
+				// rather than refuse to start.
+				if err := d.detach(p); err != nil {
+					return fmt.Errorf("removing vanished port %d (ifindex %d): %w", p.OFPort, p.Ifindex, err)
+				}
+				d.vanished = append(d.vanished, *p)
+				continue
 			}
+			p.Name = ifc.Name
 			if err := d.attachProgram(p.Ifindex); err != nil {
 				return err
 			}

@@ -88,6 +88,9 @@ func (t *portTable) withNetlink(fn func(h *netlink.Handle) error) error {
 
 // restore takes over the ports a previous process attached.
 func (t *portTable) restore() error {
+	for _, p := range t.s.dp.Vanished() {
+		t.s.log.Warn("port removed: its device went while the switch was down", "port", p.OFPort, "ifindex", p.Ifindex)
+	}
 	for _, dp := range t.s.dp.Ports() {
 		p := &port{no: dp.OFPort, name: dp.Name, kind: dp.Kind, ifindex: dp.Ifindex, added: time.Now()}
 		_ = t.withNetlink(func(h *netlink.Handle) error {
