@@ -24,10 +24,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nagare-net/nagare/pkg/agent/snat"
 )
 
 const k8sVersion = "v1.33.13"
@@ -41,16 +49,18 @@ func k8sDir() string {
 
 // cluster is one Kubernetes node on loopback.
 type cluster struct {
-	t        *testing.T
-	dir      string
-	node     string
-	procs    []*exec.Cmd
-	sysctls  map[string]string
-	kubecfg  string
-	ctrSock  string
-	cniBin   string
-	cniConf  string
-	repoRoot string
+	t          *testing.T
+	dir        string
+	node       string
+	procs      []*exec.Cmd
+	sysctls    map[string]string
+	kubecfg    string
+	ctrSock    string
+	cniBin     string
+	cniConf    string
+	repoRoot   string
+	stopBinder func()
+	before     hostState
 }
 
 // sysctlsKubeletTouches are restored at teardown (kubelet rewrites some at
@@ -98,11 +108,23 @@ func up(t *testing.T) *cluster {
 			c.sysctls[s] = strings.TrimSpace(string(b))
 		}
 	}
+	c.before = snapshotHost()
 	t.Cleanup(c.down)
 	c.cniBin, c.cniConf = filepath.Join(dir, "cni/bin"), filepath.Join(dir, "cni/net.d")
 	for _, d := range []string{c.cniBin, c.cniConf, filepath.Join(dir, "pki"), filepath.Join(dir, "logs")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// The agent sees pods' network namespaces, made after it started,
+	// through a HostToContainer mount of /run/netns: the host side must be
+	// a shared mount point, which is what `ip netns add` makes of it (on a
+	// systemd host everything is shared already).
+	if err := exec.Command("findmnt", "-n", "/run/netns").Run(); err != nil {
+		for _, args := range [][]string{{"mkdir", "-p", "/run/netns"}, {"mount", "--bind", "/run/netns", "/run/netns"}, {"mount", "--make-shared", "/run/netns"}} {
+			if out, err := run(args...); err != nil {
+				t.Fatal(out, err)
+			}
 		}
 	}
 	start := time.Now()
@@ -113,7 +135,8 @@ func up(t *testing.T) *cluster {
 	c.containerd()
 	c.images()
 	c.kubelet()
-	c.logf("Kubernetes %s up in %v (node %s)", k8sVersion, time.Since(start).Round(time.Millisecond), c.node)
+	c.binder()
+	c.logf("Kubernetes %s up in %v (node %s, files in %s)", k8sVersion, time.Since(start).Round(time.Millisecond), c.node, c.dir)
 	return c
 }
 
@@ -378,13 +401,14 @@ containerRuntimeEndpoint: unix://%s
 imageServiceEndpoint: unix://%s
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
+podLogsDir: %s
 evictionHard: {}
-`, c.ctrSock, c.ctrSock)
+`, c.ctrSock, c.ctrSock, c.path("pod-logs"))
 	if err := os.WriteFile(c.path("kubelet.yaml"), []byte(cfg), 0o644); err != nil {
 		c.t.Fatal(err)
 	}
 	c.start("kubelet", filepath.Join(k8sDir(), "kubelet"), "--kubeconfig="+c.path("kubelet.kubeconfig"),
-		"--config="+c.path("kubelet.yaml"), "--hostname-override="+c.node, "--node-ip=127.0.0.1",
+		"--config="+c.path("kubelet.yaml"), "--hostname-override="+c.node,
 		"--root-dir="+c.path("kubelet"), "--cert-dir="+c.path("kubelet-pki"))
 	c.waitFor("node registered with a pod CIDR", 90*time.Second, func() error {
 		out, err := c.kubectl("get", "node", c.node, "-o", "jsonpath={.spec.podCIDR}")
@@ -398,9 +422,73 @@ evictionHard: {}
 	})
 }
 
+// binder stands in for kube-scheduler, which this harness does not run:
+// DaemonSet pods arrive with a node affinity but no node, and the only node
+// they can go to is this one, so it binds every pending pod to it. Test
+// pods name their node themselves.
+func (c *cluster) binder() {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubecfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stopBinder = cancel
+	go func() {
+		for ctx.Err() == nil {
+			pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName="})
+			if err == nil {
+				for _, p := range pods.Items {
+					if !affinityAllows(&p, c.node) {
+						continue // a DaemonSet pod for another (API-only) node
+					}
+					b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
+						Target: corev1.ObjectReference{Kind: "Node", Name: c.node}}
+					if err := cs.CoreV1().Pods(p.Namespace).Bind(ctx, b, metav1.CreateOptions{}); err == nil {
+						c.logf("bound %s/%s to %s", p.Namespace, p.Name, c.node)
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}()
+}
+
+// affinityAllows says whether pod may run on node as far as its required
+// node affinity goes: a DaemonSet pod names its node with a metadata.name
+// field term, and a pod for a Node object the test made without a kubelet
+// must stay pending, not run here as a second copy of the DaemonSet.
+func affinityAllows(p *corev1.Pod, node string) bool {
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return true
+	}
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		ok := true
+		for _, f := range term.MatchFields {
+			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && !slices.Contains(f.Values, node) {
+				ok = false
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
 // down deletes the pods (so CNI DEL runs), stops everything by PID in
 // reverse order, and restores what kubelet and nagare changed on the host.
 func (c *cluster) down() {
+	if c.stopBinder != nil {
+		c.stopBinder()
+	}
 	if c.t.Failed() {
 		for _, n := range []string{"kubelet", "containerd"} {
 			b, _ := os.ReadFile(c.path("logs", n+".log"))
@@ -410,12 +498,38 @@ func (c *cluster) down() {
 			}
 			c.t.Logf("--- %s log (tail) ---\n%s", n, strings.Join(lines, "\n"))
 		}
-		if out, err := c.kubectl("-n", "kube-system", "logs", "ds/nagare", "-c", "nagare-agent", "--tail=40"); err == nil {
-			c.t.Logf("--- nagare-agent log ---\n%s", out)
+		logs, _ := filepath.Glob(c.path("pod-logs", "kube-system_nagare-*", "*", "*.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			lines := strings.Split(string(b), "\n")
+			if len(lines) > 40 {
+				lines = lines[len(lines)-40:]
+			}
+			c.t.Logf("--- %s ---\n%s", l, strings.Join(lines, "\n"))
+		}
+		for _, args := range [][]string{
+			{"get", "events", "-A", "--sort-by=.lastTimestamp"},
+			{"-n", "kube-system", "describe", "ds/nagare"},
+		} {
+			out, err := c.kubectl(args...)
+			c.t.Logf("--- kubectl %s ---\n%s %v", strings.Join(args, " "), out, err)
 		}
 	}
 	if c.kubecfg != "" {
 		_, _ = c.kubectl("delete", "pods", "--all", "--grace-period=0", "--force", "--timeout=30s")
+		// A forced delete returns before the kubelet has stopped the
+		// sandboxes: wait for their CNI DELs to reach the agent (while it
+		// still runs), or the pods' veths and namespaces outlive the test.
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			st, err := c.agentStatus(ctx)
+			cancel()
+			if err != nil || len(st.Pods) == 0 {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		p := c.procs[i]
@@ -435,8 +549,14 @@ func (c *cluster) down() {
 	}
 	// nagare's node-wide state on the host (the DaemonSet ran on the host network).
 	bin := c.path("nagare-bin")
-	_, _ = run(filepath.Join(bin, "nagare-agent"), "cleanup")
-	_, _ = run(filepath.Join(bin, "nagare-switch"), "--bridge", "br-int", "--run-dir", c.path("nagare-run"), "--destroy")
+	for _, args := range [][]string{
+		{filepath.Join(bin, "nagare-agent"), "cleanup"},
+		{filepath.Join(bin, "nagare-switch"), "--bridge", "br-int", "--run-dir", c.path("nagare-run"), "--destroy"},
+	} {
+		if out, err := run(args...); err != nil {
+			c.t.Errorf("cleanup: %v %s", err, out)
+		}
+	}
 	for s, v := range c.sysctls {
 		_ = os.WriteFile("/proc/sys/"+s, []byte(v), 0o644)
 	}
@@ -445,6 +565,58 @@ func (c *cluster) down() {
 	if !c.t.Failed() || os.Getenv("NAGARE_K8S_KEEP") == "" {
 		_ = os.RemoveAll(c.dir)
 	}
+	if left := c.before.leftovers(snapshotHost()); len(left) > 0 {
+		c.t.Errorf("the test left on the host: %s", strings.Join(left, "; "))
+	}
+}
+
+// hostState is what the test may change on the machine and must restore:
+// network devices, named network namespaces (the runtime's cni-*), the
+// fast path's BPF pins and the agent's nftables table.
+type hostState struct {
+	links, netns, pins []string
+	nat                bool
+}
+
+func snapshotHost() hostState {
+	var h hostState
+	ifs, _ := net.Interfaces()
+	for _, i := range ifs {
+		h.links = append(h.links, i.Name)
+	}
+	for _, d := range []struct {
+		dir string
+		out *[]string
+	}{{"/run/netns", &h.netns}, {"/sys/fs/bpf/nagare", &h.pins}} {
+		ents, _ := os.ReadDir(d.dir)
+		for _, e := range ents {
+			*d.out = append(*d.out, e.Name())
+		}
+	}
+	rules, err := snat.Describe("")
+	h.nat = err == nil && rules != nil
+	return h
+}
+
+// leftovers lists what after has that h had not.
+func (h hostState) leftovers(after hostState) []string {
+	var out []string
+	// Namespaces and pins of other names belong to other tests, not to
+	// the runtime's pods or the DaemonSet's br-int.
+	for _, d := range []struct {
+		what, prefix  string
+		before, after []string
+	}{{"link", "", h.links, after.links}, {"netns", "cni-", h.netns, after.netns}, {"BPF pins", "br-int-", h.pins, after.pins}} {
+		for _, n := range d.after {
+			if strings.HasPrefix(n, d.prefix) && !slices.Contains(d.before, n) {
+				out = append(out, d.what+" "+n)
+			}
+		}
+	}
+	if after.nat && !h.nat {
+		out = append(out, "nftables table ip "+snat.TableName)
+	}
+	return out
 }
 
 // killShims kills containerd-shim processes started for this cluster.

@@ -234,6 +234,33 @@ func TestKubernetesNagare(t *testing.T) {
 		if err := pingFrom(nsA, ips["web-b"].String()); err != nil {
 			t.Errorf("web-a -> web-b after the DaemonSet was deleted: %v", err)
 		}
+
+		// Back again: the new agent finds its pods in its IPAM records and
+		// its new switch gets their flows; a new pod gets a fresh address.
+		c.mustKubectl("apply", "-f", c.manifest())
+		c.waitFor("the re-applied agent has web-a and web-b again", 3*time.Minute, func() error {
+			st, err := c.agentStatus(ctx)
+			if err != nil {
+				return err
+			}
+			if !st.Switch.Connected || len(st.Pods) != 2 {
+				return fmt.Errorf("connected %v, pods %+v", st.Switch.Connected, st.Pods)
+			}
+			return nil
+		})
+		if err := pingFrom(nsA, ips["web-b"].String()); err != nil {
+			t.Errorf("web-a -> web-b after the DaemonSet came back: %v", err)
+		}
+		if _, err := runStdin(c.podSpec("web-d"), "kubectl", "--kubeconfig", c.kubecfg, "apply", "-f", "-"); err != nil {
+			t.Fatal(err)
+		}
+		d := c.podIP("web-d")
+		if d == ips["web-a"] || d == ips["web-b"] || !podCIDR.Contains(d) {
+			t.Errorf("web-d got %s (web-a %s, web-b %s, pod CIDR %s)", d, ips["web-a"], ips["web-b"], podCIDR)
+		}
+		if err := pingFrom(c.podNetns(ctx, "web-d"), ips["web-a"].String()); err != nil {
+			t.Errorf("web-d -> web-a: %v", err)
+		}
 	})
 }
 

@@ -338,7 +338,7 @@ func TestInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl, err := libcni.ConfListFromBytes(b)
-	if err != nil || cl.Name != "nagare" || cl.CNIVersion != "1.1.0" || len(cl.Plugins) != 1 || cl.Plugins[0].Network.Type != "nagare-cni" {
+	if err != nil || cl.Name != "nagare" || cl.CNIVersion != ConflistVersion || len(cl.Plugins) != 1 || cl.Plugins[0].Network.Type != "nagare-cni" {
 		t.Fatalf("conflist %s: %v", b, err)
 	}
 	left, _ := filepath.Glob(filepath.Join(bin, ".*tmp*"))

@@ -11,17 +11,23 @@ import (
 // directory. "10-" puts it ahead of most others: runtimes use the first.
 const ConflistName = "10-nagare.conflist"
 
+// ConflistVersion is the cniVersion of the installed configuration. The
+// plugin speaks 1.1.0 (GC, STATUS) to runtimes that send it, but the
+// conflist says 1.0.0: containerd 1.6 and 1.7 (libcni 1.1) refuse a 1.1.0
+// result ("unsupported CNI result version").
+const ConflistVersion = "1.0.0"
+
 // DefaultConflist is the network configuration that sends a runtime's
 // calls to the agent at socket.
 func DefaultConflist(socket string) []byte {
 	return []byte(fmt.Sprintf(`{
-  "cniVersion": "1.1.0",
+  "cniVersion": %q,
   "name": "nagare",
   "plugins": [
     {"type": "nagare-cni", "socket": %q}
   ]
 }
-`, socket))
+`, ConflistVersion, socket))
 }
 
 // Install copies the plugin binary into binDir and writes the conflist
