@@ -77,7 +77,9 @@ func logScaleIfSpread(p *plot.Plot, vals []float64) bool {
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Min = math.Pow(10, math.Floor(math.Log10(lo)))
 	p.Y.Max = math.Pow(10, math.Ceil(math.Log10(hi*1.05)))
-	p.Y.Label.Text += " (log scale)"
+	// In the title: the Y label is drawn along the axis, and a longer
+	// one squeezes the plot.
+	p.Title.Text += " (log scale)"
 	return true
 }
 
