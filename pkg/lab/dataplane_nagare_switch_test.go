@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,17 +32,7 @@ measurements:
 // no namespace, switch process or fast-path pin of its bridges is left.
 func TestNagareSwitchPlane(t *testing.T) {
 	skipUnlessLab(t, "sockperf", "ovs-ofctl")
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		t.Skip("kernel without BTF")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go toolchain to build nagare-switch")
-	}
-	bin := filepath.Join(t.TempDir(), "nagare-switch")
-	if out, err := exec.Command(gobin, "build", "-o", bin, "github.com/nagare-net/nagare/cmd/nagare-switch").CombinedOutput(); err != nil {
-		t.Fatalf("building nagare-switch: %v\n%s", err, out)
-	}
+	bin := filepath.Join(buildNagare(t, "nagare-switch"), "nagare-switch")
 	savedBin := NagareSwitchBinary
 	NagareSwitchBinary = func() (string, error) { return bin, nil }
 	defer func() { NagareSwitchBinary = savedBin }()

@@ -30,6 +30,29 @@ measurements:
   - {name: third, kind: tcp, client: d, server: c, duration: 1s}
 `
 
+// buildNagare builds nagare's commands (cmd/<name>) into a directory of
+// t and returns it; it skips t where the fast path cannot load (no BTF) or
+// there is no go command to build with.
+func buildNagare(t *testing.T, names ...string) string {
+	t.Helper()
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		t.Skip("kernel without BTF")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go toolchain to build %v", names)
+	}
+	dir := t.TempDir()
+	args := []string{"build", "-o", dir + "/"}
+	for _, n := range names {
+		args = append(args, "github.com/nagare-net/nagare/cmd/"+n)
+	}
+	if out, err := exec.Command(gobin, args...).CombinedOutput(); err != nil {
+		t.Fatalf("building %v: %v\n%s", names, err, out)
+	}
+	return dir
+}
+
 // TestNagarePlane runs the nagare plane as users run nagare: nagare-switch,
 // nagare-agent and nagare-cni built here, pods attached through the CNI
 // library, on three nodes (an underlay bridge). Every pod gets an address
@@ -37,19 +60,7 @@ measurements:
 // afterwards no namespace, process, pin directory or host link is left.
 func TestNagarePlane(t *testing.T) {
 	skipUnlessLab(t, "sockperf", "iperf3")
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		t.Skip("kernel without BTF")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go toolchain to build nagare's binaries")
-	}
-	dir := t.TempDir()
-	build := exec.Command(gobin, "build", "-o", dir+"/", "github.com/nagare-net/nagare/cmd/nagare-switch",
-		"github.com/nagare-net/nagare/cmd/nagare-agent", "github.com/nagare-net/nagare/cmd/nagare-cni")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building nagare: %v\n%s", err, out)
-	}
+	dir := buildNagare(t, "nagare-switch", "nagare-agent", "nagare-cni")
 	bins := nscluster.Binaries{Switch: filepath.Join(dir, "nagare-switch"), Agent: filepath.Join(dir, "nagare-agent"), CNI: filepath.Join(dir, "nagare-cni")}
 	saved := NagareBinaries
 	NagareBinaries = func() (nscluster.Binaries, error) { return bins, nil }

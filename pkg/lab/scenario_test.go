@@ -213,16 +213,19 @@ func TestDurationFlag(t *testing.T) {
 }
 
 func TestScenarioDurationYAML(t *testing.T) {
-	for in, want := range map[string]time.Duration{"3s": 3 * time.Second, "2": 2 * time.Second, "1500ms": 1500 * time.Millisecond} {
-		s, err := ParseScenario([]byte(`
+	parse := func(d string) (*Scenario, error) {
+		return ParseScenario([]byte(`
 name: d
 nodes: [n1]
 pods: [{name: a, node: n1}, {name: b, node: n1}]
 dataplanes: [veth]
 reps: 1
 measurements:
-  - {name: r, kind: rtt, client: a, server: b, duration: ` + in + `}
+  - {name: r, kind: rtt, client: a, server: b, duration: ` + d + `}
 `))
+	}
+	for in, want := range map[string]time.Duration{"3s": 3 * time.Second, "2": 2 * time.Second, "1500ms": 1500 * time.Millisecond} {
+		s, err := parse(in)
 		if err != nil {
 			t.Errorf("duration %s: %v", in, err)
 			continue
@@ -231,16 +234,7 @@ measurements:
 			t.Errorf("duration %s: got %v, want %v", in, got, want)
 		}
 	}
-	_, err := ParseScenario([]byte(`
-name: d
-nodes: [n1]
-pods: [{name: a, node: n1}, {name: b, node: n1}]
-dataplanes: [veth]
-reps: 1
-measurements:
-  - {name: r, kind: rtt, client: a, server: b, duration: soon}
-`))
-	if err == nil || !strings.Contains(err.Error(), `line 8: duration "soon"`) {
+	if _, err := parse("soon"); err == nil || !strings.Contains(err.Error(), `line 8: duration "soon"`) {
 		t.Errorf("bad duration: %v", err)
 	}
 }
