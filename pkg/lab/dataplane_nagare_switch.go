@@ -24,6 +24,13 @@ import (
 // the remote node's endpoint; broadcasts flooded by in_port). NORMAL is
 // not used across nodes: it floods to every endpoint, including from
 // one remote endpoint to another, which loops with three or more nodes.
+//
+// This plane stays hand-programmed beside the agent-driven `nagare`: the
+// flow-setup scenario needs a table that makes every new 5-tuple its own
+// cached flow (in_port → output with --disable-megaflows, restarted with
+// lifted limits), which the agent's pipeline does not express and should
+// not; and it shows the fast path under a plain L2 table, so the agent's
+// pipeline can be compared with it in the same run.
 type nagareSwitchPlane struct {
 	exe string
 	sws []*nagareSwitch // one per node with pods, in NodesWithPods order
