@@ -36,6 +36,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"gopkg.in/yaml.v3"
 
+	"github.com/nagare-net/nagare/internal/child"
 	"github.com/nagare-net/nagare/pkg/agent"
 	"github.com/nagare-net/nagare/pkg/agent/config"
 )
@@ -304,9 +305,8 @@ func (c *Cluster) start(n *Node, what string, args []string, ready func(context.
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	c.opt.Logf("%s: %s", n.Config.Name, strings.Join(args, " "))
-	if err := cmd.Start(); err != nil {
+	if err := child.Start(cmd); err != nil { // dies with this process
 		f.Close()
 		return nil, err
 	}

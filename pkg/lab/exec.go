@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nagare-net/nagare/internal/child"
 )
 
 // Shell runs the lab's commands (ip, ethtool, ovs-vsctl, sockperf, ...) and
@@ -48,7 +50,7 @@ func quoteArgs(args []string) string {
 
 func command(ctx context.Context, args []string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // child.Start adds the parent-death signal
 	cmd.Cancel = func() error { return killGroup(cmd, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
@@ -73,7 +75,7 @@ func (sh *Shell) Run(ctx context.Context, args ...string) (string, error) {
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
-	err := cmd.Run()
+	err := child.Run(cmd)
 	if err != nil {
 		if ctx.Err() != nil {
 			return out.String(), fmt.Errorf("%s: %w", quoteArgs(args), ctx.Err())
@@ -122,7 +124,7 @@ func (sh *Shell) Start(c *Cleanup, readyMarker string, args ...string) (*Proc, e
 	cmd.Stdout = pw
 	cmd.Stderr = pw
 	p := &Proc{args: args, sh: sh, cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
+	if err := child.Start(cmd); err != nil {
 		pw.Close()
 		pr.Close()
 		return nil, fmt.Errorf("%s: %w", quoteArgs(args), err)

@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nagare-net/nagare/internal/child"
 	"github.com/nagare-net/nagare/pkg/agent/snat"
 )
 
@@ -151,8 +152,8 @@ func (c *cluster) start(name string, args ...string) *exec.Cmd {
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := child.Start(cmd); err != nil { // dies with the test
 		c.t.Fatalf("start %s: %v", name, err)
 	}
 	c.logf("started %s (pid %d)", name, cmd.Process.Pid)
