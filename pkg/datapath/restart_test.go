@@ -2,11 +2,17 @@ package datapath
 
 import (
 	"fmt"
-	"github.com/nagare-net/nagare/internal/nstest"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+
+	"github.com/nagare-net/nagare/internal/nstest"
 )
 
 // TestRestartKeepsForwarding closes the userspace side while a UDP stream
@@ -43,17 +49,8 @@ func TestRestartKeepsForwarding(t *testing.T) {
 	}
 	progID, _ := info.ID()
 	for _, p := range d2.Ports() {
-		l, err := link.LoadPinnedLink(d2.linkPin(p.Ifindex), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		li, err := l.Info()
-		l.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if li.Program != progID {
-			t.Fatalf("port %s runs program %d, the new process loaded %d", p.Name, li.Program, progID)
+		if got := attachedProgram(t, d2, p); got != progID {
+			t.Fatalf("port %s runs program %d, the new process loaded %d", p.Name, got, progID)
 		}
 	}
 	if got := stream.Wait(); got != total {
@@ -94,9 +91,7 @@ func TestRestartWithVanishedPort(t *testing.T) {
 	if v := d2.Vanished(); len(v) != 1 || v[0].OFPort != 2 || v[0].Ifindex != gone.Ifindex {
 		t.Fatalf("vanished ports %+v, want port 2 (ifindex %d)", v, gone.Ifindex)
 	}
-	if _, err := link.LoadPinnedLink(d2.linkPin(gone.Ifindex), nil); err == nil {
-		t.Fatalf("the vanished port's tcx link is still pinned")
-	}
+
 	// A third Open sees a clean instance.
 	if err := d2.Close(); err != nil {
 		t.Fatal(err)
@@ -108,5 +103,81 @@ func TestRestartWithVanishedPort(t *testing.T) {
 	defer d3.Destroy()
 	if len(d3.Vanished()) != 0 || len(d3.Ports()) != 1 {
 		t.Fatalf("third open: vanished %+v, ports %+v", d3.Vanished(), d3.Ports())
+	}
+}
+
+// attachedProgram is the id of the program at ingress of port p: its
+// pinned tcx link's, or its clsact filter's (pods).
+func attachedProgram(t *testing.T, d *Datapath, p Port) ebpf.ProgramID {
+	t.Helper()
+	if l, err := link.LoadPinnedLink(d.linkPin(p.Ifindex), nil); err == nil {
+		defer l.Close()
+		li, err := l.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return li.Program
+	}
+	var id ebpf.ProgramID
+	err := d.inNetns(func() error {
+		fs, err := netlink.FilterList(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: p.Ifindex}}, netlink.HANDLE_MIN_INGRESS)
+		if err != nil {
+			return err
+		}
+		for _, f := range fs {
+			if b, ok := f.(*netlink.BpfFilter); ok && b.Name == "nagare_port_ingress" {
+				if id != 0 {
+					return fmt.Errorf("port %s has two nagare filters", p.Name)
+				}
+				id = ebpf.ProgramID(b.Id)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id == 0 {
+		t.Fatalf("port %s (%v) has neither a pinned tcx link nor a nagare filter", p.Name, p.Kind)
+	}
+	return id
+}
+
+// TestPodPortsUseClsact: pod ports are attached with a clsact filter (not
+// tcx, whose attach waits for RCU under RTNL), other kinds with a pinned
+// tcx link; detaching removes the filter.
+func TestPodPortsUseClsact(t *testing.T) {
+	n, _, _, d := podPair(t)
+	n.IP(t, "link", "add", "up0", "type", "veth", "peer", "name", "up0p") // no dummy module here
+	up, err := d.AttachPort("up0", 3, PortUplink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := d.objs.NagarePortIngress.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	progID, _ := info.ID()
+	for _, p := range d.Ports() {
+		_, pinErr := os.Stat(d.linkPin(p.Ifindex))
+		if (p.Kind == PortPod) != (pinErr != nil) {
+			t.Errorf("port %s (%v): pinned tcx link: %v", p.Name, p.Kind, pinErr)
+		}
+		if got := attachedProgram(t, d, p); got != progID {
+			t.Errorf("port %s runs program %d, want %d", p.Name, got, progID)
+		}
+	}
+	if err := d.DetachPort(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.DetachPort(up.OFPort); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("tc", "-n", n.Name, "filter", "show", "dev", "va", "ingress").CombinedOutput()
+	if err != nil {
+		t.Fatalf("tc filter show: %v: %s", err, out)
+	}
+	if strings.Contains(string(out), "nagare") {
+		t.Fatalf("filter left on a detached pod port:\n%s", out)
 	}
 }

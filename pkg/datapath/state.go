@@ -82,15 +82,12 @@ func (d *Datapath) restore() error {
 			if err != nil {
 				// The device went while no process owned the instance (a
 				// pod deleted during a switch restart): forget the port
-				// rather than refuse to start.
-				if err := d.detach(p); err != nil {
-					return fmt.Errorf("removing vanished port %d (ifindex %d): %w", p.OFPort, p.Ifindex, err)
-				}
+				// (below) rather than refuse to start.
 				d.vanished = append(d.vanished, *p)
 				continue
 			}
 			p.Name = ifc.Name
-			if err := d.attachProgram(p.Ifindex); err != nil {
+			if err := d.attachProgram(p.Ifindex, p.Kind); err != nil {
 				return err
 			}
 			d.ports[p.OFPort] = p
@@ -99,6 +96,11 @@ func (d *Datapath) restore() error {
 	})
 	if err != nil {
 		return err
+	}
+	for i := range d.vanished {
+		if err := d.detach(&d.vanished[i]); err != nil {
+			return fmt.Errorf("removing vanished port %d (ifindex %d): %w", d.vanished[i].OFPort, d.vanished[i].Ifindex, err)
+		}
 	}
 
 	// Masks.
