@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -146,8 +147,34 @@ func (a *Agent) ServeMetrics(ctx context.Context, addr string) error {
 	return nil
 }
 
+// cniMetrics counts and times the CNI calls the agent serves.
+type cniMetrics struct {
+	duration *prometheus.HistogramVec
+	errors   *prometheus.CounterVec
+}
+
+func newCNIMetrics(r prometheus.Registerer) *cniMetrics {
+	m := &cniMetrics{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "nagare_cni_call_duration_seconds",
+			Help:    "CNI calls served by the agent, by command.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"command"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nagare_cni_call_errors_total",
+			Help: "CNI calls that ended in an error, by command and CNI error code."}, []string{"command", "code"}),
+	}
+	r.MustRegister(m.duration, m.errors)
+	return m
+}
+
+// ObserveCall is cniserver.Observer.
+func (m *cniMetrics) ObserveCall(command string, took time.Duration, code uint) {
+	m.duration.WithLabelValues(command).Observe(took.Seconds())
+	if code != 0 {
+		m.errors.WithLabelValues(command, strconv.FormatUint(uint64(code), 10)).Inc()
+	}
+}
+
 type metrics struct {
-	cni        *cniserver.Metrics
+	cni        *cniMetrics
 	pods       prometheus.Gauge
 	remotes    prometheus.Gauge
 	reconnects prometheus.Counter
@@ -156,7 +183,7 @@ type metrics struct {
 
 func newMetrics(a *Agent) *metrics {
 	m := &metrics{
-		cni:        cniserver.NewMetrics(a.reg),
+		cni:        newCNIMetrics(a.reg),
 		pods:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_pods", Help: "Pods attached on this node."}),
 		remotes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_remote_nodes", Help: "Remote nodes with a tunnel."}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "nagare_agent_switch_reconnects_total", Help: "Times the switch connection was lost."}),

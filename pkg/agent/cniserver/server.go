@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // One call on the socket: the shim writes one JSON Request and a newline,
@@ -60,27 +59,16 @@ func Listen(path string) (net.Listener, error) {
 	return l, nil
 }
 
-// Metrics counts and times CNI calls.
-type Metrics struct {
-	duration *prometheus.HistogramVec
-	errors   *prometheus.CounterVec
-}
-
-// NewMetrics registers the CNI call metrics on r.
-func NewMetrics(r prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "nagare_cni_call_duration_seconds",
-			Help:    "CNI calls served by the agent, by command.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"command"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nagare_cni_call_errors_total",
-			Help: "CNI calls that ended in an error, by command and CNI error code."}, []string{"command", "code"}),
-	}
-	r.MustRegister(m.duration, m.errors)
-	return m
+// Observer hears of every call served: its command, how long it took,
+// and its CNI error code (0: success). The agent's Prometheus metrics are
+// one; this package stays free of them, since the shim links it and its
+// start-up is part of every CNI call.
+type Observer interface {
+	ObserveCall(command string, took time.Duration, code uint)
 }
 
 // Serve answers calls on l with h until l is closed or ctx ends.
-func Serve(ctx context.Context, l net.Listener, h Handler, log *slog.Logger, m *Metrics) error {
+func Serve(ctx context.Context, l net.Listener, h Handler, log *slog.Logger, m Observer) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
 	var wg sync.WaitGroup
@@ -101,7 +89,7 @@ func Serve(ctx context.Context, l net.Listener, h Handler, log *slog.Logger, m *
 	}
 }
 
-func serveConn(ctx context.Context, c net.Conn, h Handler, log *slog.Logger, m *Metrics) {
+func serveConn(ctx context.Context, c net.Conn, h Handler, log *slog.Logger, m Observer) {
 	defer c.Close()
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	sc := bufio.NewScanner(c)
@@ -125,18 +113,15 @@ func serveConn(ctx context.Context, c net.Conn, h Handler, log *slog.Logger, m *
 	}
 	took := time.Since(start)
 	l := log.With("cmd", req.Command, "pod", PodName(req.Args), "container", short(req.ContainerID), "took", took.Round(time.Microsecond))
-	code := ""
+	var code uint
 	if resp.Error != nil {
-		code = fmt.Sprint(resp.Error.Code)
+		code = resp.Error.Code
 		l.Warn("CNI call failed", "code", resp.Error.Code, "err", resp.Error.Msg, "details", resp.Error.Details)
 	} else {
 		l.Debug("CNI call")
 	}
 	if m != nil {
-		m.duration.WithLabelValues(req.Command).Observe(took.Seconds())
-		if code != "" {
-			m.errors.WithLabelValues(req.Command, code).Inc()
-		}
+		m.ObserveCall(req.Command, took, code)
 	}
 	b, _ := json.Marshal(resp)
 	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
