@@ -227,20 +227,25 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 }
 
 // ensurePodPort attaches a pod's host end to the switch, or finds it
-// attached by an ADD that died before it could record the number.
+// attached by an ADD that died before it could record the number (the
+// rare case: it costs a listing of every port, so it comes second).
 func (a *Agent) ensurePodPort(ctx context.Context, host string) (uint32, error) {
 	a.swMu.Lock()
 	defer a.swMu.Unlock()
-	ports, err := a.listPorts(ctx)
-	if err != nil {
-		return 0, err
+	no, err := a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: host, Kind: "pod"})
+	if err == nil || !strings.Contains(err.Error(), "port "+host+" exists") {
+		return no, err
+	}
+	ports, lerr := a.listPorts(ctx)
+	if lerr != nil {
+		return 0, errors.Join(err, lerr)
 	}
 	for _, p := range ports {
 		if p.Name == host {
 			return p.OFPort, nil
 		}
 	}
-	return a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: host, Kind: "pod"})
+	return 0, err
 }
 
 func (a *Agent) podSpec(rec *podRecord) podnet.Pod {
