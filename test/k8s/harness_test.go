@@ -36,6 +36,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nagare-net/nagare/internal/child"
+	"github.com/nagare-net/nagare/internal/oci"
 	"github.com/nagare-net/nagare/pkg/agent/snat"
 )
 
@@ -353,32 +354,30 @@ int main(void) { signal(SIGTERM, quit); signal(SIGINT, quit); for (;;) pause(); 
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build nagare: %v\n%s", err, out)
 	}
-	bb := map[string]ociFile{"/bin/busybox": {Src: "/bin/busybox"}}
+	bb := map[string]oci.File{"/bin/busybox": {Src: "/bin/busybox"}}
 	for _, a := range []string{"sh", "sleep", "ping", "nc", "ip", "cat", "ls", "wget", "true"} {
-		bb["/bin/"+a] = ociFile{Link: "busybox"}
-	}
-	nagare := map[string]ociFile{}
-	for _, b := range []string{"nagare-agent", "nagare-switch", "nagare-cni", "nagarectl"} {
-		nagare["/usr/local/bin/"+b] = ociFile{Src: filepath.Join(bin, b)}
+		bb["/bin/"+a] = oci.File{Link: "busybox"}
 	}
 	for _, img := range []struct {
 		ref   string
-		files map[string]ociFile
+		files map[string]oci.File
 		entry []string
 	}{
-		{"docker.io/library/pause:local", map[string]ociFile{"/pause": {Src: c.path("pause")}}, []string{"/pause"}},
+		{"docker.io/library/pause:local", map[string]oci.File{"/pause": {Src: c.path("pause")}}, []string{"/pause"}},
 		{"docker.io/library/busybox:local", bb, []string{"/bin/sh"}},
-		{"docker.io/library/nagare:dev", nagare, []string{"/usr/local/bin/nagare-agent"}},
 	} {
 		tarPath := c.path(strings.NewReplacer("/", "_", ":", "_").Replace(img.ref) + ".tar")
-		if err := buildOCI(tarPath, img.ref, img.files, img.entry); err != nil {
+		if err := oci.Build(tarPath, img.ref, img.files, img.entry); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := c.ctr("images", "import", "--no-unpack=false", tarPath); err != nil {
-			if out2, err2 := c.ctr("images", "import", tarPath); err2 != nil {
-				t.Fatalf("import %s: %v %s / %v %s", img.ref, err, out, err2, out2)
-			}
+		if out, err := c.ctr("images", "import", tarPath); err != nil {
+			t.Fatalf("import %s: %v %s", img.ref, err, out)
 		}
+	}
+	// nagare's image the way a user makes it (deploy/README.md).
+	img := exec.Command(filepath.Join(c.repoRoot, "scripts/k8s/image.sh"), c.path("nagare-image.tar"), c.ctrSock)
+	if out, err := img.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/k8s/image.sh: %v\n%s", err, out)
 	}
 	c.logf("images imported: pause:local, busybox:local, nagare:dev")
 }

@@ -1,4 +1,7 @@
-package k8s
+// Package oci writes single-layer OCI image-layout tars that containerd
+// imports (`ctr -n k8s.io images import`): nagare's own image and the test
+// cluster's pause and busybox, without a registry or a Docker engine.
+package oci
 
 import (
 	"archive/tar"
@@ -12,19 +15,18 @@ import (
 	"time"
 )
 
-// ociFile is one file of an image's single layer: from a host file, or
-// a symlink.
-type ociFile struct {
+// File is one file of an image's single layer: from a host file, or a
+// symlink.
+type File struct {
 	Src  string // host file to copy
 	Link string // symlink target instead
 	Mode int64
 }
 
-// buildOCI writes an OCI image-layout tar for ref (e.g.
+// Build writes an OCI image-layout tar for ref (e.g.
 // "docker.io/library/nagare:dev") with one layer holding files (image
-// path → content), ready for `ctr -n k8s.io images import`. No registry,
-// no Docker engine.
-func buildOCI(out, ref string, files map[string]ociFile, entrypoint []string) error {
+// path → content), ready for `ctr -n k8s.io images import`.
+func Build(out, ref string, files map[string]File, entrypoint []string) error {
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)
 	paths := make([]string, 0, len(files))
