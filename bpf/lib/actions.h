@@ -313,6 +313,16 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 				return drop(DROP_TTL_EXCEEDED);
 			break;
 		case ACT_PUSH_VLAN:
+			/* A tag already in skb metadata (every tagged packet at tc
+			 * ingress of a real device; an earlier push) is moved into
+			 * the packet by this push, ahead of L3: later rewrites
+			 * must find their headers 4 bytes further in. */
+			if (skb->vlan_present) {
+				ps->vlan_in_data = 1;
+				ps->l3_off += 4;
+				if (ps->l4_off)
+					ps->l4_off += 4;
+			}
 			if (bpf_skb_vlan_push(skb, a->arg32, a->arg16) < 0)
 				return drop(DROP_VLAN);
 			break;

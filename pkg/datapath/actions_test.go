@@ -269,6 +269,27 @@ func TestVLAN(t *testing.T) {
 			t.Fatalf("no tag 42/pcp 3 in %x", r.out)
 		}
 	})
+	t.Run("push-onto-tagged-then-rewrite", func(t *testing.T) {
+		if err := d.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		// The second push moves the first tag from skb metadata into the
+		// packet (as a push onto a tagged packet at tc ingress does): the
+		// rewrites after it must land 4 bytes further in.
+		d.put(inPortFlow(flow.PushVLAN{TCI: 42}, flow.PushVLAN{TCI: 7},
+			flow.SetIPDst{Addr: netip.MustParseAddr("10.7.7.7")}, flow.SetTpDst{Port: 99}, flow.Output{Port: portOut}))
+		r := d.run(untagged, "lo")
+		p := decode(t, r.out)
+		if q, ok := p.Layer(layers.LayerTypeDot1Q).(*layers.Dot1Q); !ok || q.VLANIdentifier != 42 {
+			t.Fatalf("no tag 42 in %x", r.out)
+		}
+		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		udp, _ := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
+		if ip == nil || udp == nil || ip.DstIP.String() != "10.7.7.7" || udp.DstPort != 99 {
+			t.Fatalf("rewrites missed the moved headers: %x", r.out)
+		}
+		checksumsOK(t, r.out)
+	})
 }
 
 func TestOutputs(t *testing.T) {
