@@ -1,6 +1,8 @@
 package switchd
 
 import (
+	"time"
+
 	"github.com/nagare-net/nagare/pkg/flow"
 	"github.com/nagare-net/nagare/pkg/ofproto"
 	"github.com/nagare-net/nagare/pkg/openflow"
@@ -53,6 +55,10 @@ func (s *Switch) packetOut(m *openflow.PacketOut) error {
 	if err != nil {
 		return err
 	}
+	// The rules an output:TABLE went through (and the groups the actions
+	// used) count the packet, as they count a packet from a port: no
+	// cached flow will ever report it.
+	s.pl.Credit(t.Rules, 1, uint64(len(m.Data)), time.Now())
 	for _, pi := range t.PacketIns {
 		s.sendPacketIn(pi, m.Data, len(m.Data), key)
 	}
