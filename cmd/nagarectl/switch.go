@@ -48,11 +48,11 @@ func init() {
 			}})
 	}
 	register(&command{name: "revalidate", summary: "run one revalidator round now and print its time",
-		usage: "nagarectl [--switch unix:PATH] revalidate [--change]   (--change: after an unrelated table change, so every flow is translated again)",
+		usage: "nagarectl [--switch unix:PATH] revalidate [--change]   (--change: translate every cached flow again, as a table change would; the tables are not touched)",
 		run: func(args []string, stdout, _ io.Writer) error {
 			fs := flag.NewFlagSet("revalidate", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
-			change := fs.Bool("change", false, "change the tables first")
+			change := fs.Bool("change", false, "translate every cached flow again")
 			if err := fs.Parse(args); err != nil {
 				return usagef("%v", err)
 			}

@@ -25,7 +25,7 @@ import (
 //   - expires OpenFlow rules whose timeouts passed (FLOW_REMOVED).
 type revalidator struct {
 	s    *Switch
-	kick chan chan struct{}
+	kick chan kick
 	// roundMu is held for a whole round, and by flushCache: a flush
 	// between a round's dump and its bookkeeping would have the round
 	// re-create ukeys (or flows) for what the flush deleted.
@@ -52,7 +52,14 @@ type revalidator struct {
 const orphanSettle = 2 * time.Second
 
 func newRevalidator(s *Switch) *revalidator {
-	return &revalidator{s: s, kick: make(chan chan struct{}), lastVersion: s.pl.Version()}
+	return &revalidator{s: s, kick: make(chan kick), lastVersion: s.pl.Version()}
+}
+
+// kick asks the revalidator's goroutine for a round now; done is closed
+// when it has run.
+type kick struct {
+	done chan struct{}
+	all  bool // translate every cached flow again, as after a table change
 }
 
 func (r *revalidator) run(ctx context.Context) {
@@ -66,9 +73,9 @@ func (r *revalidator) run(ctx context.Context) {
 			return
 		case <-t.C:
 			r.round()
-		case done := <-r.kick:
-			r.round()
-			close(done)
+		case k := <-r.kick:
+			r.roundOf(k.all)
+			close(k.done)
 		case <-expire.C:
 			r.expireRules()
 		}
@@ -86,7 +93,7 @@ func (r *revalidator) sync() {
 	}
 	done := make(chan struct{})
 	select {
-	case r.kick <- done:
+	case r.kick <- kick{done: done}:
 		<-done
 	case <-time.After(5 * time.Second):
 		// The revalidator is not running (switch stopping): do not hang.
@@ -94,17 +101,24 @@ func (r *revalidator) sync() {
 }
 
 // force runs a round now (through the revalidator's goroutine when it is
-// running, so rounds never overlap).
-func (r *revalidator) force() {
+// running, so rounds never overlap). With all, the round translates every
+// cached flow again and compares, the work a table change causes, without
+// changing the tables: benchmarks time it on a live switch (nagarectl
+// revalidate --change) and must leave its tables as they were.
+func (r *revalidator) force(all bool) {
 	done := make(chan struct{})
 	select {
-	case r.kick <- done:
+	case r.kick <- kick{done: done, all: all}:
 		<-done
 	case <-time.After(5 * time.Second):
 	}
 }
 
-func (r *revalidator) round() {
+func (r *revalidator) round() { r.roundOf(false) }
+
+// roundOf is one round; all re-translates flows whose version is current
+// too.
+func (r *revalidator) roundOf(all bool) {
 	r.roundMu.Lock()
 	defer r.roundMu.Unlock()
 	s := r.s
@@ -147,7 +161,7 @@ func (r *revalidator) round() {
 			switch {
 			case start.Sub(last) > s.cfg.IdleTimeout:
 				deletes = append(deletes, uk)
-			case uk.version != version && (!uk.orphan || settled):
+			case (all || uk.version != version) && (!uk.orphan || settled):
 				recheck = append(recheck, uk)
 			}
 		}
