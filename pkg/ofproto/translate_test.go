@@ -275,3 +275,32 @@ func TestUnmatchableValues(t *testing.T) {
 		t.Fatalf("arp_op > 255 matched: %s", got)
 	}
 }
+
+// TestPacketOutRulesCredited: a PACKET_OUT's output:TABLE reports the
+// rules it went through, so the daemon can count the packet in them (no
+// cached flow ever will).
+func TestPacketOutRulesCredited(t *testing.T) {
+	p, c := newTestPipeline(t, 3)
+	mustAdd(t, p,
+		"table=0,cookie=0x1,tcp,actions=goto_table:1",
+		"table=1,cookie=0x2,tcp,actions=output:3",
+	)
+	as, err := openflow.ParseActions("TABLE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := p.TranslatePacketOut(tcpKey(0, "10.0.0.1", "10.0.0.2", 1, 2), 1, as, TranslateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Credit(tr.Rules, 1, 60, c.now())
+	st := p.FlowStats(&openflow.FlowStatsRequest{TableID: openflow.TableAll, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})
+	if len(st) != 2 {
+		t.Fatalf("flow stats %+v", st)
+	}
+	for _, s := range st {
+		if s.PacketCount != 1 || s.ByteCount != 60 {
+			t.Errorf("table %d cookie %#x: %d packets, %d bytes; want 1, 60", s.TableID, s.Cookie, s.PacketCount, s.ByteCount)
+		}
+	}
+}
