@@ -24,6 +24,13 @@ struct upcall {
 	__u32 pkt_len;  /* length of the packet */
 	__u32 cap_len;  /* bytes in pkt[] */
 	__u64 cookie;   /* userspace action argument */
+	/* A VLAN tag the kernel holds in skb metadata, not in pkt[] (any
+	 * tagged packet at tc ingress of a real device, or one pushed):
+	 * proto << 16 | tci, 0 for none. Userspace puts it back in the
+	 * packet, so that every slow-path delivery (PACKET_IN, the first
+	 * packet's execution) carries the packet as it arrived. */
+	__u32 vlan;
+	__u32 pad;
 	struct flow_key key;
 	__u8 pkt[UPCALL_SNAP];
 };
@@ -48,6 +55,8 @@ static __always_inline int send_upcall_snap(struct __sk_buff *skb, const struct 
 	u->ifindex = skb->ifindex;
 	u->pkt_len = skb->len;
 	u->cookie = cookie;
+	u->vlan = skb->vlan_present ? (__u32)bpf_ntohs((__u16)skb->vlan_proto) << 16 | (skb->vlan_tci & 0xffff) : 0;
+	u->pad = 0;
 	__builtin_memcpy(&u->key, key, sizeof(*key));
 	if (cap > snap)
 		cap = snap;

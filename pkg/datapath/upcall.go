@@ -47,8 +47,9 @@ func (u *Upcall) Truncated() bool { return len(u.Packet) < u.Len }
 // struct upcall header (bpf/lib/upcall.h):
 //
 //	0 reason u32, 4 ifindex u32, 8 pkt_len u32, 12 cap_len u32,
-//	16 cookie u64, 24 key [96], 120 pkt [3072]
-const upcallHeader = 24 + flow.KeySize
+//	16 cookie u64, 24 vlan u32 (proto<<16 | tci, 0: none), 28 pad,
+//	32 key [96], 128 pkt [3072]
+const upcallHeader = 32 + flow.KeySize
 
 // UnmarshalBinary decodes one upcall record.
 func (u *Upcall) UnmarshalBinary(b []byte) error {
@@ -60,13 +61,25 @@ func (u *Upcall) UnmarshalBinary(b []byte) error {
 	u.Len = int(binary.NativeEndian.Uint32(b[8:]))
 	capLen := int(binary.NativeEndian.Uint32(b[12:]))
 	u.Cookie = binary.NativeEndian.Uint64(b[16:])
-	if err := u.Key.UnmarshalBinary(b[24:]); err != nil {
+	vlan := binary.NativeEndian.Uint32(b[24:])
+	if err := u.Key.UnmarshalBinary(b[32:]); err != nil {
 		return err
 	}
 	if capLen > len(b)-upcallHeader || capLen > u.Len {
 		return fmt.Errorf("datapath: upcall claims %d captured bytes of %d", capLen, u.Len)
 	}
-	u.Packet = append(u.Packet[:0], b[upcallHeader:upcallHeader+capLen]...)
+	pkt := b[upcallHeader : upcallHeader+capLen]
+	if vlan != 0 && capLen >= 12 {
+		// The tag the kernel kept beside the packet goes back in,
+		// after the MAC addresses: the packet as it was on the wire.
+		u.Packet = append(u.Packet[:0], pkt[:12]...)
+		u.Packet = binary.BigEndian.AppendUint16(u.Packet, uint16(vlan>>16))
+		u.Packet = binary.BigEndian.AppendUint16(u.Packet, uint16(vlan))
+		u.Packet = append(u.Packet, pkt[12:]...)
+		u.Len += 4
+	} else {
+		u.Packet = append(u.Packet[:0], pkt...)
+	}
 	if !u.Truncated() {
 		completeChecksum(u.Packet)
 	}
