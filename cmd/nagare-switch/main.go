@@ -5,7 +5,8 @@
 //	              [--controller tcp:IP:PORT]... [--fail-mode secure|standalone]
 //	              [--run-dir DIR] [--netns NAME|PATH] [--port IFNAME[=N]]...
 //
-// The OpenFlow socket defaults to <run-dir>/<bridge>.mgmt, so
+// The management socket <run-dir>/<bridge>.mgmt is always there (--listen
+// adds listeners), so
 //
 //	ovs-ofctl -O OpenFlow13 dump-flows unix:/var/run/nagare/br0.mgmt
 //
@@ -57,7 +58,7 @@ func run(args []string) error {
 	)
 	fs.StringVar(&cfg.Bridge, "bridge", "", "bridge name (required)")
 	fs.StringVar(&dpid, "datapath-id", "", "datapath id in hex (default: derived from the bridge name)")
-	fs.Var(&listen, "listen", "OpenFlow listener: punix:PATH or ptcp:PORT[:IP] (repeatable; default punix:<run-dir>/<bridge>.mgmt)")
+	fs.Var(&listen, "listen", "extra OpenFlow listener: punix:PATH or ptcp:PORT[:IP] (repeatable; punix:<run-dir>/<bridge>.mgmt is always there)")
 	fs.Var(&controllers, "controller", "controller to connect to: tcp:IP:PORT (repeatable)")
 	fs.StringVar(&cfg.FailMode, "fail-mode", switchd.FailSecure, "without a controller: secure (keep flows, drop misses) or standalone (learning switch)")
 	fs.StringVar(&cfg.RunDir, "run-dir", "/var/run/nagare", "directory for sockets")

@@ -41,9 +41,11 @@ const (
 
 // Config is nagare-switch's configuration (its flags).
 type Config struct {
-	Bridge      string
-	DatapathID  uint64   // 0: derived from the bridge name
-	Listen      []Target // default punix:<RunDir>/<Bridge>.mgmt
+	Bridge     string
+	DatapathID uint64 // 0: derived from the bridge name
+	// Listen adds listeners; the management socket (MgmtSocket) is always
+	// there, whatever Listen holds, as Open vSwitch keeps its .mgmt.
+	Listen      []Target
 	Controllers []Target
 	FailMode    string        // FailSecure (default) or FailStandalone
 	RunDir      string        // default /var/run/nagare
@@ -86,9 +88,6 @@ func (c *Config) setDefaults() error {
 		// A locally administered MAC in the low 48 bits, as OVS derives it.
 		c.DatapathID = (h.Sum64() & 0x0000feffffffffff) | 0x0000020000000000
 	}
-	if len(c.Listen) == 0 {
-		c.Listen = []Target{{Passive: true, Network: "unix", Address: c.MgmtSocket()}}
-	}
 	if c.FlowLimit == 0 {
 		c.FlowLimit = 200000
 	}
@@ -116,6 +115,21 @@ func (c *Config) setDefaults() error {
 // MgmtSocket is the default OpenFlow management socket,
 // <RunDir>/<Bridge>.mgmt, as Open vSwitch names it.
 func (c *Config) MgmtSocket() string { return filepath.Join(c.RunDir, c.Bridge+".mgmt") }
+
+// listenTargets is the management socket, then the extra listeners (one
+// that names the management socket again is the same listener: binding it
+// twice would unlink the first).
+func (c *Config) listenTargets() []Target {
+	mgmt := Target{Passive: true, Network: "unix", Address: c.MgmtSocket()}
+	ts := []Target{mgmt}
+	for _, t := range c.Listen {
+		if abs, err := filepath.Abs(t.Address); err == nil && t.Network == "unix" && abs == mgmt.Address {
+			continue
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
 
 // instanceName names the fast-path instance: the bridge plus a digest of
 // the run directory, so switches with the same bridge name in different
@@ -215,7 +229,7 @@ func (s *Switch) nextXid() uint32 { return s.xid.Add(1) }
 // connections. The fast path keeps forwarding after Run returns.
 func (s *Switch) Run(ctx context.Context) error {
 	ctx, s.cancel = context.WithCancel(ctx)
-	for _, t := range s.cfg.Listen {
+	for _, t := range s.cfg.listenTargets() {
 		l, err := s.listen(t)
 		if err != nil {
 			s.stopListeners()
