@@ -12,11 +12,14 @@
 //
 // works, and nagarectl --switch unix:/var/run/nagare/br0.mgmt ... talks to
 // the same socket. Stopping the switch leaves the fast path forwarding with
-// the flows it has; starting it again takes them over.
+// the flows it has; starting it again takes them over. One switch runs a
+// bridge in a run dir at a time: a second one, or --destroy, is refused
+// while it runs (an flock on <run-dir>/<bridge>.lock).
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -61,7 +64,7 @@ func run(args []string) error {
 	fs.Var(&listen, "listen", "extra OpenFlow listener: punix:PATH or ptcp:PORT[:IP] (repeatable; punix:<run-dir>/<bridge>.mgmt is always there)")
 	fs.Var(&controllers, "controller", "controller to connect to: tcp:IP:PORT (repeatable)")
 	fs.StringVar(&cfg.FailMode, "fail-mode", switchd.FailSecure, "without a controller: secure (keep flows, drop misses) or standalone (learning switch)")
-	fs.StringVar(&cfg.RunDir, "run-dir", "/var/run/nagare", "directory for sockets")
+	fs.StringVar(&cfg.RunDir, "run-dir", "/var/run/nagare", "directory for the sockets and the bridge's lock")
 	fs.StringVar(&netnsName, "netns", "", "network namespace of the ports (a name under /var/run/netns, or a path); use this instead of 'ip netns exec', which hides /sys/fs/bpf")
 	fs.StringVar(&cfg.PinRoot, "bpffs", datapath.DefaultPinRoot, "BPF filesystem directory for the fast path's pins")
 	fs.IntVar(&cfg.MaxFlows, "max-flows", datapath.DefaultMaxFlows, "fast-path capacity (fixed for the life of the pins)")
@@ -121,6 +124,9 @@ func run(args []string) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	sw, err := switchd.New(cfg)
+	if destroy && errors.Is(err, switchd.ErrBridgeBusy) {
+		return fmt.Errorf("--destroy refused, stop the running switch first: %w", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -24,8 +24,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nagare-net/nagare/pkg/datapath"
@@ -116,6 +118,10 @@ func (c *Config) setDefaults() error {
 // <RunDir>/<Bridge>.mgmt, as Open vSwitch names it.
 func (c *Config) MgmtSocket() string { return filepath.Join(c.RunDir, c.Bridge+".mgmt") }
 
+// LockFile is the bridge's lock, <RunDir>/<Bridge>.lock: the running
+// switch holds an flock on it (its pid is written inside, for messages).
+func (c *Config) LockFile() string { return filepath.Join(c.RunDir, c.Bridge+".lock") }
+
 // listenTargets is the management socket, then the extra listeners (one
 // that names the management socket again is the same listener: binding it
 // twice would unlink the first).
@@ -166,11 +172,64 @@ type Switch struct {
 	stats     slowStats
 	rv        *revalidator
 
+	lock      *os.File // flock on cfg.LockFile(), held until Close or Destroy
 	listeners []net.Listener
 	rawMu     sync.Mutex
 	raw       map[net.Conn]struct{} // every open connection, closed on shutdown
 	wg        sync.WaitGroup
 	cancel    context.CancelFunc
+}
+
+// ErrBridgeBusy is wrapped by New's error when another switch (another
+// process, or another Switch in this one) holds the bridge's run directory.
+var ErrBridgeBusy = errors.New("switchd: bridge in use by another nagare-switch")
+
+// lockBridge takes the bridge's lock, an flock on <RunDir>/<Bridge>.lock,
+// or says who holds it. Two switches on one bridge would share the fast
+// path's pins and hand out each other's flow ids; the lock refuses the
+// second (and --destroy under a live one). An flock belongs to the open
+// file, so the kernel drops it when the holder exits, even by SIGKILL:
+// a switch restarted after a crash is not refused, and there is no stale
+// lock to clean up. The file is never removed (unlinking a lock file
+// lets two processes lock two different inodes).
+//
+// The lock is per run directory, not on the pin directory: the instance's
+// pins are named from the run directory (instanceName), so one run
+// directory and bridge own exactly one instance and this lock covers it;
+// and being taken by inode, it also holds when the run directory is
+// reached by two spellings (/var/run/nagare and /run/nagare). What it
+// cannot see is two run directories whose switches attach the same
+// devices of one namespace: those are two instances.
+func lockBridge(cfg *Config) (*os.File, error) {
+	path := cfg.LockFile()
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("switchd: lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("switchd: lock %s: %w", path, err)
+		}
+		// The holder writes its pid right after locking: it may not be
+		// there yet.
+		holder := ""
+		if b, err := os.ReadFile(path); err == nil {
+			if pid := strings.TrimSpace(string(b)); pid != "" {
+				holder = ", pid " + pid
+			}
+		}
+		return nil, fmt.Errorf("%w: bridge %s, run dir %s%s (it holds %s)", ErrBridgeBusy, cfg.Bridge, cfg.RunDir, holder, path)
+	}
+	err = f.Truncate(0)
+	if err == nil {
+		_, err = f.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("switchd: lock %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // New opens (or re-opens, after a restart) the switch's fast path and its
@@ -182,16 +241,25 @@ func New(cfg Config) (*Switch, error) {
 	if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
 		return nil, err
 	}
+	// The lock comes before the fast path is opened: Open already rebuilds
+	// state from the pins and swaps programs, which must not happen under
+	// a running switch.
+	lock, err := lockBridge(&cfg)
+	if err != nil {
+		return nil, err
+	}
 	dp, err := datapath.Open(datapath.Config{
 		Name: cfg.instanceName(), PinRoot: cfg.PinRoot, MaxFlows: cfg.MaxFlows, NetNS: cfg.NetNS,
 	})
 	if err != nil {
+		lock.Close()
 		return nil, err
 	}
 	s := &Switch{
 		cfg:         cfg,
 		log:         cfg.Logger.With("bridge", cfg.Bridge),
 		dp:          dp,
+		lock:        lock,
 		pl:          ofproto.New(ofproto.Config{}),
 		start:       time.Now(),
 		conns:       map[*ofConn]struct{}{},
@@ -203,14 +271,14 @@ func New(cfg Config) (*Switch, error) {
 	s.cache = newFlowCache()
 	s.rv = newRevalidator(s)
 	if err := s.ports.restore(); err != nil {
-		dp.Close()
+		s.Close()
 		return nil, err
 	}
 	// Flows a previous process cached stay in the fast path; without the
 	// pipeline that made them (OpenFlow tables are not persistent) they are
 	// kept until the controller re-programs the switch, then revalidated.
 	if err := s.cache.adopt(dp); err != nil {
-		dp.Close()
+		s.Close()
 		return nil, err
 	}
 	s.updateFailMode()
@@ -285,8 +353,21 @@ func (s *Switch) untrack(c net.Conn) {
 	delete(s.raw, c)
 }
 
-// Close releases the fast path handles (pins stay: forwarding goes on).
-func (s *Switch) Close() error { return s.dp.Close() }
+// Close releases the fast path handles (pins stay: forwarding goes on)
+// and the bridge's lock.
+func (s *Switch) Close() error {
+	err := s.dp.Close()
+	s.unlock()
+	return err
+}
+
+// unlock releases the bridge's lock (once).
+func (s *Switch) unlock() {
+	if s.lock != nil {
+		s.lock.Close()
+		s.lock = nil
+	}
+}
 
 func (s *Switch) stopListeners() {
 	for _, l := range s.listeners {
@@ -456,5 +537,10 @@ func (s *Switch) EnsurePort(spec PortSpec) (uint32, error) {
 // DelPort removes a port by name or number.
 func (s *Switch) DelPort(name string) error { return s.ports.Del(name) }
 
-// Destroy removes the fast path: ports detached, flows and pins gone.
-func (s *Switch) Destroy() error { return s.dp.Destroy() }
+// Destroy removes the fast path: ports detached, flows and pins gone; the
+// bridge's lock is released.
+func (s *Switch) Destroy() error {
+	err := s.dp.Destroy()
+	s.unlock()
+	return err
+}

@@ -2,6 +2,7 @@ package switchd
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,6 +52,54 @@ func TestListenNamingMgmtSocket(t *testing.T) {
 		t.Fatalf("%d listeners, want 1", n)
 	}
 	if _, err := Call(t.Context(), ts.Sock, CtlRequest{Cmd: "show"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSecondSwitchRefused: while a switch runs a bridge, another on the
+// same run dir and bridge is refused with ErrBridgeBusy naming the holder
+// (here: this process) before it touches the fast path, also when the run
+// dir is reached through a symlink; another bridge in the same run dir is
+// not. Once the first is closed, the bridge is free again.
+func TestSecondSwitchRefused(t *testing.T) {
+	ts := startSwitch(t, 1, nil)
+	cfg := ts.Config()
+	link := filepath.Join(t.TempDir(), "run")
+	if err := os.Symlink(cfg.RunDir, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{cfg.RunDir, link} {
+		c := cfg
+		c.RunDir = dir
+		sw, err := New(c)
+		if err == nil {
+			sw.Close()
+			t.Fatalf("a second switch on bridge %s in %s started", c.Bridge, dir)
+		}
+		if !errors.Is(err, ErrBridgeBusy) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+			t.Fatalf("second switch in %s: %v, want ErrBridgeBusy naming pid %d", dir, err, os.Getpid())
+		}
+	}
+	if _, err := Call(t.Context(), ts.Sock, CtlRequest{Cmd: "show"}); err != nil {
+		t.Fatalf("first switch after the refusals: %v", err)
+	}
+
+	other := cfg
+	other.Bridge = "br1"
+	sw, err := New(other)
+	if err != nil {
+		t.Fatalf("bridge br1 beside br0: %v", err)
+	}
+	if err := sw.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+
+	ts.stop()
+	sw, err = New(cfg)
+	if err != nil {
+		t.Fatalf("after the first switch closed: %v", err)
+	}
+	if err := sw.Destroy(); err != nil {
 		t.Fatal(err)
 	}
 }
