@@ -167,6 +167,17 @@ func TestPacketInFields(t *testing.T) {
 			"table=2,priority=100,cookie=0x22,dl_dst=" + podMAC(2) + ",actions=output:2,CONTROLLER:65535",
 		},
 		want: wantPacketIn{reason: openflow.PacketInReasonAction, table: 2, cookie: 0x22, match: "metadata=0x5,in_port=1"},
+	}, {
+		// A VLAN table (Faucet's habit): untagged ports get their VLAN
+		// pushed in table 0, the learning table sends to the controller,
+		// which reads the VLAN from the data.
+		name: "tag pushed in table 0, output:CONTROLLER in table 1",
+		flows: []string{
+			"table=0,priority=9,cookie=0xa0,in_port=1,vlan_tci=0/0x1000,actions=push_vlan:0x8100,set_field:4196->vlan_vid,goto_table:1",
+			"table=1,priority=9,cookie=0xb1,dl_vlan=100,actions=CONTROLLER:65535,goto_table:2",
+			"table=2,priority=0,dl_vlan=100,actions=pop_vlan,output:2",
+		},
+		want: wantPacketIn{reason: openflow.PacketInReasonAction, table: 1, cookie: 0xb1, match: "in_port=1", vlan: 100},
 	}}
 	for i, tc := range cases {
 		ts.ofctl("del-flows")
