@@ -216,6 +216,33 @@ static __always_inline int set_tunnel(struct __sk_buff *skb, const struct action
 	return bpf_skb_set_tunnel_key(skb, &tk, sizeof(tk), 0);
 }
 
+/* output_set sends a copy of the packet, as it is now, to every port of
+ * set idx (a flood): outside run_actions, so that the verifier checks
+ * its loop once, not once per action slot. */
+__noinline int output_set(struct __sk_buff *skb, __u32 idx)
+{
+	struct output_set *set;
+	__u32 j;
+
+	if (!skb)
+		return -1;
+	set = bpf_map_lookup_elem(&output_sets, &idx);
+	if (!set)
+		return -1;
+	for (j = 0; j < MAX_SET_PORTS; j++) {
+		__u32 ifindex, flags;
+
+		if (j >= set->n)
+			break;
+		ifindex = set->port[j].ifindex;
+		flags = set->port[j].flags;
+		trace_output(ifindex, flags);
+		if (bpf_clone_redirect(skb, ifindex, (flags & OUT_INGRESS) ? BPF_F_INGRESS : 0) < 0)
+			drop(DROP_REDIRECT);
+	}
+	return 0;
+}
+
 /* clone_out sends a copy of the packet as it is now. */
 static __always_inline int clone_out(struct __sk_buff *skb, const struct action *a)
 {
@@ -265,6 +292,11 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 				verdict = bpf_redirect(a->arg32, (a->flags & OUT_INGRESS) ? BPF_F_INGRESS : 0);
 			if (verdict != TC_ACT_REDIRECT)
 				return drop(DROP_REDIRECT);
+			break;
+		case ACT_OUTPUT_SET:
+			have_output = 1;
+			if (output_set(skb, a->arg32) < 0)
+				return drop(DROP_BAD_ACTION);
 			break;
 		case ACT_LOCAL:
 			trace_output(skb->ifindex, OUT_INGRESS);

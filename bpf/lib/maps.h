@@ -88,6 +88,7 @@ enum action_type {
 	ACT_SET_TUNNEL = 15,  /* arg32 = VNI, tun.* ; flags TUN_TOS_INHERIT */
 	ACT_USERSPACE = 16,   /* u64[0] = cookie */
 	ACT_DROP = 17,
+	ACT_OUTPUT_SET = 18,  /* arg32 = output_sets index: a copy to each of its ports */
 	ACT__MAX,
 };
 
@@ -115,6 +116,22 @@ struct action {
 		} tun;
 		__u64 u64[2];
 	};
+};
+
+/* An output set: the ports a flood (FLOOD, ALL, NORMAL broadcast, a group)
+ * sends copies to, kept apart from the flow so that a flow's 16 actions
+ * can reach every port of a large bridge. Filled by userspace before any
+ * flow refers to it. */
+#define MAX_SET_PORTS 256
+#define OUTPUT_SETS 1024
+
+struct output_set {
+	__u32 n;
+	__u32 pad;
+	struct {
+		__u32 ifindex;
+		__u32 flags; /* OUT_* */
+	} port[MAX_SET_PORTS];
 };
 
 struct flow_entry {
@@ -172,6 +189,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct dp_config);
 } config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, OUTPUT_SETS);
+	__type(key, __u32);
+	__type(value, struct output_set);
+} output_sets SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -172,6 +172,12 @@ func (d *Datapath) compileActions(acts []flow.Action) ([]rawAction, error) {
 		}
 	}
 	if len(out) > MaxActions {
+		var err error
+		if out, err = d.compressOutputs(out); err != nil {
+			return nil, err
+		}
+	}
+	if len(out) > MaxActions {
 		return nil, fmt.Errorf("datapath: %d actions: %w", len(out), ErrTooManyActs)
 	}
 	return out, nil
@@ -254,6 +260,8 @@ func (d *Datapath) decodeActions(raw []rawAction) []flow.Action {
 			out = append(out, flow.Userspace{Cookie: binary.NativeEndian.Uint64(r[8:])})
 		case actDrop:
 			out = append(out, flow.Drop{})
+		case actOutputSet:
+			out = append(out, d.expandOutputSet(binary.NativeEndian.Uint32(r[4:]))...)
 		}
 	}
 	return out

@@ -92,6 +92,7 @@ type Datapath struct {
 	nsErr     error
 
 	mu       sync.Mutex
+	sets     *outputSetTable
 	ports    map[uint32]*Port // by OpenFlow port number
 	vanished []Port           // ports whose device was gone at Open
 	masks    [MaxMasks]maskSlot
@@ -119,8 +120,9 @@ type installed struct {
 	slot    int
 	key     flow.Key // masked
 	actions []flow.Action
-	filter  uint32 // filter slot index raised for this flow
-	idx     int    // its index in the DeleteBatch under way
+	sets    []uint32 // output sets its actions refer to
+	filter  uint32   // filter slot index raised for this flow
+	idx     int      // its index in the DeleteBatch under way
 }
 
 // Open loads the fast path for cfg.Name, reusing its pinned maps and port
@@ -146,6 +148,7 @@ func Open(cfg Config) (*Datapath, error) {
 		scratch:   batchScratch{counts: filterCounts{}},
 		filter:    make(map[uint32]uint32),
 		execCache: make(map[string]uint32),
+		sets:      newOutputSetTable(),
 		ns:        -1,
 		slots:     make(chan uint32, execSlots),
 		nsStop:    make(chan struct{}),

@@ -238,7 +238,7 @@ func (d *Datapath) claim(f flow.Flow) (*installed, flowEntryBytes, error) {
 		d.releaseMask(slot, false)
 		return nil, entry, fmt.Errorf("datapath: %w (%d flows)", ErrFlowLimit, d.cfg.MaxFlows)
 	}
-	in := &installed{id: id, gen: d.nextGen(), slot: slot, key: f.Key, actions: f.Actions}
+	in := &installed{id: id, gen: d.nextGen(), slot: slot, key: f.Key, actions: f.Actions, sets: setsOf(raw)}
 	kw, mw := f.Key.Words(), d.masks[slot].mask.Words()
 	in.filter = uint32(slot)<<filterBits | filterHash(&kw, &mw, d.masks[slot].words)
 	entry = flowEntryBytes(encodeEntry(in.gen, raw))
@@ -351,7 +351,7 @@ func (d *Datapath) Modify(f flow.Flow) error {
 	if err := d.objs.FlowGens.Put(in.id, gen); err != nil {
 		return fmt.Errorf("datapath: modifying %s: %w", f, err)
 	}
-	in.gen, in.actions = gen, f.Actions
+	in.gen, in.actions, in.sets = gen, f.Actions, setsOf(raw)
 	return nil
 }
 

@@ -103,6 +103,11 @@ func (d *Datapath) restore() error {
 		}
 	}
 
+	// Output sets, before the flows that refer to them.
+	if err := d.restoreOutputSets(); err != nil {
+		return err
+	}
+
 	// Masks.
 	for slot := uint32(0); slot < MaxMasks; slot++ {
 		var m nagareMfMask
@@ -144,7 +149,7 @@ func (d *Datapath) restore() error {
 		if err := key.UnmarshalBinary(mk[8:]); err != nil {
 			return err
 		}
-		in := &installed{id: id, gen: gen, slot: slot, key: key, actions: d.decodeActions(raw)}
+		in := &installed{id: id, gen: gen, slot: slot, key: key, actions: d.decodeActions(raw), sets: setsOf(raw)}
 		kw, mw := key.Words(), d.masks[slot].mask.Words()
 		in.filter = uint32(slot)<<filterBits | filterHash(&kw, &mw, d.masks[slot].words)
 		d.track(mk, in)
