@@ -43,12 +43,14 @@ build: generate
 vet: generate
 	$(GO) vet $(PKGS)
 
-# test runs the whole suite. Datapath, namespace and lab tests need root;
+# test runs the whole suite, then the switch's tests again under the race
+# detector (its threads share the most state). Datapath, namespace and lab tests need root;
 # CI runs as root. Packages run one at a time (-p 1): their namespace
 # tests move real traffic and measure it, and on a 2-CPU machine two of
 # them at once would mostly measure each other.
 test: deps $(TEST_DEPS) build vet
 	$(GO) test -p 1 -count=1 -timeout 40m $(PKGS)
+	$(GO) test -race -count=1 -timeout 10m ./pkg/switchd/
 
 # test-short skips everything that needs root or network namespaces.
 test-short: generate

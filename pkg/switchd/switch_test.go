@@ -48,7 +48,8 @@ func TestListenNamingMgmtSocket(t *testing.T) {
 	ts := runSwitch(t, node, pods, dir, func(c *Config) {
 		c.Listen = []Target{{Passive: true, Network: "unix", Address: filepath.Join(dir, "br0.mgmt")}}
 	})
-	if n := len(ts.listeners); n != 1 {
+	cfg := ts.Config()
+	if n := len(cfg.listenTargets()); n != 1 {
 		t.Fatalf("%d listeners, want 1", n)
 	}
 	if _, err := Call(t.Context(), ts.Sock, CtlRequest{Cmd: "show"}); err != nil {
