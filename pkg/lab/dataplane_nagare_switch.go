@@ -361,8 +361,8 @@ func (p *nagareSwitchPlane) FlushFlows(ctx context.Context) error {
 }
 
 // RevalidationRound runs one round now (`revalidate`; with tableChange
-// after an unrelated rule is added, so that every flow is translated
-// again) and returns what the switch measured.
+// every cached flow is translated again, as after a table change, while
+// the tables stay as they are) and returns what the switch measured.
 func (p *nagareSwitchPlane) RevalidationRound(ctx context.Context, tableChange bool) (RevalidationRound, error) {
 	if p.fs == nil {
 		return RevalidationRound{}, fmt.Errorf("PrepareFlowSetup was not called")
