@@ -85,6 +85,12 @@ type Config struct {
 	NumTables int              // number of flow tables; default 254 (0..253)
 	Now       func() time.Time // clock; default time.Now
 	MACAging  time.Duration    // NORMAL learning table aging; default 300s
+	// MACTableSize bounds the NORMAL learning table; default 8192 (Open
+	// vSwitch's mac-table-size).
+	MACTableSize int
+	// MACPerPort is how many learning table entries one port may own;
+	// default a quarter of MACTableSize.
+	MACPerPort int
 	// MaxRulesPerTable limits each table (OFPFMFC_TABLE_FULL); default 1<<20.
 	MaxRulesPerTable int
 	// FailStandalone makes Translate act as NORMAL while the pipeline
@@ -109,8 +115,12 @@ type Pipeline struct {
 
 	fallbackNormal atomic.Bool
 	version        atomic.Uint64
-	macs           macTable
-	cookies        cookieRegistry
+	// versionMu orders bumps with Versions: fullVersion is the version
+	// of the last change other than a learning table one.
+	versionMu   sync.Mutex
+	fullVersion uint64
+	macs        macTable
+	cookies     cookieRegistry
 }
 
 // New returns an empty pipeline.
@@ -124,6 +134,13 @@ func New(cfg Config) *Pipeline {
 	if cfg.MACAging <= 0 {
 		cfg.MACAging = 300 * time.Second
 	}
+	if cfg.MACTableSize <= 0 {
+		cfg.MACTableSize = 8192
+	}
+	if cfg.MACPerPort <= 0 {
+		cfg.MACPerPort = max(1, cfg.MACTableSize/4)
+	}
+	cfg.MACPerPort = min(cfg.MACPerPort, cfg.MACTableSize)
 	if cfg.MaxRulesPerTable <= 0 {
 		cfg.MaxRulesPerTable = 1 << 20
 	}
@@ -132,10 +149,11 @@ func New(cfg Config) *Pipeline {
 	for i := range p.tables {
 		p.tables[i] = newTable(uint8(i))
 	}
-	p.macs.init()
+	p.macs.init(cfg.MACTableSize, cfg.MACPerPort)
 	p.cookies.init()
 	p.fallbackNormal.Store(cfg.FailStandalone)
 	p.version.Store(1)
+	p.fullVersion = 1
 	return p
 }
 
@@ -144,7 +162,28 @@ func New(cfg Config) *Pipeline {
 // fallback mode. The revalidator re-translates cached flows when it moved.
 func (p *Pipeline) Version() uint64 { return p.version.Load() }
 
-func (p *Pipeline) bump() { p.version.Add(1) }
+// Versions returns the version and the version of the last change that
+// was not a NORMAL learning table change (learning, moves, evictions,
+// aging). A translation made at version v < full may be wrong anywhere;
+// one made at full <= v < version only where its MACDeps no longer hold.
+func (p *Pipeline) Versions() (version, full uint64) {
+	p.versionMu.Lock()
+	defer p.versionMu.Unlock()
+	return p.version.Load(), p.fullVersion
+}
+
+func (p *Pipeline) bump() {
+	p.versionMu.Lock()
+	p.fullVersion = p.version.Add(1)
+	p.versionMu.Unlock()
+}
+
+// bumpMAC records a learning table change.
+func (p *Pipeline) bumpMAC() {
+	p.versionMu.Lock()
+	p.version.Add(1)
+	p.versionMu.Unlock()
+}
 
 // SetFallbackNormal turns fail-standalone on or off: while no rule is
 // installed in any table, Translate behaves as output:NORMAL.

@@ -118,12 +118,11 @@ func (p *Pipeline) Expire() []Removed {
 			p.nrules--
 		}
 	}
-	changed := len(out) > 0
-	if p.macs.age(now, p.cfg.MACAging) > 0 {
-		changed = true
-	}
-	if changed {
+	if len(out) > 0 {
 		p.bump()
+	}
+	if p.macs.age(now, p.cfg.MACAging) > 0 {
+		p.bumpMAC()
 	}
 	return out
 }

@@ -28,6 +28,9 @@ type Translation struct {
 	// Rules are the rules, table misses, groups, buckets and NORMAL
 	// learning entries this packet went through, for Credit.
 	Rules []RuleRef
+	// MACDeps are the NORMAL learning table lookups the result depended
+	// on; after a learning table change it still holds if MACDepsHold.
+	MACDeps []MACDep
 	// PacketIns are the messages for the controller about this packet;
 	// the daemon sends them for the first packet and executes Actions
 	// minus flow.Userspace (PacketIn.ActionIndex says where each was).
@@ -82,10 +85,11 @@ type xlate struct {
 	tpid              uint16
 	lastTunnel        *flow.SetTunnel
 
-	acts  []flow.Action
-	rules []RuleRef
-	pins  []PacketIn
-	trace []TraceStep
+	acts    []flow.Action
+	rules   []RuleRef
+	macDeps []MACDep
+	pins    []PacketIn
+	trace   []TraceStep
 
 	// Context of the rule being executed, for packet-ins.
 	tableID uint8
@@ -127,7 +131,7 @@ func (x *xlate) result() (*Translation, error) {
 	if x.opts.Trace {
 		x.tracef(TraceNote, x.tableID, "datapath actions: %s", flow.FormatActions(x.acts))
 	}
-	t := &Translation{Actions: x.acts, Mask: x.finalMask(), Rules: x.rules, PacketIns: x.pins,
+	t := &Translation{Actions: x.acts, Mask: x.finalMask(), Rules: x.rules, MACDeps: x.macDeps, PacketIns: x.pins,
 		NoCache: x.opts.PacketOut || x.err != nil, Trace: x.trace}
 	err := x.err
 	*x = xlate{}
