@@ -154,12 +154,20 @@ int nagare_port_ingress(struct __sk_buff *skb)
 			fe = bpf_map_lookup_elem(&flows, &fid);
 		if (fe) {
 			count(CTR_MEGAFLOW_HIT);
-			/* Remember it in this CPU's slot; a colliding key is evicted. */
-			if (emc_slot && flow_alive(fid, fe->gen)) {
+			/* Remember it in this CPU's slot; a colliding key is
+			 * evicted. Only one hit in cfg->emc is remembered (Open
+			 * vSwitch's emc-insert-inv-prob): a flow with many
+			 * packets gets its entry soon, while a sender of ever-new
+			 * keys (random ports or TTLs under one wide megaflow)
+			 * can no longer evict everyone else's entries at its
+			 * own packet rate. */
+			if (emc_slot && flow_alive(fid, fe->gen) &&
+			    (cfg->emc <= 1 || bpf_get_prandom_u32() % cfg->emc == 0)) {
 				__builtin_memcpy(&emc_slot->key, &key, sizeof(key));
 				emc_slot->flow_id = fid;
 				emc_slot->gen = fe->gen;
 				__builtin_memcpy(&emc_slot->fe, fe, sizeof(*fe));
+				count(CTR_EMC_INSERT);
 			}
 		}
 	}

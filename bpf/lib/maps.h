@@ -52,7 +52,7 @@ struct port_info {
 
 struct dp_config {
 	__u32 n_masks;   /* masks[0 .. n_masks) are probed, in order */
-	__u32 emc;       /* exact-match cache on (1) or off (0) */
+	__u32 emc;       /* exact-match cache: 0 off; N > 0 inserts a megaflow hit with probability 1/N */
 	__u32 upcalls;   /* send misses to userspace (1) or drop them (0) */
 	__u32 layout;    /* 0 until userspace has initialised the maps */
 };
@@ -163,6 +163,7 @@ enum counter {
 	CTR_UPCALL = 3,       /* upcall records written (misses + userspace actions) */
 	CTR_EXECUTED = 4,     /* packets executed for userspace */
 	CTR_MASK_PROBES = 5,  /* hash map lookups done by the megaflow search */
+	CTR_EMC_INSERT = 6,   /* exact-match cache entries written */
 	CTR__MAX = 16,
 };
 

@@ -69,6 +69,14 @@ func run(args []string) error {
 	fs.StringVar(&cfg.PinRoot, "bpffs", datapath.DefaultPinRoot, "BPF filesystem directory for the fast path's pins")
 	fs.IntVar(&cfg.MaxFlows, "max-flows", datapath.DefaultMaxFlows, "fast-path capacity (fixed for the life of the pins)")
 	fs.IntVar(&cfg.FlowLimit, "flow-limit", 200000, "cached flows the slow path installs at most")
+	fs.Func("emc-insert-inv-prob", "one megaflow hit in N enters the exact-match cache (default 100, as Open vSwitch; 1: every hit)", func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n == 0 {
+			return fmt.Errorf("want a whole number >= 1, got %q", v)
+		}
+		cfg.EMCInsertInvProb = uint32(n)
+		return nil
+	})
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 10*time.Second, "remove cached flows unused this long")
 	fs.DurationVar(&cfg.RevalidateInterval, "revalidate-interval", 500*time.Millisecond, "period of revalidator rounds")
 	fs.Var(&ports, "port", "attach IFNAME at start, optionally as IFNAME=N (repeatable)")

@@ -51,7 +51,7 @@ const (
 )
 
 // counterNames lists enum counter in bpf/lib/maps.h.
-var counterNames = []string{"emc-hit", "megaflow-hit", "miss", "upcall", "executed", "mask-probe"}
+var counterNames = []string{"emc-hit", "megaflow-hit", "miss", "upcall", "executed", "mask-probe", "emc-insert"}
 
 // Drops returns the non-zero drop counters, summed over CPUs.
 func (d *Datapath) Drops() (map[DropReason]uint64, error) {

@@ -70,7 +70,16 @@ type Config struct {
 	NetNS string
 	// Trace makes the programs record every output decision; tests use it.
 	Trace bool
+	// EMCInsertInvProb: a megaflow hit is remembered in the exact-match
+	// cache with probability 1/EMCInsertInvProb (Open vSwitch's
+	// emc-insert-inv-prob), so a sender of ever-new keys cannot churn
+	// the other ports' entries. 0 means DefaultEMCInsertInvProb; 1
+	// remembers every hit.
+	EMCInsertInvProb uint32
 }
+
+// DefaultEMCInsertInvProb is Open vSwitch's default.
+const DefaultEMCInsertInvProb = 100
 
 // Datapath is an open fast-path instance.
 type Datapath struct {
@@ -130,6 +139,9 @@ type installed struct {
 func Open(cfg Config) (*Datapath, error) {
 	if cfg.Name == "" {
 		return nil, errors.New("datapath: Config.Name is required")
+	}
+	if cfg.EMCInsertInvProb == 0 {
+		cfg.EMCInsertInvProb = DefaultEMCInsertInvProb
 	}
 	if cfg.PinRoot == "" {
 		cfg.PinRoot = DefaultPinRoot

@@ -105,7 +105,8 @@ func newTestDP(tb testing.TB) *testDP {
 	tb.Helper()
 	requireRoot(tb)
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(tb.Name())
-	d, err := Open(Config{Name: name, PinRoot: testPinDir, NetNS: "/var/run/netns/" + testNS, Trace: !isBench(tb), MaxFlows: 4096})
+	// Every megaflow hit enters the EMC: tests count hits packet by packet.
+	d, err := Open(Config{Name: name, PinRoot: testPinDir, NetNS: "/var/run/netns/" + testNS, Trace: !isBench(tb), MaxFlows: 4096, EMCInsertInvProb: 1})
 	if err != nil {
 		tb.Fatal(err)
 	}

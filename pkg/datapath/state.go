@@ -29,7 +29,12 @@ func (d *Datapath) writeConfig(change func(*nagareDpConfig)) error {
 // SetEMC turns the exact-match cache on or off (benchmarks of the megaflow
 // search turn it off).
 func (d *Datapath) SetEMC(on bool) error {
-	return d.writeConfig(func(c *nagareDpConfig) { c.Emc = b2u(on) })
+	return d.writeConfig(func(c *nagareDpConfig) {
+		c.Emc = 0
+		if on {
+			c.Emc = d.cfg.EMCInsertInvProb
+		}
+	})
 }
 
 // SetUpcalls chooses whether misses go to userspace (on) or are dropped
@@ -54,11 +59,19 @@ func (d *Datapath) restore() error {
 		return err
 	}
 	if c.Layout == 0 {
-		c = nagareDpConfig{Emc: 1, Upcalls: 1, Layout: layoutV1}
+		c = nagareDpConfig{Emc: d.cfg.EMCInsertInvProb, Upcalls: 1, Layout: layoutV1}
 		return d.objs.Config.Put(uint32(0), c)
 	}
 	if c.Layout != layoutV1 {
 		return fmt.Errorf("pinned maps have layout %d, this build understands %d", c.Layout, layoutV1)
+	}
+	if c.Emc != 0 && c.Emc != d.cfg.EMCInsertInvProb {
+		// This process's setting wins (a previous one may have had
+		// another, or the "always" of older builds).
+		c.Emc = d.cfg.EMCInsertInvProb
+		if err := d.objs.Config.Put(uint32(0), c); err != nil {
+			return err
+		}
 	}
 
 	// Ports, and their attachments.
