@@ -17,8 +17,9 @@ type ukey struct {
 	mask    flow.Mask
 	actions []flow.Action
 	rules   []ofproto.RuleRef
-	version uint64 // pipeline version it was last checked against
-	packets uint64 // datapath counters already credited
+	macDeps []ofproto.MACDep // NORMAL lookups the translation made
+	version uint64           // pipeline version it was last checked against
+	packets uint64           // datapath counters already credited
 	bytes   uint64
 	created time.Time
 	orphan  bool   // inherited from a previous process: no rules known

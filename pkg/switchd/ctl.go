@@ -276,6 +276,7 @@ func (s *Switch) show() ([]string, any, error) {
 		return nil, nil, err
 	}
 	rv := s.rv.stats()
+	ms := s.pl.MACStats()
 	st := &s.stats
 	lines := []string{
 		fmt.Sprintf("bridge %s: dpid %016x, fail mode %s, %d ports, %d cached flows (limit %d), %d masks",
@@ -285,8 +286,10 @@ func (s *Switch) show() ([]string, any, error) {
 		fmt.Sprintf("slow path: upcalls %d (miss %d, action %d), installed %d, install errors %d, flow limit hits %d, executed %d, execute errors %d, too big to execute %d, translation errors %d, packet-ins %d, malformed upcalls %d",
 			st.upcalls.Load(), st.misses.Load(), st.actionUpcalls.Load(), st.installed.Load(), st.installErrs.Load(), st.limited.Load(),
 			st.executed.Load(), st.execErrs.Load(), st.truncated.Load(), st.xlateErrs.Load(), st.packetIns.Load(), st.badUpcalls.Load()),
-		fmt.Sprintf("revalidator: %d rounds, last %v over %d flows (max %v), idle-deleted %d, stale-deleted %d, modified %d, revalidated %d, rules expired %d",
-			rv.Rounds, rv.LastDuration, rv.LastFlows, rv.MaxDuration, rv.IdleDeleted, rv.StaleDeleted, rv.Modified, rv.Revalidated, rv.RulesExpired),
+		fmt.Sprintf("revalidator: %d rounds, last %v over %d flows (max %v), idle-deleted %d, stale-deleted %d, modified %d, revalidated %d, kept after MAC learning without translating %d, rules expired %d",
+			rv.Rounds, rv.LastDuration, rv.LastFlows, rv.MaxDuration, rv.IdleDeleted, rv.StaleDeleted, rv.Modified, rv.Revalidated, rv.MACSkipped, rv.RulesExpired),
+		fmt.Sprintf("mac table: %d entries (max %d, %d per port), learned %d, moved %d, aged %d, evicted: port over budget %d, table full %d (of another port's %d)",
+			ms.Entries, ms.Max, ms.PerPort, ms.Learned, ms.Moved, ms.Aged, ms.EvictedPort, ms.EvictedFull, ms.EvictedVictims),
 	}
 	var reasons []string
 	for r, n := range drops {
@@ -294,7 +297,7 @@ func (s *Switch) show() ([]string, any, error) {
 	}
 	sort.Strings(reasons)
 	lines = append(lines, "drops: "+strings.Join(reasons, " "))
-	data := map[string]any{"counters": c, "revalidator": rv, "cached_flows": s.cache.len(), "installed": st.installed.Load()}
+	data := map[string]any{"counters": c, "revalidator": rv, "mac_table": ms, "cached_flows": s.cache.len(), "installed": st.installed.Load()}
 	return lines, data, nil
 }
 

@@ -19,7 +19,9 @@ import (
 //     came from (so dump-flows counters are true, and idle timeouts see use),
 //   - removes flows unused for IdleTimeout,
 //   - if the pipeline changed since a flow was checked, translates the
-//     flow's packet again: same actions and a mask no wider than the
+//     flow's packet again (after changes of the NORMAL learning table
+//     alone, only flows whose NORMAL lookups would now answer otherwise:
+//     one new address must not re-translate every cached flow): same actions and a mask no wider than the
 //     installed one → keep; other actions under a covering mask → modify
 //     in place; otherwise delete (the next packet is upcalled afresh),
 //   - expires OpenFlow rules whose timeouts passed (FLOW_REMOVED).
@@ -42,6 +44,7 @@ type revalidator struct {
 	staleDeleted uint64
 	modified     uint64
 	revalidated  uint64
+	macSkipped   uint64
 	ruleExpired  uint64
 }
 
@@ -123,7 +126,7 @@ func (r *revalidator) roundOf(all bool) {
 	defer r.roundMu.Unlock()
 	s := r.s
 	start := time.Now()
-	version := s.pl.Version()
+	version, full := s.pl.Versions()
 	r.mu.Lock()
 	if version != r.lastVersion {
 		r.lastChange = start
@@ -133,6 +136,7 @@ func (r *revalidator) roundOf(all bool) {
 
 	var idle, stale, modified, checked uint64
 	var recheck []*ukey // to translate again
+	var macOnly []*ukey // changed since: the learning table only
 	var deletes []*ukey // idle, then stale: deleted together at the end
 	var missing []uint32
 	total := 0
@@ -161,8 +165,12 @@ func (r *revalidator) roundOf(all bool) {
 			switch {
 			case start.Sub(last) > s.cfg.IdleTimeout:
 				deletes = append(deletes, uk)
-			case (all || uk.version != version) && (!uk.orphan || settled):
-				recheck = append(recheck, uk)
+			case all || uk.version < full || uk.orphan:
+				if !uk.orphan || settled {
+					recheck = append(recheck, uk)
+				}
+			case uk.version != version:
+				macOnly = append(macOnly, uk)
 			}
 		}
 	})
@@ -183,6 +191,17 @@ func (r *revalidator) roundOf(all bool) {
 		s.cache.mu.Unlock()
 	}
 	idle = uint64(len(deletes))
+	// Flows that saw only learning table changes since their last check
+	// stay as they are while their NORMAL lookups answer the same.
+	var skipped uint64
+	for _, uk := range macOnly {
+		if s.pl.MACDepsHold(uk.macDeps) {
+			uk.version = version
+			skipped++
+		} else {
+			recheck = append(recheck, uk)
+		}
+	}
 	// Translating again is the costly part of a round after a table
 	// change: spread it over the CPUs (the pipeline is safe for
 	// concurrent translations, the fast path for concurrent updates).
@@ -223,6 +242,7 @@ func (r *revalidator) roundOf(all bool) {
 	r.staleDeleted += stale
 	r.modified += modified
 	r.revalidated += checked
+	r.macSkipped += skipped
 	r.mu.Unlock()
 }
 
@@ -241,7 +261,7 @@ func (r *revalidator) check(uk *ukey, version uint64) verdict {
 	if err != nil || x.NoCache || !uk.mask.Covers(x.mask) {
 		return verdictDelete
 	}
-	uk.rules, uk.version, uk.orphan = x.Rules, version, false
+	uk.rules, uk.macDeps, uk.version, uk.orphan = x.Rules, x.MACDeps, version, false
 	if actionsEqual(x.actions, uk.actions) {
 		return verdictKeep
 	}
@@ -324,11 +344,14 @@ type RevalidatorStats struct {
 	StaleDeleted uint64        `json:"stale_deleted"`
 	Modified     uint64        `json:"modified"`
 	Revalidated  uint64        `json:"revalidated"`
-	RulesExpired uint64        `json:"rules_expired"`
+	// MACSkipped counts flows not translated again after learning table
+	// changes, because none of their NORMAL lookups changed.
+	MACSkipped   uint64 `json:"mac_skipped"`
+	RulesExpired uint64 `json:"rules_expired"`
 }
 
 func (r *revalidator) stats() RevalidatorStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return RevalidatorStats{r.rounds, r.lastDuration, r.maxDuration, r.lastFlows, r.idleDeleted, r.staleDeleted, r.modified, r.revalidated, r.ruleExpired}
+	return RevalidatorStats{r.rounds, r.lastDuration, r.maxDuration, r.lastFlows, r.idleDeleted, r.staleDeleted, r.modified, r.revalidated, r.macSkipped, r.ruleExpired}
 }

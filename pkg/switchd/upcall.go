@@ -225,7 +225,7 @@ func (h *upcallHandler) flush() {
 			switch err := h.errs[m.install]; {
 			case err == nil:
 				s.stats.installed.Add(1)
-				s.cache.set(h.ids[m.install], &ukey{packet: m.u.Key, mask: f.Mask, actions: m.x.actions, rules: m.x.Rules, version: m.x.version, created: now})
+				s.cache.set(h.ids[m.install], &ukey{packet: m.u.Key, mask: f.Mask, actions: m.x.actions, rules: m.x.Rules, macDeps: m.x.MACDeps, version: m.x.version, created: now})
 			case errors.Is(err, datapath.ErrFlowExists):
 				// Another packet of the same megaflow got there first.
 			default:
