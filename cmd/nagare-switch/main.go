@@ -69,6 +69,8 @@ func run(args []string) error {
 	fs.StringVar(&cfg.PinRoot, "bpffs", datapath.DefaultPinRoot, "BPF filesystem directory for the fast path's pins")
 	fs.IntVar(&cfg.MaxFlows, "max-flows", datapath.DefaultMaxFlows, "fast-path capacity (fixed for the life of the pins)")
 	fs.IntVar(&cfg.FlowLimit, "flow-limit", 200000, "cached flows the slow path installs at most")
+	fs.IntVar(&cfg.MACTableSize, "mac-table-size", 0, "NORMAL's MAC learning table holds at most this many entries (default 8192)")
+	fs.IntVar(&cfg.MACPerPort, "mac-per-port", 0, "entries one port may own in the MAC table (default a quarter of the table; raise it for an uplink)")
 	fs.Func("emc-insert-inv-prob", "one megaflow hit in N enters the exact-match cache (default 100, as Open vSwitch; 1: every hit)", func(v string) error {
 		n, err := strconv.ParseUint(v, 10, 32)
 		if err != nil || n == 0 {
@@ -85,6 +87,9 @@ func run(args []string) error {
 	fs.BoolVar(&destroy, "destroy", false, "remove the bridge's fast path (detach ports, delete flows and pins) and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if cfg.MACTableSize < 0 || cfg.MACPerPort < 0 || (cfg.MACTableSize > 0 && cfg.MACPerPort > cfg.MACTableSize) {
+		return fmt.Errorf("--mac-table-size %d, --mac-per-port %d: want sizes >= 0 (0: default), per port at most the table", cfg.MACTableSize, cfg.MACPerPort)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())

@@ -57,8 +57,11 @@ type Config struct {
 	// EMCInsertInvProb: one megaflow hit in N enters the exact-match
 	// cache (datapath.DefaultEMCInsertInvProb, as Open vSwitch).
 	EMCInsertInvProb uint32
-	FlowLimit        int           // cached flows the slow path installs at most; default 200000
-	IdleTimeout      time.Duration // a cached flow unused this long is removed; default 10s
+	// MACTableSize and MACPerPort bound NORMAL's learning table (ofproto
+	// defaults: 8192, a quarter of the table per port).
+	MACTableSize, MACPerPort int
+	FlowLimit                int           // cached flows the slow path installs at most; default 200000
+	IdleTimeout              time.Duration // a cached flow unused this long is removed; default 10s
 	// RevalidateInterval is the period of the revalidator's rounds; default 500ms.
 	RevalidateInterval time.Duration
 	ProbeInterval      time.Duration // OpenFlow echo keepalive; default 5s
@@ -264,7 +267,7 @@ func New(cfg Config) (*Switch, error) {
 		log:         cfg.Logger.With("bridge", cfg.Bridge),
 		dp:          dp,
 		lock:        lock,
-		pl:          ofproto.New(ofproto.Config{}),
+		pl:          ofproto.New(ofproto.Config{MACTableSize: cfg.MACTableSize, MACPerPort: cfg.MACPerPort}),
 		start:       time.Now(),
 		conns:       map[*ofConn]struct{}{},
 		raw:         map[net.Conn]struct{}{},
