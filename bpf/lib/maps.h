@@ -89,6 +89,7 @@ enum action_type {
 	ACT_USERSPACE = 16,   /* u64[0] = cookie */
 	ACT_DROP = 17,
 	ACT_OUTPUT_SET = 18,  /* arg32 = output_sets index: a copy to each of its ports */
+	ACT_SET_TTL = 19,     /* arg16 = IPv4 TTL / IPv6 hop limit */
 	ACT__MAX,
 };
 

@@ -39,6 +39,7 @@ const (
 	actSetTunnel = 15
 	actUserspace = 16
 	actDrop      = 17
+	actSetTTL    = 19 // 18 is actOutputSet (outputsets.go)
 
 	outPeer    = 1 << 0
 	outIngress = 1 << 1
@@ -125,6 +126,9 @@ func (d *Datapath) compileActions(acts []flow.Action) ([]rawAction, error) {
 			binary.NativeEndian.PutUint32(r[4:], 0x03)
 		case flow.DecTTL:
 			r[0] = actDecTTL
+		case flow.SetTTL:
+			r[0] = actSetTTL
+			binary.NativeEndian.PutUint16(r[2:], uint16(a.TTL))
 		case flow.PushVLAN:
 			tpid := a.TPID
 			if tpid == 0 {
@@ -239,6 +243,8 @@ func (d *Datapath) decodeActions(raw []rawAction) []flow.Action {
 			}
 		case actDecTTL:
 			out = append(out, flow.DecTTL{})
+		case actSetTTL:
+			out = append(out, flow.SetTTL{TTL: uint8(binary.NativeEndian.Uint16(r[2:]))})
 		case actPushVLAN:
 			be := uint16(binary.NativeEndian.Uint32(r[4:]))
 			out = append(out, flow.PushVLAN{TPID: be>>8 | be<<8, TCI: binary.NativeEndian.Uint16(r[2:])})

@@ -99,6 +99,11 @@ func TestRewrites(t *testing.T) {
 				t.Errorf("ttl %d", ttl)
 			}
 		}},
+		{"set-ttl", flow.SetTTL{TTL: 5}, func(t *testing.T, p gopacket.Packet) {
+			if ip := ip4of(p); ip.TTL != 5 || ip.TOS != 10<<2|1 || ip.Protocol == 0 {
+				t.Errorf("ttl %d tos 0x%x proto %d", ip.TTL, ip.TOS, ip.Protocol)
+			}
+		}},
 	}...)
 	v6tests := append(tests, []struct {
 		name  string
@@ -123,6 +128,11 @@ func TestRewrites(t *testing.T) {
 		{"dec-ttl", flow.DecTTL{}, func(t *testing.T, p gopacket.Packet) {
 			if hl := ip6of(p).HopLimit; hl != 63 {
 				t.Errorf("hop limit %d", hl)
+			}
+		}},
+		{"set-ttl", flow.SetTTL{TTL: 5}, func(t *testing.T, p gopacket.Packet) {
+			if ip := ip6of(p); ip.HopLimit != 5 || ip.TrafficClass != 10<<2|1 || ip.FlowLabel != 0xabcde {
+				t.Errorf("hop limit %d tclass 0x%x label 0x%x", ip.HopLimit, ip.TrafficClass, ip.FlowLabel)
 			}
 		}},
 	}...)
@@ -217,6 +227,24 @@ func TestDecTTLExpires(t *testing.T) {
 		if got := d.drops()[DropTTLExceeded]; got != before+1 {
 			t.Fatalf("v6=%v: ttl-exceeded count %d, want %d", v6, got, before+1)
 		}
+	}
+}
+
+// TestSetTTLLeavesNonIPAlone: set_nw_ttl on an ARP packet forwards it
+// unchanged, as Open vSwitch does.
+func TestSetTTLLeavesNonIPAlone(t *testing.T) {
+	d := newTestDP(t)
+	pkt := serialize(t, eth(layers.EthernetTypeARP), &layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4,
+		HwAddressSize: 6, ProtAddressSize: 4, Operation: layers.ARPRequest,
+		SourceHwAddress: []byte{2, 0, 0, 0, 0, 1}, SourceProtAddress: []byte{10, 0, 0, 1},
+		DstHwAddress: make([]byte, 6), DstProtAddress: []byte{10, 0, 0, 2}})
+	d.put(inPortFlow(flow.SetTTL{TTL: 5}, flow.Output{Port: portOut}))
+	r := d.run(pkt, "lo")
+	if r.verdict != tcActRedirect {
+		t.Fatalf("verdict %d, drops %v", r.verdict, d.drops())
+	}
+	if !bytes.Equal(r.out, pkt) {
+		t.Fatalf("ARP packet changed:\n got %x\nwant %x", r.out, pkt)
 	}
 }
 

@@ -50,6 +50,10 @@ type SetECN struct{ ECN uint8 }
 // would reach zero is dropped and counted.
 type DecTTL struct{}
 
+// SetTTL sets the IPv4 TTL (header checksum fixed) or IPv6 hop limit;
+// other packets are left alone.
+type SetTTL struct{ TTL uint8 }
+
 // PushVLAN adds an 802.1Q (TPID 0x8100) or 802.1ad (0x88a8) tag.
 type PushVLAN struct {
 	TPID uint16 // 0 means 0x8100
@@ -87,6 +91,7 @@ func (SetTpDst) isAction()  {}
 func (SetDSCP) isAction()   {}
 func (SetECN) isAction()    {}
 func (DecTTL) isAction()    {}
+func (SetTTL) isAction()    {}
 func (PushVLAN) isAction()  {}
 func (PopVLAN) isAction()   {}
 func (SetTunnel) isAction() {}
@@ -104,6 +109,7 @@ func (a SetTpDst) String() string  { return fmt.Sprintf("set(tp_dst=%d)", a.Port
 func (a SetDSCP) String() string   { return fmt.Sprintf("set(dscp=%d)", a.DSCP) }
 func (a SetECN) String() string    { return fmt.Sprintf("set(ecn=%d)", a.ECN) }
 func (DecTTL) String() string      { return "dec_ttl" }
+func (a SetTTL) String() string    { return fmt.Sprintf("set(ttl=%d)", a.TTL) }
 func (a PushVLAN) String() string {
 	tpid := a.TPID
 	if tpid == 0 {

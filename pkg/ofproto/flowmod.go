@@ -291,7 +291,7 @@ func (p *Pipeline) checkActions(as openflow.Actions, packetOut bool) error {
 			if a.Field.Class != openflow.ClassOpenFlowBasic || len(a.Field.Value) != a.Field.Field.Len() || a.Field.Mask != nil {
 				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetArgument, "set_field %s", a.Field.Field)
 			}
-		case openflow.ActionPushVLAN, openflow.ActionPopVLAN, openflow.ActionDecNWTTL, openflow.ActionSetQueue:
+		case openflow.ActionPushVLAN, openflow.ActionPopVLAN, openflow.ActionDecNWTTL, openflow.ActionSetNWTTL, openflow.ActionSetQueue:
 		default:
 			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadType, "%s: not supported by the fast path", a)
 		}

@@ -27,7 +27,6 @@ func TestFlowModErrors(t *testing.T) {
 		{"table=2,actions=goto_table:9", openflow.ErrTypeBadInstruction, openflow.BadInstBadTableID},
 		{"actions=group:7", openflow.ErrTypeBadAction, openflow.BadActionBadOutGroup},
 		{"actions=meter:1", openflow.ErrTypeMeterModFailed, openflow.MeterModUnknownMeter},
-		{"ip,actions=mod_nw_ttl:9", openflow.ErrTypeBadAction, openflow.BadActionBadType},
 		{"actions=push_mpls:0x8847", openflow.ErrTypeBadAction, openflow.BadActionBadType},
 		{"arp,actions=set_field:1->arp_op", openflow.ErrTypeBadAction, openflow.BadActionBadSetType},
 		{"mpls,mpls_label=5,actions=drop", openflow.ErrTypeBadMatch, openflow.BadMatchBadField},

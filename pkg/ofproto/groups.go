@@ -368,7 +368,7 @@ func (p *Pipeline) GroupFeatures() openflow.GroupFeaturesReply {
 	var acts uint32
 	for _, t := range []openflow.ActionType{openflow.ActionTypeOutput, openflow.ActionTypePushVLAN,
 		openflow.ActionTypePopVLAN, openflow.ActionTypeSetQueue, openflow.ActionTypeGroup,
-		openflow.ActionTypeDecNWTTL, openflow.ActionTypeSetField} {
+		openflow.ActionTypeSetNWTTL, openflow.ActionTypeDecNWTTL, openflow.ActionTypeSetField} {
 		acts |= 1 << t
 	}
 	r := openflow.GroupFeaturesReply{

@@ -142,7 +142,7 @@ func TestGroupModErrorsAndDelete(t *testing.T) {
 	wantErr(t, gm(openflow.GroupAdd, 3, openflow.GroupTypeFF, bucket(t, 0, anyP, 8, "output:1")),
 		openflow.ErrTypeGroupModFailed, openflow.GroupModBadWatch)
 	wantErr(t, gm(openflow.GroupAdd, 3, openflow.GroupTypeIndirect), openflow.ErrTypeGroupModFailed, openflow.GroupModBadBucket)
-	wantErr(t, gm(openflow.GroupAdd, 3, openflow.GroupTypeAll, bucket(t, 0, anyP, anyG, "mod_nw_ttl:3")),
+	wantErr(t, gm(openflow.GroupAdd, 3, openflow.GroupTypeAll, bucket(t, 0, anyP, anyG, "push_mpls:0x8847")),
 		openflow.ErrTypeBadAction, openflow.BadActionBadType)
 	// A bucket may rewrite L3 (checked per packet, not against a match).
 	if err := gm(openflow.GroupAdd, 3, openflow.GroupTypeAll, bucket(t, 0, anyP, anyG, "set_field:10.0.0.9->ip_dst,output:2")); err != nil {

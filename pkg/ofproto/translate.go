@@ -248,10 +248,25 @@ func (x *xlate) apply(as openflow.Actions) {
 			// out; TTL is not part of any decision here.
 			x.acts = append(x.acts, flow.DecTTL{})
 			x.cur.NwTTL--
+		case openflow.ActionSetNWTTL:
+			x.setNWTTL(a.TTL)
 		case openflow.ActionSetQueue:
 			// Queues are not modelled: accepted, no effect.
 		}
 	}
+}
+
+// setNWTTL sets the IPv4 TTL or IPv6 hop limit. On other packets it
+// does nothing (as in Open vSwitch), so whether it is emitted depends on
+// the EtherType, which joins the mask.
+func (x *xlate) setNWTTL(ttl uint8) {
+	x.need(&maskEthType)
+	if x.cur.EthType != 0x0800 && x.cur.EthType != 0x86dd {
+		x.tracef(TraceNote, x.tableID, "set_nw_ttl ignored: not an IP packet")
+		return
+	}
+	x.acts = append(x.acts, flow.SetTTL{TTL: ttl})
+	x.cur.NwTTL = ttl
 }
 
 // output sends the current packet to port.
@@ -591,19 +606,20 @@ func (x *xlate) restore(b branch) {
 }
 
 // actionSet is the OpenFlow action set, executed at the end of the
-// pipeline in the spec's order (5.10): pop, push, dec_ttl, set_field,
+// pipeline in the spec's order (5.10): pop, push, dec_ttl, set (set_nw_ttl, then set_field),
 // qos, group, output (output is ignored when a group is set).
 type actionSet struct {
 	pop    bool
 	push   *openflow.ActionPushVLAN
 	decTTL bool
+	setTTL *openflow.ActionSetNWTTL
 	sets   []openflow.ActionSetField // one per field, in the order written
 	group  *openflow.ActionGroup
 	output *openflow.ActionOutput
 }
 
 func (s *actionSet) empty() bool {
-	return !s.pop && s.push == nil && !s.decTTL && len(s.sets) == 0 && s.group == nil && s.output == nil
+	return !s.pop && s.push == nil && !s.decTTL && s.setTTL == nil && len(s.sets) == 0 && s.group == nil && s.output == nil
 }
 
 // write merges actions into the set: one action per type, and per field
@@ -617,6 +633,8 @@ func (s *actionSet) write(as openflow.Actions) {
 			s.push = &a
 		case openflow.ActionDecNWTTL:
 			s.decTTL = true
+		case openflow.ActionSetNWTTL:
+			s.setTTL = &a
 		case openflow.ActionSetField:
 			i := 0
 			for ; i < len(s.sets); i++ {
@@ -647,6 +665,9 @@ func (s *actionSet) actions() openflow.Actions {
 	}
 	if s.decTTL {
 		as = append(as, openflow.ActionDecNWTTL{})
+	}
+	if s.setTTL != nil {
+		as = append(as, *s.setTTL)
 	}
 	for _, a := range s.sets {
 		as = append(as, a)

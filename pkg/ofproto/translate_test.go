@@ -304,3 +304,35 @@ func TestPacketOutRulesCredited(t *testing.T) {
 		}
 	}
 }
+
+// set_nw_ttl rewrites IP packets only (as Open vSwitch does), so the
+// EtherType decides and must be in the megaflow mask even when no rule
+// matched on it.
+func TestSetNWTTL(t *testing.T) {
+	p, _ := newTestPipeline(t, 3)
+	mustAdd(t, p, "in_port=1,actions=set_nw_ttl:5,output:2",
+		"in_port=3,actions=write_actions(mod_nw_ttl:7,output:2)")
+	v6 := tcpKey(1, "fd00::1", "fd00::2", 1, 2)
+	v6.EthType = 0x86dd
+	arp := flow.Key{InPort: 1, EthType: 0x0806}
+	for _, tc := range []struct {
+		name string
+		key  flow.Key
+		want string
+	}{
+		{"ipv4", tcpKey(1, "10.0.0.1", "10.0.0.2", 1, 2), "set(ttl=5),output:2"},
+		{"ipv6", v6, "set(ttl=5),output:2"},
+		{"arp untouched", arp, "output:2"},
+		{"action set", tcpKey(3, "10.0.0.1", "10.0.0.2", 1, 2), "set(ttl=7),output:2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := translate(t, p, tc.key)
+			if got := actions(tr); got != tc.want {
+				t.Fatalf("actions %s, want %s\ntrace:\n%s", got, tc.want, FormatTrace(tr.Trace))
+			}
+			if tr.Mask.EthType != 0xffff {
+				t.Fatalf("mask eth_type %#x: whether set_nw_ttl applies depends on it", tr.Mask.EthType)
+			}
+		})
+	}
+}
