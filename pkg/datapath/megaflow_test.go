@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
 
 	"github.com/nagare-net/nagare/pkg/flow"
 )
@@ -452,6 +454,30 @@ func TestDeleteBatch(t *testing.T) {
 	for _, f := range dump {
 		if f.Stats.Packets != 0 {
 			t.Fatalf("reused id %d starts with %d packets", f.ID, f.Stats.Packets)
+		}
+	}
+}
+
+// TestMaskedVLANMegaflow: a megaflow under a mask of some VID bits (from
+// an OpenFlow vlan_vid=0x60/0xf0) takes tagged packets whose VID has
+// those bits, packet by packet, and misses the others.
+func TestMaskedVLANMegaflow(t *testing.T) {
+	d := newTestDP(t)
+	d.put(flow.Flow{Key: flow.Key{InPort: portIn, VlanTCI: 0x60}, Mask: flow.Mask{InPort: 0xffffffff, VlanTCI: 0xf0},
+		Actions: []flow.Action{flow.Output{Port: portOut}}})
+	tagged := func(vid uint16) []byte {
+		return serialize(t, eth(layers.EthernetTypeDot1Q), &layers.Dot1Q{VLANIdentifier: vid, Priority: 3, Type: layers.EthernetTypeIPv4},
+			ip4(layers.IPProtocolUDP, "10.0.0.1", "10.0.0.2"), &layers.UDP{SrcPort: 1, DstPort: 2}, gopacket.Payload("vlan"))
+	}
+	out0 := d.ifindex["dummy0"]
+	for _, c := range []struct {
+		vid  uint16
+		want int
+	}{{0x65, out0}, {0x6f, out0}, {0x75, 0}, {0x185, 0}, {0x165, out0}, {0x60, out0}} {
+		for i := 0; i < 2; i++ { // megaflow, then EMC
+			if got := d.outputOf(tagged(c.vid)); got != c.want {
+				t.Fatalf("vid %#x, packet %d: output %d, want %d", c.vid, i, got, c.want)
+			}
 		}
 	}
 }

@@ -336,3 +336,38 @@ func TestSetNWTTL(t *testing.T) {
 		})
 	}
 }
+
+// A masked vlan_vid (ovs-ofctl's vlan_vid=0x60/0xf0) matches the VID bits
+// under the mask, as in Open vSwitch; the megaflow keeps exactly those bits.
+func TestMaskedVLANVID(t *testing.T) {
+	p, _ := newTestPipeline(t, 3)
+	mustAdd(t, p, "priority=10,vlan_vid=0x60/0xf0,actions=output:2", "priority=10,vlan_vid=0x1200/0x1f00,actions=output:3",
+		"priority=0,actions=drop")
+	tagged := func(vid uint16) flow.Key {
+		k := tcpKey(1, "10.0.0.1", "10.0.0.2", 1, 2)
+		k.VlanTCI = flow.VLANCFI | 5<<13 | vid
+		return k
+	}
+	for _, tc := range []struct {
+		name string
+		key  flow.Key
+		want string
+	}{
+		{"vid 0x65 matches 0x60/0xf0", tagged(0x65), "output:2"},
+		{"vid 0x6f matches 0x60/0xf0", tagged(0x6f), "output:2"},
+		{"vid 0x75 does not", tagged(0x75), "drop"},
+		{"untagged does not", tcpKey(1, "10.0.0.1", "10.0.0.2", 1, 2), "drop"},
+		{"vid 0x2ab matches 0x1200/0x1f00", tagged(0x2ab), "output:3"},
+		{"vid 0x3ab does not", tagged(0x3ab), "drop"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := translate(t, p, tc.key)
+			if got := actions(tr); got != tc.want {
+				t.Fatalf("actions %s, want %s\ntrace:\n%s", got, tc.want, FormatTrace(tr.Trace))
+			}
+			if tr.Mask.VlanTCI&0xf0 != 0xf0 || tr.Mask.VlanTCI&0xe00f != 0 {
+				t.Fatalf("mask vlan_tci %#04x: want the masked VID bits and not the PCP or low VID bits", tr.Mask.VlanTCI)
+			}
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 var goldenCommands = []struct{ name, args string }{
 	{"add_flow_tcp", "add-flow SOCK table=0,priority=100,in_port=1,tcp,nw_src=10.0.0.0/8,tp_dst=80,actions=set_field:00:11:22:33:44:55->eth_dst,dec_ttl,output:2"},
 	{"add_flow_vlan", "add-flow SOCK priority=20,in_port=3,dl_vlan=10,dl_vlan_pcp=3,dl_src=00:00:00:00:00:01,dl_dst=01:00:00:00:00:00/01:00:00:00:00:00,actions=pop_vlan,output:IN_PORT"},
+	{"add_flow_vlan_masked", "add-flow SOCK priority=22,in_port=1,ip,vlan_vid=0x60/0xf0,actions=set_nw_ttl:5,output:2"},
 	{"add_flow_push_vlan", "add-flow SOCK priority=21,in_port=4,vlan_tci=0x0000,actions=push_vlan:0x8100,set_field:4106->vlan_vid,output:5"},
 	{"add_flow_udp", "add-flow SOCK cookie=0x1234,idle_timeout=30,hard_timeout=60,priority=40,udp,nw_dst=192.168.1.1,nw_tos=32,nw_ecn=1,udp_src=53,actions=set_queue:1,mod_nw_ttl:9,group:1"},
 	{"add_flow_ipv6", "add-flow SOCK priority=10,tcp6,ipv6_src=2001:db8::/32,ipv6_dst=2001:db8::1,tcp_src=443,actions=LOCAL"},

@@ -125,6 +125,11 @@ func TestGoldenValues(t *testing.T) {
 				Uint(FieldVLANVID, uint64(VIDPresent)|10), Uint(FieldVLANPCP, 3)),
 			Instructions: Instructions{InstApplyActions{Actions: Actions{ActionPopVLAN{}, ActionOutput{Port: PortInPort}}}},
 		}},
+		{"add_flow_vlan_masked", TypeFlowMod, &FlowMod{
+			MsgHeader: hdr(6), Command: FlowAdd, Priority: 22, BufferID: NoBuffer, OutPort: PortAny, OutGroup: GroupAny,
+			Match:        Match{}.Add(Uint(FieldInPort, 1), Uint(FieldEthType, 0x0800), UintMasked(FieldVLANVID, 0x60, 0xf0)),
+			Instructions: Instructions{InstApplyActions{Actions: Actions{ActionSetNWTTL{TTL: 5}, ActionOutput{Port: 2}}}},
+		}},
 		{"add_flow_push_vlan", TypeFlowMod, &FlowMod{
 			MsgHeader: hdr(6), Command: FlowAdd, Priority: 21, BufferID: NoBuffer, OutPort: PortAny, OutGroup: GroupAny,
 			Match: Match{}.Add(Uint(FieldInPort, 4), Uint(FieldVLANVID, uint64(VIDNone))),

@@ -134,9 +134,12 @@ func validateOXM(o OXM) error {
 				return bad(ErrTypeBadMatch, BadMatchBadValue, "%s=%s", fi.name, PortName(uint32(v)))
 			}
 		case FieldVLANVID:
-			// Without OFPVID_PRESENT the only meaningful value is
+			// Without OFPVID_PRESENT the only meaningful exact value is
 			// OFPVID_NONE (untagged); a VID without the bit is ambiguous.
-			if v&uint64(VIDPresent) == 0 && v&0xfff != 0 {
+			// A masked value (0x60/0xf0) matches the VID bits under
+			// the mask whatever the bit, as in Open vSwitch: an
+			// untagged packet's VID is 0.
+			if o.Mask == nil && v&uint64(VIDPresent) == 0 && v&0xfff != 0 {
 				return bad(ErrTypeBadMatch, BadMatchBadValue, "vlan_vid=%#x lacks OFPVID_PRESENT", v)
 			}
 		}

@@ -44,6 +44,8 @@ func TestMatchValidate(t *testing.T) {
 		{"vlan_pcp with vid", Match{}.Add(tagged, Uint(FieldVLANPCP, 7))},
 		{"vlan_pcp with any tag", Match{}.Add(UintMasked(FieldVLANVID, 0x1000, 0x1000), Uint(FieldVLANPCP, 1))},
 		{"untagged", Match{}.Add(Uint(FieldVLANVID, 0))},
+		{"vid bits masked, as ovs-ofctl sends vlan_vid=0x60/0xf0", Match{}.Add(UintMasked(FieldVLANVID, 0x60, 0xf0))},
+		{"tagged, vid bits masked", Match{}.Add(UintMasked(FieldVLANVID, 0x1060, 0x10f0))},
 		{"arp", Match{}.Add(arp, Uint(FieldARPOp, 1), Prefix(FieldARPSPA, prefix("10.0.0.0/24")))},
 		{"nd_target", Match{}.Add(ipv6, Uint(FieldIPProto, 58), Uint(FieldICMPv6Type, 135), Addr(FieldIPv6NDTarget, addr("fe80::1")))},
 		{"in_port LOCAL", Match{}.Add(Uint(FieldInPort, uint64(PortLocal)))},
