@@ -291,7 +291,11 @@ func (p *Pipeline) checkActions(as openflow.Actions, packetOut bool) error {
 			if a.Field.Class != openflow.ClassOpenFlowBasic || len(a.Field.Value) != a.Field.Field.Len() || a.Field.Mask != nil {
 				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetArgument, "set_field %s", a.Field.Field)
 			}
-		case openflow.ActionPushVLAN, openflow.ActionPopVLAN, openflow.ActionDecNWTTL, openflow.ActionSetNWTTL, openflow.ActionSetQueue:
+		case openflow.ActionSetQueue:
+			// No port has queues: accepting set_queue and ignoring it
+			// would hide that its traffic gets no QoS class.
+			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadQueue, "set_queue:%d: ports have no queues", a.QueueID)
+		case openflow.ActionPushVLAN, openflow.ActionPopVLAN, openflow.ActionDecNWTTL, openflow.ActionSetNWTTL:
 		default:
 			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadType, "%s: not supported by the fast path", a)
 		}

@@ -28,6 +28,8 @@ func TestFlowModErrors(t *testing.T) {
 		{"actions=group:7", openflow.ErrTypeBadAction, openflow.BadActionBadOutGroup},
 		{"actions=meter:1", openflow.ErrTypeMeterModFailed, openflow.MeterModUnknownMeter},
 		{"actions=push_mpls:0x8847", openflow.ErrTypeBadAction, openflow.BadActionBadType},
+		{"actions=set_queue:1,output:2", openflow.ErrTypeBadAction, openflow.BadActionBadQueue},
+		{"actions=write_actions(set_queue:0,output:2)", openflow.ErrTypeBadAction, openflow.BadActionBadQueue},
 		{"arp,actions=set_field:1->arp_op", openflow.ErrTypeBadAction, openflow.BadActionBadSetType},
 		{"mpls,mpls_label=5,actions=drop", openflow.ErrTypeBadMatch, openflow.BadMatchBadField},
 		{"ipv6,ipv6_exthdr=0x1/0x1,actions=drop", openflow.ErrTypeBadMatch, openflow.BadMatchBadField},
@@ -53,6 +55,10 @@ func TestFlowModErrors(t *testing.T) {
 	if _, err := p.FlowMod(fm); err != nil {
 		t.Fatalf("in_phy_port == in_port: %v", err)
 	}
+	// set_queue in a PACKET_OUT: refused as in a flow.
+	_, err = p.TranslatePacketOut(tcpKey(0, "10.0.0.1", "10.0.0.2", 1, 2), openflow.PortController,
+		openflow.Actions{openflow.ActionSetQueue{QueueID: 1}, openflow.ActionOutput{Port: 2}}, TranslateOptions{})
+	wantErr(t, err, openflow.ErrTypeBadAction, openflow.BadActionBadQueue)
 	// TABLE_FULL.
 	q := New(Config{NumTables: 2, MaxRulesPerTable: 2})
 	mustAdd(t, q, "priority=1,actions=drop", "priority=2,actions=drop", "priority=2,actions=output:1")

@@ -367,7 +367,7 @@ const (
 func (p *Pipeline) GroupFeatures() openflow.GroupFeaturesReply {
 	var acts uint32
 	for _, t := range []openflow.ActionType{openflow.ActionTypeOutput, openflow.ActionTypePushVLAN,
-		openflow.ActionTypePopVLAN, openflow.ActionTypeSetQueue, openflow.ActionTypeGroup,
+		openflow.ActionTypePopVLAN, openflow.ActionTypeGroup,
 		openflow.ActionTypeSetNWTTL, openflow.ActionTypeDecNWTTL, openflow.ActionTypeSetField} {
 		acts |= 1 << t
 	}

@@ -144,6 +144,11 @@ func TestGroupModErrorsAndDelete(t *testing.T) {
 	wantErr(t, gm(openflow.GroupAdd, 3, openflow.GroupTypeIndirect), openflow.ErrTypeGroupModFailed, openflow.GroupModBadBucket)
 	wantErr(t, gm(openflow.GroupAdd, 3, openflow.GroupTypeAll, bucket(t, 0, anyP, anyG, "push_mpls:0x8847")),
 		openflow.ErrTypeBadAction, openflow.BadActionBadType)
+	wantErr(t, gm(openflow.GroupAdd, 3, openflow.GroupTypeAll, bucket(t, 0, anyP, anyG, "set_queue:1,output:2")),
+		openflow.ErrTypeBadAction, openflow.BadActionBadQueue)
+	if acts := p.GroupFeatures().Actions[openflow.GroupTypeAll]; acts&(1<<openflow.ActionTypeSetQueue) != 0 || acts&(1<<openflow.ActionTypeSetNWTTL) == 0 {
+		t.Fatalf("group features advertise actions %#x: want set_nw_ttl and no set_queue", acts)
+	}
 	// A bucket may rewrite L3 (checked per packet, not against a match).
 	if err := gm(openflow.GroupAdd, 3, openflow.GroupTypeAll, bucket(t, 0, anyP, anyG, "set_field:10.0.0.9->ip_dst,output:2")); err != nil {
 		t.Fatal(err)

@@ -250,8 +250,6 @@ func (x *xlate) apply(as openflow.Actions) {
 			x.cur.NwTTL--
 		case openflow.ActionSetNWTTL:
 			x.setNWTTL(a.TTL)
-		case openflow.ActionSetQueue:
-			// Queues are not modelled: accepted, no effect.
 		}
 	}
 }

@@ -212,8 +212,9 @@ func (s *Switch) tableFeatures() []openflow.TableFeatures {
 	for _, t := range []uint16{1, 2, 3, 4, 5} {
 		insts = append(insts, openflow.TypeID{Type: t})
 	}
-	// output, push/pop_vlan, set_queue, group, set_nw_ttl, dec_nw_ttl, set_field
-	for _, t := range []uint16{0, 17, 18, 21, 22, 23, 24, 25} {
+	// output, push/pop_vlan, group, set_nw_ttl, dec_nw_ttl, set_field (no
+	// set_queue: ports have no queues)
+	for _, t := range []uint16{0, 17, 18, 22, 23, 24, 25} {
 		acts = append(acts, openflow.TypeID{Type: t})
 	}
 	var oxms []uint32

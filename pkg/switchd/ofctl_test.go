@@ -115,6 +115,7 @@ func TestOvsOfctlErrors(t *testing.T) {
 		{"table=1,actions=goto_table:0", "OFPBIC_BAD_TABLE_ID"},
 		{"actions=group:99", "OFPBAC_BAD_OUT_GROUP"},
 		{"actions=meter:1,output:1", "OFPMMFC_UNKNOWN_METER"},
+		{"actions=set_queue:1,output:2", "OFPBAC_BAD_QUEUE"},
 	} {
 		out, err := ts.ofctlErr("add-flow", c.flow)
 		if err == nil || !strings.Contains(out, c.want) {
@@ -130,6 +131,14 @@ func TestOvsOfctlErrors(t *testing.T) {
 	}
 	if out := ts.ofctl("dump-flows"); strings.Count(out, "cookie=") != 1 {
 		t.Fatalf("failed requests changed the tables:\n%s", out)
+	}
+	// What is refused is not advertised: no set_queue in the tables' or
+	// the groups' actions.
+	for _, cmd := range []string{"dump-table-features", "dump-group-features"} {
+		out := ts.ofctl(cmd)
+		if strings.Contains(out, "set_queue") || !strings.Contains(out, "mod_nw_ttl") {
+			t.Errorf("%s advertises set_queue or lacks mod_nw_ttl:\n%s", cmd, out)
+		}
 	}
 }
 
