@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/cilium/ebpf/ringbuf"
 
@@ -92,6 +93,19 @@ type UpcallReader struct {
 	rec ringbuf.Record
 	// Malformed counts records ReadBatch skipped.
 	Malformed uint64
+
+	// closeMu orders Close against waiting(): the ring reader's
+	// AvailableBytes takes no lock, and its Close drops the ring (a data
+	// race, and a nil dereference, when a switch stops mid-batch).
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// waiting reports whether more records are in the ring.
+func (r *UpcallReader) waiting() bool {
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	return !r.closed && r.r.AvailableBytes() > 0
 }
 
 // Upcalls opens the upcall ring for reading.
@@ -124,7 +138,7 @@ func (r *UpcallReader) Read() (*Upcall, error) {
 func (r *UpcallReader) ReadBatch(ups []Upcall) (int, error) {
 	n := 0
 	for n < len(ups) {
-		if n > 0 && r.r.AvailableBytes() == 0 {
+		if n > 0 && !r.waiting() {
 			break
 		}
 		if err := r.r.ReadInto(&r.rec); err != nil {
@@ -143,4 +157,9 @@ func (r *UpcallReader) ReadBatch(ups []Upcall) (int, error) {
 }
 
 // Close unblocks Read and releases the reader.
-func (r *UpcallReader) Close() error { return r.r.Close() }
+func (r *UpcallReader) Close() error {
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	r.closed = true
+	return r.r.Close()
+}
