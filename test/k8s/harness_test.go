@@ -25,11 +25,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -542,10 +544,23 @@ func (c *cluster) down() {
 			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
 			<-done
 		}
+		if strings.HasSuffix(p.Args[0], "kubelet") {
+			// Containers outlive the kubelet, and their processes outlive
+			// their shims: kill every task while containerd still runs.
+			c.killTasks()
+		}
 		if p.Args[0] == "containerd" || strings.HasSuffix(p.Args[0], "kubelet") {
-			// Containers (shims) outlive a stopped containerd; stop them too.
+			// Shims outlive a stopped containerd; stop them too.
 			killShims(c.dir)
 		}
+	}
+	// Any process still running in a container of this cluster (its root
+	// is a rootfs under the test's directory) is a leak; kill it and say so.
+	if leaked := processesRootedIn(c.dir); len(leaked) > 0 {
+		for _, pid := range leaked {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		c.t.Errorf("container processes outlived the cluster: %v", leaked)
 	}
 	// nagare's node-wide state on the host (the DaemonSet ran on the host network).
 	bin := c.path("nagare-bin")
@@ -560,8 +575,14 @@ func (c *cluster) down() {
 	for s, v := range c.sysctls {
 		_ = os.WriteFile("/proc/sys/"+s, []byte(v), 0o644)
 	}
-	_ = exec.Command("umount", "-R", c.path("kubelet")).Run()
-	_ = exec.Command("umount", "-R", c.path("containerd")).Run()
+	// Every mount the kubelet and containerd made under the test's
+	// directory (rootfs, shm, secrets), deepest first.
+	mounts := mountsUnder(c.dir)
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if err := unix.Unmount(mounts[i], unix.MNT_DETACH); err != nil {
+			c.t.Errorf("unmount %s: %v", mounts[i], err)
+		}
+	}
 	if !c.t.Failed() || os.Getenv("NAGARE_K8S_KEEP") == "" {
 		_ = os.RemoveAll(c.dir)
 	}
@@ -617,6 +638,56 @@ func (h hostState) leftovers(after hostState) []string {
 		out = append(out, "nftables table ip "+snat.TableName)
 	}
 	return out
+}
+
+// killTasks kills every container task of the cluster through containerd
+// (SIGKILL) and waits for them to go.
+func (c *cluster) killTasks() {
+	out, err := c.ctr("tasks", "ls", "-q")
+	if err != nil {
+		return
+	}
+	for _, id := range strings.Fields(out) {
+		_, _ = c.ctr("tasks", "kill", "-a", "-s", "SIGKILL", id)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) && len(processesRootedIn(c.dir)) > 0 {
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// mountsUnder lists the mount points below dir, in mount order.
+func mountsUnder(dir string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// processesRootedIn lists the processes whose root directory lies under
+// dir (container processes of this cluster).
+func processesRootedIn(dir string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		root, err := os.Readlink("/proc/" + e.Name() + "/root")
+		if err == nil && strings.HasPrefix(root, dir+"/") {
+			if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && strings.Contains(string(st), ") Z ") {
+				continue // a zombie waiting for its reaper
+			}
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // killShims kills containerd-shim processes started for this cluster.
