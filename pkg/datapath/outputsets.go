@@ -25,12 +25,12 @@ const (
 	setSize     = 8 + MaxSetPorts*8
 )
 
-// outputSets is the userspace view of the output_sets map. Callers hold
-// d.mu.
+// outputSetTable is the userspace view of the output_sets map: a set's
+// content (its ifindex, flags pairs; never empty) by index, "" for a free
+// one. Callers hold d.mu.
 type outputSetTable struct {
-	byKey map[string]uint32 // content (ifindex, flags pairs) → index
+	byKey map[string]uint32 // content → index
 	keys  [outputSets]string
-	used  [outputSets]bool
 }
 
 func newOutputSetTable() *outputSetTable { return &outputSetTable{byKey: map[string]uint32{}} }
@@ -90,13 +90,13 @@ func (d *Datapath) outputSet(outs []rawAction) (uint32, error) {
 	if err := d.objs.OutputSets.Put(idx, b); err != nil {
 		return 0, fmt.Errorf("datapath: writing output set %d: %w", idx, err)
 	}
-	t.byKey[string(key)], t.keys[idx], t.used[idx] = idx, string(key), true
+	t.byKey[string(key)], t.keys[idx] = idx, string(key)
 	return idx, nil
 }
 
 func (t *outputSetTable) free() (uint32, bool) {
-	for i := range t.used {
-		if !t.used[i] {
+	for i, k := range t.keys {
+		if k == "" {
 			return uint32(i), true
 		}
 	}
@@ -134,10 +134,10 @@ func (d *Datapath) sweepOutputSets() {
 	}
 	d.execMu.Unlock()
 	t := d.sets
-	for i := range t.used {
-		if t.used[i] && !live[i] {
-			delete(t.byKey, t.keys[i])
-			t.used[i], t.keys[i] = false, ""
+	for i, k := range t.keys {
+		if k != "" && !live[i] {
+			delete(t.byKey, k)
+			t.keys[i] = ""
 		}
 	}
 }
@@ -154,14 +154,14 @@ func (d *Datapath) restoreOutputSets() error {
 			continue
 		}
 		key := string(b[8 : 8+n*8])
-		d.sets.byKey[key], d.sets.keys[i], d.sets.used[i] = i, key, true
+		d.sets.byKey[key], d.sets.keys[i] = i, key
 	}
 	return nil
 }
 
 // expandOutputSet is decodeActions' view of a set: its outputs again.
 func (d *Datapath) expandOutputSet(idx uint32) []flow.Action {
-	if idx >= outputSets || !d.sets.used[idx] {
+	if idx >= outputSets {
 		return nil
 	}
 	key := d.sets.keys[idx]
