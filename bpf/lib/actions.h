@@ -171,9 +171,11 @@ static __always_inline int set_tos(struct __sk_buff *skb, struct parse_state *ps
 	return 0;
 }
 
-/* set_ttl writes the IPv4 TTL (header checksum fixed) or the IPv6 hop
- * limit; other packets are left alone, as Open vSwitch's set_nw_ttl does. */
-static __always_inline int set_ttl(struct __sk_buff *skb, struct parse_state *ps, __u8 ttl)
+/* rewrite_ttl decrements (dec) or sets (to ttl) the IPv4 TTL, header
+ * checksum fixed, or the IPv6 hop limit; other packets are left alone, as
+ * Open vSwitch's dec_ttl and set_nw_ttl leave them. Returns 0, -1 on
+ * helper failure, or 1 when a decrement finds the TTL run out. */
+static __always_inline int rewrite_ttl(struct __sk_buff *skb, struct parse_state *ps, int dec, __u8 ttl)
 {
 	if (ps->l3 == L3_IPV4) {
 		__be16 old, new;
@@ -183,43 +185,24 @@ static __always_inline int set_ttl(struct __sk_buff *skb, struct parse_state *ps
 		if (bpf_skb_load_bytes(skb, off, &old, 2) < 0)
 			return -1;
 		new = old;
-		b[0] = ttl;
-		if (bpf_l3_csum_replace(skb, ps->l3_off + offsetof(struct iphdr, check), old, new, 2) < 0)
-			return -1;
-		return bpf_skb_store_bytes(skb, off, &new, 2, 0);
-	}
-	if (ps->l3 == L3_IPV6)
-		return bpf_skb_store_bytes(skb, ps->l3_off + offsetof(struct ipv6hdr, hop_limit), &ttl, 1, 0);
-	return 0;
-}
-
-/* dec_ttl returns 0, -1 on helper failure, or 1 when the TTL ran out. */
-static __always_inline int dec_ttl(struct __sk_buff *skb, struct parse_state *ps)
-{
-	if (ps->l3 == L3_IPV4) {
-		__be16 old, new;
-		__u8 *b = (__u8 *)&new;
-		__u32 off = ps->l3_off + offsetof(struct iphdr, ttl);
-
-		if (bpf_skb_load_bytes(skb, off, &old, 2) < 0)
-			return -1;
-		new = old;
-		if (b[0] <= 1)
+		if (dec && b[0] <= 1)
 			return 1;
-		b[0]--;
+		b[0] = dec ? b[0] - 1 : ttl;
 		if (bpf_l3_csum_replace(skb, ps->l3_off + offsetof(struct iphdr, check), old, new, 2) < 0)
 			return -1;
 		return bpf_skb_store_bytes(skb, off, &new, 2, 0);
 	}
 	if (ps->l3 == L3_IPV6) {
-		__u8 hl;
+		__u8 hl = ttl;
 		__u32 off = ps->l3_off + offsetof(struct ipv6hdr, hop_limit);
 
-		if (bpf_skb_load_bytes(skb, off, &hl, 1) < 0)
-			return -1;
-		if (hl <= 1)
-			return 1;
-		hl--;
+		if (dec) {
+			if (bpf_skb_load_bytes(skb, off, &hl, 1) < 0)
+				return -1;
+			if (hl <= 1)
+				return 1;
+			hl--;
+		}
 		return bpf_skb_store_bytes(skb, off, &hl, 1, 0);
 	}
 	return 0;
@@ -362,12 +345,12 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 			err = set_tos(skb, ps, a->arg16, a->arg32);
 			break;
 		case ACT_DEC_TTL:
-			err = dec_ttl(skb, ps);
+			err = rewrite_ttl(skb, ps, 1, 0);
 			if (err > 0)
 				return drop(DROP_TTL_EXCEEDED);
 			break;
 		case ACT_SET_TTL:
-			err = set_ttl(skb, ps, a->arg16);
+			err = rewrite_ttl(skb, ps, 0, a->arg16);
 			break;
 		case ACT_PUSH_VLAN:
 			/* A tag already in skb metadata (every tagged packet at tc
