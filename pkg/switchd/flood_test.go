@@ -24,7 +24,7 @@ func TestFloodOnLargeBridge(t *testing.T) {
 	}
 	tx := nstest.RawSocket(t, ts.Pods[0], "eth0")
 	for _, what := range []string{"first broadcast, by the slow path", "second broadcast, by the fast path"} {
-		frame := serializeFrame(t, what)
+		frame := taggedFrame(t, 10, what)
 		copy(frame[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 		if _, err := unix.Write(tx, frame); err != nil {
 			t.Fatal(err)

@@ -35,7 +35,7 @@ func TestTaggedFirstPacketKeepsItsTag(t *testing.T) {
 	rx := nstest.RawSocket(t, ts.Pods[1], "eth0")
 	tx := nstest.RawSocket(t, ts.Pods[0], "eth0")
 	for _, what := range []string{"first packet, by the slow path", "second packet, by the fast path"} {
-		frame := serializeFrame(t, what)
+		frame := taggedFrame(t, 10, what)
 		if _, err := unix.Write(tx, frame); err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,9 @@ func TestTaggedFirstPacketKeepsItsTag(t *testing.T) {
 	}
 }
 
-func serializeFrame(t *testing.T, payload string) []byte {
+// taggedFrame is a UDP datagram from pod 1 to pod 2 in a frame tagged
+// with VLAN vid, as a raw socket sends it.
+func taggedFrame(t *testing.T, vid uint16, payload string) []byte {
 	t.Helper()
 	buf := gopacket.NewSerializeBuffer()
 	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: net.ParseIP(podIP(1)).To4(), DstIP: net.ParseIP(podIP(2)).To4()}
@@ -58,7 +60,7 @@ func serializeFrame(t *testing.T, payload string) []byte {
 	_ = udp.SetNetworkLayerForChecksum(ip)
 	err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
 		&layers.Ethernet{SrcMAC: mustMAC(podMAC(1)), DstMAC: mustMAC(podMAC(2)), EthernetType: layers.EthernetTypeDot1Q},
-		&layers.Dot1Q{VLANIdentifier: 10, Type: layers.EthernetTypeIPv4}, ip, udp, gopacket.Payload(payload))
+		&layers.Dot1Q{VLANIdentifier: vid, Type: layers.EthernetTypeIPv4}, ip, udp, gopacket.Payload(payload))
 	if err != nil {
 		t.Fatal(err)
 	}

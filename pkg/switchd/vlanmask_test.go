@@ -2,13 +2,10 @@ package switchd
 
 import (
 	"bytes"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/sys/unix"
 
 	"github.com/nagare-net/nagare/internal/nstest"
@@ -26,16 +23,7 @@ func TestMaskedVLANVIDOnTheWire(t *testing.T) {
 	rx := nstest.RawSocket(t, ts.Pods[1], "eth0")
 	tx := nstest.RawSocket(t, ts.Pods[0], "eth0")
 	send := func(vid uint16, payload string) {
-		buf := gopacket.NewSerializeBuffer()
-		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: net.ParseIP(podIP(1)).To4(), DstIP: net.ParseIP(podIP(2)).To4()}
-		udp := &layers.UDP{SrcPort: 5000, DstPort: 7000}
-		_ = udp.SetNetworkLayerForChecksum(ip)
-		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
-			&layers.Ethernet{SrcMAC: mustMAC(podMAC(1)), DstMAC: mustMAC(podMAC(2)), EthernetType: layers.EthernetTypeDot1Q},
-			&layers.Dot1Q{VLANIdentifier: vid, Type: layers.EthernetTypeIPv4}, ip, udp, gopacket.Payload(payload)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := unix.Write(tx, buf.Bytes()); err != nil {
+		if _, err := unix.Write(tx, taggedFrame(t, vid, payload)); err != nil {
 			t.Fatal(err)
 		}
 	}
