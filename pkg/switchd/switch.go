@@ -49,19 +49,19 @@ type Config struct {
 	// there, whatever Listen holds, as Open vSwitch keeps its .mgmt.
 	Listen      []Target
 	Controllers []Target
-	FailMode    string // FailSecure (default) or FailStandalone
-	RunDir      string // default /var/run/nagare
-	NetNS       string // path of the network namespace the ports live in
-	PinRoot     string // BPF filesystem directory; default datapath.DefaultPinRoot
-	MaxFlows    int    // fast-path capacity (datapath.DefaultMaxFlows)
+	FailMode    string        // FailSecure (default) or FailStandalone
+	RunDir      string        // default /var/run/nagare
+	NetNS       string        // path of the network namespace the ports live in
+	PinRoot     string        // BPF filesystem directory; default datapath.DefaultPinRoot
+	MaxFlows    int           // fast-path capacity (datapath.DefaultMaxFlows)
+	FlowLimit   int           // cached flows the slow path installs at most; default 200000
+	IdleTimeout time.Duration // a cached flow unused this long is removed; default 10s
 	// EMCInsertInvProb: one megaflow hit in N enters the exact-match
 	// cache (datapath.DefaultEMCInsertInvProb, as Open vSwitch).
 	EMCInsertInvProb uint32
 	// MACTableSize and MACPerPort bound NORMAL's learning table (ofproto
 	// defaults: 8192, a quarter of the table per port).
 	MACTableSize, MACPerPort int
-	FlowLimit                int           // cached flows the slow path installs at most; default 200000
-	IdleTimeout              time.Duration // a cached flow unused this long is removed; default 10s
 	// RevalidateInterval is the period of the revalidator's rounds; default 500ms.
 	RevalidateInterval time.Duration
 	ProbeInterval      time.Duration // OpenFlow echo keepalive; default 5s
