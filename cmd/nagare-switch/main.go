@@ -1,7 +1,7 @@
 // Command nagare-switch runs one OpenFlow 1.3 bridge on nagare's eBPF fast
 // path. Flags follow Open vSwitch's vocabulary:
 //
-//	nagare-switch --bridge br0 [--datapath-id HEX] [--listen punix:PATH | ptcp:PORT[:IP]]...
+//	nagare-switch --bridge br0 [--datapath-id HEX] [--listen punix:PATH | ptcp:PORT[:IP] | pssl:PORT:IP]...
 //	              [--controller tcp:IP:PORT]... [--fail-mode secure|standalone]
 //	              [--run-dir DIR] [--netns NAME|PATH] [--port IFNAME[=N]]...
 //
@@ -61,11 +61,12 @@ func run(args []string) error {
 	)
 	fs.StringVar(&cfg.Bridge, "bridge", "", "bridge name (required)")
 	fs.StringVar(&dpid, "datapath-id", "", "datapath id in hex (default: derived from the bridge name)")
-	fs.Var(&listen, "listen", "extra OpenFlow listener: punix:PATH or ptcp:PORT[:IP] (repeatable; punix:<run-dir>/<bridge>.mgmt is always there)")
+	fs.Var(&listen, "listen", "extra OpenFlow listener: punix:PATH, ptcp:PORT[:IP] or pssl:PORT:IP (mutual TLS, OpenFlow and control, in the --netns namespace: a DPU's control network) (repeatable; punix:<run-dir>/<bridge>.mgmt is always there)")
 	fs.Var(&controllers, "controller", "controller to connect to: tcp:IP:PORT (repeatable)")
 	fs.StringVar(&cfg.FailMode, "fail-mode", switchd.FailSecure, "without a controller: secure (keep flows, drop misses) or standalone (learning switch)")
 	fs.StringVar(&cfg.RunDir, "run-dir", "/var/run/nagare", "directory for the sockets and the bridge's lock")
 	fs.StringVar(&netnsName, "netns", "", "network namespace of the ports (a name under /var/run/netns, or a path); use this instead of 'ip netns exec', which hides /sys/fs/bpf")
+	fs.StringVar(&cfg.PKIDir, "pki-dir", "", "certificates of the control network for pssl listeners (default <run-dir>/pki; a CA and keys are made on first start)")
 	fs.StringVar(&cfg.PinRoot, "bpffs", datapath.DefaultPinRoot, "BPF filesystem directory for the fast path's pins")
 	fs.IntVar(&cfg.MaxFlows, "max-flows", datapath.DefaultMaxFlows, "fast-path capacity (fixed for the life of the pins)")
 	fs.IntVar(&cfg.FlowLimit, "flow-limit", 200000, "cached flows the slow path installs at most")
@@ -119,7 +120,7 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		if t.Passive {
+		if t.Passive || t.TLS {
 			return fmt.Errorf("--controller %s: want tcp:IP:PORT or unix:PATH", c)
 		}
 		cfg.Controllers = append(cfg.Controllers, t)

@@ -28,6 +28,11 @@ const (
 	PortTunnel
 	// PortInternal is any other device the switch owns (transmit on it).
 	PortInternal
+	// PortRepresentor is a pod's representor in a DPU domain (docs/dpu.md):
+	// the DPU end of the VF link's crossing. Hooked like a pod (a filter:
+	// one per CNI ADD), but output transmits on it, so the packet crosses
+	// back to the host as a NIC's DMA into the VF would.
+	PortRepresentor
 )
 
 func (k PortKind) String() string {
@@ -40,6 +45,8 @@ func (k PortKind) String() string {
 		return "tunnel"
 	case PortInternal:
 		return "internal"
+	case PortRepresentor:
+		return "representor"
 	}
 	return fmt.Sprintf("kind(%d)", uint32(k))
 }
@@ -117,7 +124,7 @@ func (d *Datapath) attachProgram(ifindex int, kind PortKind) error {
 		}
 		_ = l.Unpin()
 	}
-	if kind == PortPod {
+	if kind == PortPod || kind == PortRepresentor {
 		return d.attachFilter(ifindex)
 	}
 	l, err := link.AttachTCX(link.TCXOptions{
@@ -194,7 +201,7 @@ func (d *Datapath) detach(p *Port) error {
 		errs = append(errs, l.Unpin(), l.Close())
 	} else if !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
-	} else if p.Kind == PortPod {
+	} else if p.Kind == PortPod || p.Kind == PortRepresentor {
 		errs = append(errs, d.detachFilter(p.Ifindex))
 	}
 	if p.Ifindex < portArray {

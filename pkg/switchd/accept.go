@@ -2,6 +2,7 @@ package switchd
 
 import (
 	"bufio"
+	"crypto/tls"
 	"io"
 	"net"
 	"time"
@@ -24,11 +25,24 @@ func (p *peekConn) Read(b []byte) (int, error) { return p.r.Read(b) }
 // byte tells the two protocols apart: '{' starts a nagarectl control
 // request (JSON), anything else is OpenFlow (its first byte is the
 // version). A peer that says nothing for a moment is taken for an OpenFlow
-// peer waiting for our HELLO. TCP listeners speak OpenFlow only.
+// peer waiting for our HELLO. A TLS listener (the DPU's control network)
+// carries both, like the Unix socket; plain TCP listeners speak OpenFlow
+// only.
 func (s *Switch) serveAccepted(c net.Conn, t Target) {
 	br := bufio.NewReader(c)
 	pc := &peekConn{Conn: c, r: br}
-	if t.Network == "unix" {
+	if t.TLS {
+		tc := c.(*tls.Conn)
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		err := tc.Handshake()
+		_ = c.SetDeadline(time.Time{})
+		if err != nil {
+			s.log.Warn("control network: TLS handshake refused", "peer", c.RemoteAddr(), "err", err)
+			c.Close()
+			return
+		}
+	}
+	if t.Network == "unix" || t.TLS {
 		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 		first, err := br.Peek(1)
 		_ = c.SetReadDeadline(time.Time{})

@@ -24,7 +24,7 @@ type CtlRequest struct {
 	Cmd    string `json:"cmd"`
 	Name   string `json:"name,omitempty"`   // port-add/port-del: device
 	OFPort uint32 `json:"ofport,omitempty"` // port-add
-	Kind   string `json:"kind,omitempty"`   // port-add: pod|uplink|tunnel|internal
+	Kind   string `json:"kind,omitempty"`   // port-add: pod|representor|uplink|tunnel|internal
 	Remote string `json:"remote,omitempty"` // port-add of a tunnel endpoint
 	Local  string `json:"local,omitempty"`
 	Packet string `json:"packet,omitempty"` // trace: ovs-ofctl match syntax
@@ -50,6 +50,12 @@ func Call(ctx context.Context, path string, req CtlRequest) (*CtlResponse, error
 	if err != nil {
 		return nil, fmt.Errorf("switch at %s: %w", path, err)
 	}
+	return CallConn(ctx, c, req)
+}
+
+// CallConn is Call on a connection made elsewhere (a DPU's control
+// network, pkg/controlnet); it closes c.
+func CallConn(ctx context.Context, c net.Conn, req CtlRequest) (*CtlResponse, error) {
 	defer c.Close()
 	deadline := time.Now().Add(5 * time.Minute)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
@@ -68,7 +74,7 @@ func Call(ctx context.Context, path string, req CtlRequest) (*CtlResponse, error
 		if err := sc.Err(); err != nil {
 			return nil, fmt.Errorf("%s: %w", req.Cmd, err)
 		}
-		return nil, fmt.Errorf("%s: switch at %s closed the connection", req.Cmd, path)
+		return nil, fmt.Errorf("%s: switch at %s closed the connection", req.Cmd, c.RemoteAddr())
 	}
 	var resp CtlResponse
 	if err := json.Unmarshal(sc.Bytes(), &resp); err != nil {

@@ -144,8 +144,10 @@ func parseKind(s string) (datapath.PortKind, error) {
 		return datapath.PortTunnel, nil
 	case "internal":
 		return datapath.PortInternal, nil
+	case "representor":
+		return datapath.PortRepresentor, nil
 	}
-	return 0, fmt.Errorf("port kind %q: want pod, uplink, tunnel or internal", s)
+	return 0, fmt.Errorf("port kind %q: want pod, representor, uplink, tunnel or internal", s)
 }
 
 func (t *portTable) freeNumber() uint32 {

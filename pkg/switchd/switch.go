@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nagare-net/nagare/pkg/controlnet"
 	"github.com/nagare-net/nagare/pkg/datapath"
 	"github.com/nagare-net/nagare/pkg/ofproto"
 	"github.com/nagare-net/nagare/pkg/openflow"
@@ -70,6 +71,9 @@ type Config struct {
 	// for flow-setup benchmarks and debugging, never for production.
 	DisableMegaflows bool
 	Logger           *slog.Logger
+	// PKIDir holds the control network's certificates for pssl listeners
+	// (pkg/controlnet); default <RunDir>/pki, made on first start.
+	PKIDir string
 }
 
 func (c *Config) setDefaults() error {
@@ -84,6 +88,9 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	c.RunDir = abs
+	if c.PKIDir == "" {
+		c.PKIDir = filepath.Join(c.RunDir, "pki")
+	}
 	if c.FailMode == "" {
 		c.FailMode = FailSecure
 	}
@@ -399,6 +406,16 @@ func (s *Switch) listen(t Target) (net.Listener, error) {
 			return nil, err
 		}
 		return l, nil
+	}
+	if t.TLS {
+		// The DPU's control network: in the ports' namespace (the DPU
+		// domain), bound to the control address's device, mutual TLS.
+		host, _, _ := net.SplitHostPort(t.Address)
+		pki, err := controlnet.EnsurePKI(s.cfg.PKIDir, controlnet.RoleSwitch, []net.IP{net.ParseIP(host)})
+		if err != nil {
+			return nil, fmt.Errorf("listen %s: %w", t, err)
+		}
+		return controlnet.Listen(s.cfg.NetNS, t.Address, pki.ServerConfig())
 	}
 	l, err := net.Listen("tcp", t.Address)
 	if err != nil {
