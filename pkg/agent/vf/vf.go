@@ -1,0 +1,394 @@
+// Package vf is the host side of DPU mode's "VF" links (docs/dpu.md): what
+// an SR-IOV NIC would give a pod, emulated with veth pairs and eBPF, plus
+// direct forward.
+//
+// A pod's VF link is two veth pairs:
+//
+//	pod eth0 ↔ nag<h>     (podnet makes it, as in host mode: the VF and its host-side end)
+//	nvf<h>  ↔ rep<h>      (this package: the crossing into the DPU domain; rep<h> is the
+//	                       pod's representor, a port of the DPU's switch)
+//
+// vf_host_ingress (bpf/nagare_vf.c) on nag<h> sees what the pod transmits
+// and sends it across to rep<h>, or, with direct forward, straight into a
+// local pod's eth0; vf_wire_ingress on nvf<h> hands what the DPU sends
+// into the pod. Making the crossing pair is the one place where the host
+// side reaches into the DPU's namespace: it stands for the NIC creating a
+// VF's representor, which on real hardware happens without the host.
+//
+// Maps are pinned under the agent's state (Config.PinDir), so a restarted
+// agent keeps every link forwarding and finds its table again; the tc
+// filters belong to their devices.
+package vf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotSupported wraps failures caused by a missing kernel feature.
+var ErrNotSupported = errors.New("not supported by this kernel or machine")
+
+// Counter is one of the paths a packet can take (enum vf_counter).
+type Counter uint32
+
+// Counters, as bpf/lib/direct_forward.h numbers them.
+const (
+	Direct       Counter = 0
+	ToDPU        Counter = 1
+	ToDPUNotIP   Counter = 2
+	ToDPUSpoofed Counter = 3
+	ToDPUNoDest  Counter = 4
+	ToDPUAddr    Counter = 5
+	FromDPU      Counter = 6
+	DropNoLink   Counter = 7
+	DropShort    Counter = 8
+	numCounters          = 16
+)
+
+var counterNames = map[Counter]string{
+	Direct: "direct", ToDPU: "to-dpu", ToDPUNotIP: "to-dpu-not-ip", ToDPUSpoofed: "to-dpu-spoofed",
+	ToDPUNoDest: "to-dpu-no-dest", ToDPUAddr: "to-dpu-addr", FromDPU: "from-dpu",
+	DropNoLink: "drop-no-link", DropShort: "drop-short",
+}
+
+func (c Counter) String() string {
+	if n, ok := counterNames[c]; ok {
+		return n
+	}
+	return fmt.Sprintf("counter(%d)", uint32(c))
+}
+
+// WireName and RepName name the crossing pair of the VF whose host-side
+// end is host (nag + 12 hex digits): nvf<...> on the host, rep<...> in the
+// DPU domain.
+func WireName(host string) string { return "nvf" + suffix(host) }
+
+// RepName is the pod's representor in the DPU domain.
+func RepName(host string) string { return "rep" + suffix(host) }
+
+func suffix(host string) string {
+	if len(host) > 3 {
+		return host[3:]
+	}
+	return host
+}
+
+// Config says where the links live.
+type Config struct {
+	HostNetns string // the host's namespace path ("" = the agent's own)
+	DPUNetns  string // the DPU domain's namespace path
+	PinDir    string // BPF filesystem directory for the maps
+	// DirectForward turns the direct-forward table on.
+	DirectForward bool
+}
+
+// VF is the loaded program and its maps.
+type VF struct {
+	cfg  Config
+	objs vfObjects
+	mu   sync.Mutex
+}
+
+// Open loads the VF programs with the pinned maps (made on first use).
+func Open(cfg Config) (*VF, error) {
+	if cfg.DPUNetns == "" {
+		return nil, errors.New("vf: the DPU domain's namespace is required")
+	}
+	if err := os.MkdirAll(cfg.PinDir, 0o700); err != nil {
+		return nil, fmt.Errorf("vf: pin directory: %w", err)
+	}
+	spec, err := loadVf()
+	if err != nil {
+		return nil, err
+	}
+	v := &VF{cfg: cfg}
+	if err := spec.LoadAndAssign(&v.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}); err != nil {
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return nil, fmt.Errorf("vf: load: %w (%w)", err, ErrNotSupported)
+		}
+		return nil, fmt.Errorf("vf: load: %w", err)
+	}
+	if err := v.SetDirectForward(cfg.DirectForward); err != nil {
+		v.Close()
+		return nil, err
+	}
+	return v, nil
+}
+
+// Close releases the handles; pins and filters stay (links keep forwarding).
+func (v *VF) Close() error { return v.objs.Close() }
+
+// Remove deletes the pins (uninstall).
+func (v *VF) Remove() error {
+	return os.RemoveAll(v.cfg.PinDir)
+}
+
+// SetDirectForward turns direct forward on or off for every link at once.
+func (v *VF) SetDirectForward(on bool) error {
+	var e uint32
+	if on {
+		e = 1
+	}
+	return v.objs.DfConfig.Put(uint32(0), vfDfSettings{Enabled: e})
+}
+
+// DirectForward says whether direct forward is on.
+func (v *VF) DirectForward() bool {
+	var s vfDfSettings
+	if err := v.objs.DfConfig.Lookup(uint32(0), &s); err != nil {
+		return false
+	}
+	return s.Enabled != 0
+}
+
+// Link is one pod's VF.
+type Link struct {
+	Host string           // nag<h>: the host-side end podnet made
+	MAC  net.HardwareAddr // the pod's
+	IP   netip.Addr       // the pod's
+	Net  uint32           // the pod's network (VNI)
+	MTU  int
+}
+
+func handleAt(path string) (*netlink.Handle, error) {
+	if path == "" {
+		return netlink.NewHandle()
+	}
+	h, err := netns.GetFromPath(path)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	return netlink.NewHandleAt(h)
+}
+
+func inNetns(path string, fn func() error) error {
+	if path == "" {
+		return fn()
+	}
+	return ns.WithNetNSPath(path, func(ns.NetNS) error { return fn() })
+}
+
+func ipU32(a netip.Addr) uint32 {
+	b := a.As4()
+	return binary.LittleEndian.Uint32(b[:]) // the bytes in network order, as the packet has them
+}
+
+// Attach makes (or finds) the crossing pair of l, hooks both host-side
+// devices and records the link. The representor it returns is the port
+// the DPU's switch attaches. Idempotent.
+func (v *VF) Attach(l Link) (rep string, err error) {
+	wire, rep := WireName(l.Host), RepName(l.Host)
+	hh, err := handleAt(v.cfg.HostNetns)
+	if err != nil {
+		return "", fmt.Errorf("host namespace: %w", err)
+	}
+	defer hh.Close()
+	hd, err := handleAt(v.cfg.DPUNetns)
+	if err != nil {
+		return "", fmt.Errorf("DPU namespace: %w", err)
+	}
+	defer hd.Close()
+	host, err := hh.LinkByName(l.Host)
+	if err != nil {
+		return "", fmt.Errorf("VF host end %s: %w", l.Host, err)
+	}
+	w, werr := hh.LinkByName(wire)
+	r, rerr := hd.LinkByName(rep)
+	if werr == nil && rerr != nil {
+		// Half a pair: the DPU domain lost the representor (it was
+		// rebuilt). Make the pair again.
+		if err := hh.LinkDel(w); err != nil {
+			return "", fmt.Errorf("remove half-made %s: %w", wire, err)
+		}
+		werr = errors.New("gone")
+	}
+	if werr != nil {
+		if rerr == nil {
+			_ = hd.LinkDel(r)
+		}
+		dpu, err := netns.GetFromPath(v.cfg.DPUNetns)
+		if err != nil {
+			return "", err
+		}
+		va := netlink.NewLinkAttrs()
+		va.Name, va.MTU = wire, l.MTU
+		err = hh.LinkAdd(&netlink.Veth{LinkAttrs: va, PeerName: rep, PeerMTU: uint32(l.MTU), PeerNamespace: netlink.NsFd(int(dpu))})
+		dpu.Close()
+		if err != nil {
+			return "", fmt.Errorf("create %s/%s: %w", wire, rep, err)
+		}
+		if w, err = hh.LinkByName(wire); err != nil {
+			return "", err
+		}
+		if r, err = hd.LinkByName(rep); err != nil {
+			return "", err
+		}
+	}
+	// Neither end is an interface of its namespace's stack: no IPv6
+	// (no DAD or router solicitations into the pod).
+	if err := inNetns(v.cfg.HostNetns, func() error { return noIPv6(wire) }); err != nil {
+		return "", err
+	}
+	if err := inNetns(v.cfg.DPUNetns, func() error { return noIPv6(rep) }); err != nil {
+		return "", err
+	}
+	for _, x := range []struct {
+		h *netlink.Handle
+		l netlink.Link
+	}{{hh, w}, {hd, r}} {
+		if err := x.h.LinkSetUp(x.l); err != nil {
+			return "", fmt.Errorf("set %s up: %w", x.l.Attrs().Name, err)
+		}
+	}
+	link := vfVfLink{HostIfindex: uint32(host.Attrs().Index), WireIfindex: uint32(w.Attrs().Index), Net: l.Net, Ip: ipU32(l.IP)}
+	copy(link.Mac[:], l.MAC)
+	if err := v.objs.VfLinks.Put(link.HostIfindex, link); err != nil {
+		return "", err
+	}
+	if err := v.objs.VfLinks.Put(link.WireIfindex, link); err != nil {
+		return "", err
+	}
+	if err := attachFilter(hh, host.Attrs().Index, v.objs.VfHostIngress, "vf_host_ingress"); err != nil {
+		return "", err
+	}
+	if err := attachFilter(hh, w.Attrs().Index, v.objs.VfWireIngress, "vf_wire_ingress"); err != nil {
+		return "", err
+	}
+	return rep, nil
+}
+
+func noIPv6(dev string) error {
+	err := os.WriteFile(filepath.Join("/proc/sys/net/ipv6/conf", dev, "disable_ipv6"), []byte("1"), 0o644)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// attachFilter puts prog at clsact ingress of ifindex (one priority and
+// handle, so a restarted agent replaces it in place: no gap).
+func attachFilter(h *netlink.Handle, ifindex int, prog *ebpf.Program, name string) error {
+	q := &netlink.GenericQdisc{QdiscType: "clsact", QdiscAttrs: netlink.QdiscAttrs{
+		LinkIndex: ifindex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}
+	if err := h.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("vf: clsact on ifindex %d: %w", ifindex, err)
+	}
+	f := &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: ifindex, Parent: netlink.HANDLE_MIN_INGRESS,
+		Handle: 1, Priority: 1, Protocol: unix.ETH_P_ALL}, Fd: prog.FD(), Name: name, DirectAction: true}
+	if err := h.FilterReplace(f); err != nil {
+		return fmt.Errorf("vf: tc filter %s on ifindex %d: %w", name, ifindex, err)
+	}
+	return nil
+}
+
+// Publish enters l in the direct-forward table: from now on local pods'
+// packets for l's MAC and address go straight into it. Call it only once
+// the DPU pipeline forwards to l (its flows are in).
+func (v *VF) Publish(l Link) error {
+	hh, err := handleAt(v.cfg.HostNetns)
+	if err != nil {
+		return err
+	}
+	defer hh.Close()
+	host, err := hh.LinkByName(l.Host)
+	if err != nil {
+		return fmt.Errorf("VF host end %s: %w", l.Host, err)
+	}
+	return v.objs.DfFib.Put(dfKey(l.Net, l.MAC), vfDfDest{HostIfindex: uint32(host.Attrs().Index), Ip: ipU32(l.IP)})
+}
+
+// Withdraw removes l from the direct-forward table (before its flows go).
+func (v *VF) Withdraw(l Link) error {
+	if err := v.objs.DfFib.Delete(dfKey(l.Net, l.MAC)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	return nil
+}
+
+func dfKey(netID uint32, mac net.HardwareAddr) vfDfKey {
+	k := vfDfKey{Net: netID}
+	copy(k.Mac[:], mac)
+	return k
+}
+
+// Detach removes the crossing pair and the link's entries; the pod's own
+// pair is podnet's. A missing device is fine.
+func (v *VF) Detach(host string) error {
+	hh, err := handleAt(v.cfg.HostNetns)
+	if err != nil {
+		return err
+	}
+	defer hh.Close()
+	var errs []error
+	for _, name := range []string{host, WireName(host)} {
+		l, err := hh.LinkByName(name)
+		if err != nil {
+			continue
+		}
+		if err := v.objs.VfLinks.Delete(uint32(l.Attrs().Index)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+		}
+		if name == WireName(host) {
+			if err := hh.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+				errs = append(errs, fmt.Errorf("delete %s: %w", name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Entry is one direct-forward table entry.
+type Entry struct {
+	Net         uint32           `json:"net"`
+	MAC         net.HardwareAddr `json:"-"`
+	MACString   string           `json:"mac"`
+	IP          netip.Addr       `json:"ip"`
+	HostIfindex int              `json:"hostIfindex"`
+}
+
+// Table lists the direct-forward table.
+func (v *VF) Table() ([]Entry, error) {
+	var out []Entry
+	var k vfDfKey
+	var d vfDfDest
+	it := v.objs.DfFib.Iterate()
+	for it.Next(&k, &d) {
+		var b [4]byte
+		binary.LittleEndian.PutUint32(b[:], d.Ip)
+		mac := net.HardwareAddr(append([]byte(nil), k.Mac[:]...))
+		out = append(out, Entry{Net: k.Net, MAC: mac, MACString: mac.String(), IP: netip.AddrFrom4(b), HostIfindex: int(d.HostIfindex)})
+	}
+	return out, it.Err()
+}
+
+// Counters sums the per-CPU path counters.
+func (v *VF) Counters() (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for c := Counter(0); c < numCounters; c++ {
+		var per []uint64
+		if err := v.objs.VfCounters.Lookup(uint32(c), &per); err != nil {
+			return nil, err
+		}
+		var sum uint64
+		for _, x := range per {
+			sum += x
+		}
+		if _, named := counterNames[c]; named || sum > 0 {
+			out[c.String()] = sum
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,161 @@
+package vf
+
+import (
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// The VF program's decisions, run with BPF_PROG_RUN (the packet arrives on
+// the loopback device, ifindex 1, which the test registers as pod A's VF).
+// The namespace test (test/cluster TestDPUMode) runs the same program on
+// real VF links.
+
+var (
+	macA = net.HardwareAddr{0x0a, 0x58, 10, 77, 1, 2}
+	macB = net.HardwareAddr{0x0a, 0x58, 10, 77, 1, 3}
+	ipA  = netip.MustParseAddr("10.77.1.2")
+	ipB  = netip.MustParseAddr("10.77.1.3")
+)
+
+const (
+	vni     = 1
+	ifA     = 1  // loopback: where BPF_PROG_RUN's packets come in
+	wireA   = 40 // nvf of A
+	hostB   = 41 // nag of B
+	verdict = 7  // TC_ACT_REDIRECT
+)
+
+func openTest(t *testing.T) *VF {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (BPF)")
+	}
+	dir, err := os.MkdirTemp("/sys/fs/bpf", "vf-test-")
+	if err != nil {
+		t.Skip("no BPF filesystem:", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	v, err := Open(Config{DPUNetns: "/proc/self/ns/net", PinDir: dir, DirectForward: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Close() })
+	link := vfVfLink{HostIfindex: ifA, WireIfindex: wireA, Net: vni, Ip: ipU32(ipA)}
+	copy(link.Mac[:], macA)
+	if err := v.objs.VfLinks.Put(uint32(ifA), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.objs.DfFib.Put(dfKey(vni, macB), vfDfDest{HostIfindex: hostB, Ip: ipU32(ipB)}); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// frame is an Ethernet + IPv4 + UDP packet.
+func frame(dst, src net.HardwareAddr, ethType uint16, sip, dip netip.Addr) []byte {
+	b := make([]byte, 14+20+8+16)
+	copy(b[0:], dst)
+	copy(b[6:], src)
+	binary.BigEndian.PutUint16(b[12:], ethType)
+	ip := b[14:]
+	ip[0], ip[8], ip[9] = 0x45, 64, 17
+	binary.BigEndian.PutUint16(ip[2:], 20+8+16)
+	s, d := sip.As4(), dip.As4()
+	copy(ip[12:], s[:])
+	copy(ip[16:], d[:])
+	binary.BigEndian.PutUint16(ip[20+4:], 8+16)
+	return b
+}
+
+func run(t *testing.T, prog *ebpf.Program, pkt []byte) uint32 {
+	t.Helper()
+	ret, err := prog.Run(&ebpf.RunOptions{Data: pkt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ret
+}
+
+func TestDirectForwardDecisions(t *testing.T) {
+	v := openTest(t)
+	other := netip.MustParseAddr("10.77.1.9")
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+		want Counter
+	}{
+		{"own source to a local pod", frame(macB, macA, 0x0800, ipA, ipB), Direct},
+		{"another pod's address as source", frame(macB, macA, 0x0800, other, ipB), ToDPUSpoofed},
+		{"another MAC as source", frame(macB, macB, 0x0800, ipA, ipB), ToDPUSpoofed},
+		{"ARP", frame(macB, macA, 0x0806, ipA, ipB), ToDPUNotIP},
+		{"IPv6", frame(macB, macA, 0x86dd, ipA, ipB), ToDPUNotIP},
+		{"broadcast", frame(net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, macA, 0x0800, ipA, ipB), ToDPUNoDest},
+		{"a local pod's MAC, another address", frame(macB, macA, 0x0800, ipA, other), ToDPUAddr},
+		{"to itself", frame(macA, macA, 0x0800, ipA, ipA), ToDPUNoDest},
+	} {
+		before, _ := v.Counters()
+		if got := run(t, v.objs.VfHostIngress, c.pkt); got != verdict {
+			t.Errorf("%s: verdict %d, want redirect", c.name, got)
+		}
+		after, _ := v.Counters()
+		for n := Counter(0); n < numCounters; n++ {
+			d := after[n.String()] - before[n.String()]
+			if (n == c.want) != (d == 1) || d > 1 {
+				t.Errorf("%s: counter %s moved by %d (want the packet counted once, as %s)", c.name, n, d, c.want)
+			}
+		}
+	}
+
+	// Another network's pod with the same MAC is not reachable directly.
+	if err := v.objs.DfFib.Delete(dfKey(vni, macB)); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.objs.DfFib.Put(dfKey(vni+1, macB), vfDfDest{HostIfindex: hostB, Ip: ipU32(ipB)}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := v.Counters()
+	run(t, v.objs.VfHostIngress, frame(macB, macA, 0x0800, ipA, ipB))
+	after, _ := v.Counters()
+	if after["to-dpu-no-dest"]-before["to-dpu-no-dest"] != 1 || after["direct"] != before["direct"] {
+		t.Errorf("a pod on another network was reached directly: %v -> %v", before, after)
+	}
+
+	// Off: everything goes to the DPU.
+	if err := v.SetDirectForward(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.objs.DfFib.Put(dfKey(vni, macB), vfDfDest{HostIfindex: hostB, Ip: ipU32(ipB)}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ = v.Counters()
+	run(t, v.objs.VfHostIngress, frame(macB, macA, 0x0800, ipA, ipB))
+	after, _ = v.Counters()
+	if after["to-dpu"]-before["to-dpu"] != 1 || after["direct"] != before["direct"] || v.DirectForward() {
+		t.Errorf("direct forward off: %v -> %v", before, after)
+	}
+}
+
+func TestWireAndUnknownLinks(t *testing.T) {
+	v := openTest(t)
+	before, _ := v.Counters()
+	if got := run(t, v.objs.VfWireIngress, frame(macA, macB, 0x0800, ipB, ipA)); got != verdict {
+		t.Errorf("from the DPU: verdict %d", got)
+	}
+	if err := v.objs.VfLinks.Delete(uint32(ifA)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*ebpf.Program{v.objs.VfHostIngress, v.objs.VfWireIngress} {
+		if got := run(t, p, frame(macB, macA, 0x0800, ipA, ipB)); got != 2 { // TC_ACT_SHOT
+			t.Errorf("a device that is no VF: verdict %d, want drop", got)
+		}
+	}
+	after, _ := v.Counters()
+	if after["from-dpu"]-before["from-dpu"] != 1 || after["drop-no-link"]-before["drop-no-link"] != 2 {
+		t.Errorf("counters %v -> %v", before, after)
+	}
+}
