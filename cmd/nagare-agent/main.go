@@ -4,6 +4,7 @@
 //
 //	nagare-agent --node-name NODE [--cluster-file FILE] [--netns NAME|PATH] ...
 //	nagare-agent --kubernetes [--kubeconfig FILE] --node-name NODE --config FILE ...
+//	nagare-agent --mode dpu --dpu-netns NS --dpu-switch ssl:IP:PORT ...   # the switch in a DPU domain
 //	nagare-agent install-cni --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d
 //	nagare-agent cleanup --node-name NODE [--netns ...]   # remove the node's devices and masquerade
 //
@@ -60,6 +61,7 @@ func run(args []string) error {
 		switchSock  string
 		metricsAddr string
 		logLevel    string
+		dpuNetns    string
 	)
 	fs.StringVar(&cfg.NodeName, "node-name", defaultNodeName(), "this node's name (default: $NODE_NAME, else the host name)")
 	fs.StringVar(&clusterFile, "cluster-file", "", "cluster file (YAML: vni, mtu, clusterCIDR, externalInterface, nodes); default: the embedded one")
@@ -77,6 +79,13 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.GCInterval, "gc-interval", time.Minute, "period of the check for leaked allocations")
 	fs.DurationVar(&cfg.GCGrace, "gc-grace", 2*time.Minute, "allocations younger than this are never collected")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&cfg.Mode, "mode", agent.ModeHost, "host: the switch runs beside the agent (--switch); dpu: in a DPU domain, over its control network (docs/dpu.md)")
+	fs.StringVar(&dpuNetns, "dpu-netns", "", "DPU mode: the DPU domain's network namespace (name or path)")
+	fs.StringVar(&cfg.DPU.Switch, "dpu-switch", "", "DPU mode: the DPU switch on the control network, ssl:IP:PORT")
+	fs.StringVar(&cfg.DPU.PKIDir, "pki-dir", "", "DPU mode: control-network certificates (default <state-dir>/pki; made on first start)")
+	fs.StringVar(&cfg.DPU.PinDir, "bpffs", "", "DPU mode: BPF filesystem directory for the VF maps (default /sys/fs/bpf/nagare/agent-<node>)")
+	fs.BoolVar(&cfg.DPU.DirectForward, "direct-forward", true, "DPU mode: forward intra-node pod traffic at the VF, never hairpinning through the DPU")
+	fs.DurationVar(&cfg.DPU.LeaseTimeout, "dpu-lease", 2*time.Second, "DPU mode: the DPU is down when it has not answered for this long")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -94,6 +103,10 @@ func run(args []string) error {
 	}
 	cfg.SwitchSocket = sock
 	cfg.NetNS = netnsPath(netnsName)
+	cfg.DPU.Netns = netnsPath(dpuNetns)
+	if cfg.DPU.LeaseTimeout > 0 {
+		cfg.DPU.LeaseInterval = cfg.DPU.LeaseTimeout / 4
+	}
 	c, err := config.Load(clusterFile)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,7 +16,7 @@ import (
 
 func init() {
 	register(&command{name: "agent", summary: "the node agent: pods, IPAM, nodes, tunnels, pipeline flows per table",
-		usage: "nagarectl agent [--agent-socket PATH] [status|pods|nodes|pipeline|metrics] [--json]",
+		usage: "nagarectl agent [--agent-socket PATH] [status|pods|nodes|pipeline|dpu|metrics] [--json]\n       nagarectl agent [--agent-socket PATH] direct-forward on|off",
 		run:   runAgent})
 }
 
@@ -30,6 +31,14 @@ func runAgent(args []string, stdout, _ io.Writer) error {
 	}
 	if err := fs.Parse(args); err != nil {
 		return usagef("%v", err)
+	}
+	if what == "direct-forward" {
+		if fs.NArg() != 1 || (fs.Arg(0) != "on" && fs.Arg(0) != "off") {
+			return usagef("direct-forward on|off")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		return agent.SetDirectForward(ctx, *sock, fs.Arg(0) == "on")
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments %q", fs.Args())
@@ -70,6 +79,7 @@ func runAgent(args []string, stdout, _ io.Writer) error {
 		for _, m := range st.Masquerade {
 			fmt.Fprintf(w, "masquerade: %s\n", m)
 		}
+		printDPU(w, st)
 		fmt.Fprintln(w)
 		printPods(w, st)
 		fmt.Fprintln(w)
@@ -82,8 +92,10 @@ func runAgent(args []string, stdout, _ io.Writer) error {
 		printNodes(w, st)
 	case "pipeline":
 		printTables(w, st)
+	case "dpu":
+		printDPU(w, st)
 	default:
-		return usagef("unknown view %q (status, pods, nodes, pipeline, metrics)", what)
+		return usagef("unknown view %q (status, pods, nodes, pipeline, dpu, metrics)", what)
 	}
 	return nil
 }
@@ -118,4 +130,29 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// printDPU prints DPU mode's control network, lease, direct-forward table
+// and the packets each VF path took.
+func printDPU(w io.Writer, st *agent.Status) {
+	d := st.DPU
+	if d == nil {
+		fmt.Fprintf(w, "mode %s\n", st.Mode)
+		return
+	}
+	lease := "none (DPU down: " + d.Down + ")"
+	if !d.LeaseUntil.IsZero() {
+		lease = fmt.Sprintf("held, %s left", time.Until(d.LeaseUntil).Round(time.Millisecond))
+	}
+	fmt.Fprintf(w, "mode dpu: switch %s, DPU domain %s, lease %s, direct forward %v (%d entries)\n", d.Switch, d.Netns, lease, d.DirectForward, len(d.Table))
+	var names []string
+	for n := range d.Paths {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s=%d", n, d.Paths[n]))
+	}
+	fmt.Fprintf(w, "VF paths: %s\n", strings.Join(parts, " "))
 }

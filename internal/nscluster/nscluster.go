@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -61,7 +62,25 @@ type Options struct {
 	// AgentArgs and SwitchArgs are extra flags for every node's processes.
 	AgentArgs, SwitchArgs []string
 	Logf                  func(format string, args ...any)
+	// DPU builds every node in DPU mode (docs/dpu.md): a DPU domain
+	// namespace <node>-dpu owns the uplink and external links and runs the
+	// switch (pinned to DPUCPUs), reached by the agent over the control
+	// link; the host namespace runs no switch.
+	DPU bool
+	// DPUCPUs is the DPU domain's CPU set (taskset -c syntax); default
+	// the last CPU.
+	DPUCPUs string
 }
+
+// The control link between a host and its DPU domain (nagare-dpu0 on
+// both sides): the control network, and the host's own way to its pods
+// and beyond, routed by the DPU.
+const (
+	DPUHostAddr    = "169.254.100.1"
+	DPUControlAddr = "169.254.100.2"
+	DPUControlPort = "6653"
+	DPULink        = "nagare-dpu0"
+)
 
 // Cluster is a running namespace cluster.
 type Cluster struct {
@@ -85,6 +104,8 @@ type Node struct {
 	Switch   *Proc
 	Agent    *Proc
 	conflist []byte
+	// DPUNS is the node's DPU domain (DPU mode), else "".
+	DPUNS string
 }
 
 // Proc is a process the cluster started.
@@ -230,17 +251,38 @@ func (c *Cluster) build() error {
 		if err := c.addNS(n.NS); err != nil {
 			return err
 		}
+		// The uplinks belong to the node, or in DPU mode to its DPU domain.
+		up := n.NS
+		if c.opt.DPU {
+			n.DPUNS = n.NS + "-dpu"
+			if err := c.addNS(n.DPUNS); err != nil {
+				return err
+			}
+			up = n.DPUNS
+			for _, cmd := range [][]string{
+				{"ip", "link", "add", DPULink, "netns", n.NS, "type", "veth", "peer", "name", DPULink, "netns", n.DPUNS},
+				{"ip", "-n", n.NS, "addr", "add", DPUHostAddr + "/30", "dev", DPULink},
+				{"ip", "-n", n.DPUNS, "addr", "add", DPUControlAddr + "/30", "dev", DPULink},
+				{"ip", "-n", n.NS, "link", "set", DPULink, "up"},
+				{"ip", "-n", n.DPUNS, "link", "set", DPULink, "up"},
+				{"ip", "-n", n.NS, "route", "add", "default", "via", DPUControlAddr},
+			} {
+				if err := sh(cmd...); err != nil {
+					return err
+				}
+			}
+		}
 		ulPeer, exPeer := fmt.Sprintf("u%d", i+1), fmt.Sprintf("e%d", i+1)
 		for _, cmd := range [][]string{
-			{"ip", "link", "add", "ul0", "netns", n.NS, "mtu", mtu, "type", "veth", "peer", "name", ulPeer, "netns", c.Underlay, "mtu", mtu},
+			{"ip", "link", "add", "ul0", "netns", up, "mtu", mtu, "type", "veth", "peer", "name", ulPeer, "netns", c.Underlay, "mtu", mtu},
 			{"ip", "-n", c.Underlay, "link", "set", ulPeer, "master", "ul", "up"},
-			{"ip", "-n", n.NS, "addr", "add", nc.Underlay.String() + "/24", "dev", "ul0"},
-			{"ip", "-n", n.NS, "link", "set", "ul0", "up"},
-			{"ip", "link", "add", "ext0", "netns", n.NS, "type", "veth", "peer", "name", exPeer, "netns", c.External},
+			{"ip", "-n", up, "addr", "add", nc.Underlay.String() + "/24", "dev", "ul0"},
+			{"ip", "-n", up, "link", "set", "ul0", "up"},
+			{"ip", "link", "add", "ext0", "netns", up, "type", "veth", "peer", "name", exPeer, "netns", c.External},
 			{"ip", "-n", c.External, "link", "set", exPeer, "master", "ex", "up"},
-			{"ip", "-n", n.NS, "addr", "add", n.ExtAddr + "/24", "dev", "ext0"},
-			{"ip", "-n", n.NS, "link", "set", "ext0", "up"},
-			{"ip", "-n", n.NS, "route", "add", "default", "via", ExternalHost},
+			{"ip", "-n", up, "addr", "add", n.ExtAddr + "/24", "dev", "ext0"},
+			{"ip", "-n", up, "link", "set", "ext0", "up"},
+			{"ip", "-n", up, "route", "add", "default", "via", ExternalHost},
 		} {
 			if err := sh(cmd...); err != nil {
 				return err
@@ -375,13 +417,33 @@ func (p *Proc) Exited() bool {
 }
 
 func (n *Node) switchArgs() []string {
-	return append(n.switchIdent(), append([]string{"--fail-mode", "secure"}, n.c.opt.SwitchArgs...)...)
+	args := append(n.switchIdent(), "--fail-mode", "secure")
+	if n.DPUNS != "" {
+		args = append(args, "--listen", "pssl:"+DPUControlPort+":"+DPUControlAddr, "--pki-dir", n.PKIDir())
+	}
+	return append(args, n.c.opt.SwitchArgs...)
 }
 
-// switchIdent names the node's switch (and its pins).
+// switchIdent names the node's switch (and its pins). In DPU mode it runs
+// on the DPU domain's CPUs, its ports in the DPU domain.
 func (n *Node) switchIdent() []string {
+	if n.DPUNS != "" {
+		return []string{"taskset", "-c", n.c.DPUCPUs(), n.c.opt.Bin.Switch, "--bridge", "br-int", "--run-dir", n.Dir, "--netns", n.DPUNS, "--bpffs", n.c.opt.PinRoot}
+	}
 	return []string{n.c.opt.Bin.Switch, "--bridge", "br-int", "--run-dir", n.Dir, "--netns", n.NS, "--bpffs", n.c.opt.PinRoot}
 }
+
+// DPUCPUs is the DPU domains' CPU set.
+func (c *Cluster) DPUCPUs() string {
+	if c.opt.DPUCPUs != "" {
+		return c.opt.DPUCPUs
+	}
+	return fmt.Sprint(runtime.NumCPU() - 1)
+}
+
+// PKIDir holds the node's control-network certificates (both sides: the
+// one provisioning step the namespaces share).
+func (n *Node) PKIDir() string { return filepath.Join(n.Dir, "pki") }
 
 // StartSwitch starts (or restarts) the node's switch.
 func (n *Node) StartSwitch(ctx context.Context) error {
@@ -409,6 +471,10 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	args := append([]string{n.c.opt.Bin.Agent, "--node-name", n.Config.Name, "--cluster-file", n.c.ClusterFile(),
 		"--netns", n.NS, "--switch", "unix:" + n.SwitchSocket(), "--cni-socket", n.CNISocket(),
 		"--agent-socket", n.AgentSocket(), "--state-dir", n.StateDir()}, n.c.opt.AgentArgs...)
+	if n.DPUNS != "" {
+		args = append(args, "--mode", "dpu", "--dpu-netns", n.DPUNS, "--dpu-switch", "ssl:"+DPUControlAddr+":"+DPUControlPort,
+			"--pki-dir", n.PKIDir(), "--bpffs", filepath.Join(n.c.opt.PinRoot, "agent-"+n.Config.Name))
+	}
 	p, err := n.c.start(n, "agent", args, func(ctx context.Context) error {
 		st, err := n.Status(ctx)
 		if err != nil {

@@ -37,6 +37,8 @@ import (
 	"github.com/nagare-net/nagare/pkg/agent/nodenet"
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
 	"github.com/nagare-net/nagare/pkg/agent/snat"
+	"github.com/nagare-net/nagare/pkg/agent/vf"
+	"github.com/nagare-net/nagare/pkg/controlnet"
 	"github.com/nagare-net/nagare/pkg/switchd"
 )
 
@@ -68,6 +70,11 @@ type Config struct {
 	// may still be running).
 	GCGrace time.Duration
 	Logger  *slog.Logger
+	// Mode is ModeHost (the switch beside the agent, on SwitchSocket) or
+	// ModeDPU (the switch in a DPU domain, reached over its control
+	// network: docs/dpu.md).
+	Mode string
+	DPU  DPUConfig
 }
 
 func (c *Config) setDefaults() error {
@@ -104,7 +111,7 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	return nil
+	return c.setDPUDefaults()
 }
 
 // Agent is one node's agent.
@@ -135,6 +142,10 @@ type Agent struct {
 	lastSyncAt  time.Time
 	lastSyncDur time.Duration
 	reconnects  int
+	downReason  string // why the switch is not ready (for CNI errors and STATUS)
+
+	sw controlnet.Endpoint // where the switch is
+	vf *vf.VF              // DPU mode: VF links and direct forward
 }
 
 // New checks the configuration; Run does the work.
@@ -158,7 +169,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.node = node
-	a.log.Info("node", "podCIDR", node.PodCIDR, "underlay", node.Underlay, "gateway", node.Gateway())
+	a.log.Info("node", "podCIDR", node.PodCIDR, "underlay", node.Underlay, "gateway", node.Gateway(), "mode", a.cfg.Mode)
+	if err := a.openSwitchEndpoint(); err != nil {
+		return err
+	}
+	if a.vf != nil {
+		defer a.vf.Close()
+	}
 
 	if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
 		return err
@@ -214,7 +231,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 	}
-	a.log.Info("agent started", "cni", a.cfg.CNISocket, "switch", a.cfg.SwitchSocket, "status", a.cfg.AgentSocket)
+	a.log.Info("agent started", "cni", a.cfg.CNISocket, "switch", a.sw.String(), "status", a.cfg.AgentSocket)
 	<-ctx.Done()
 	srv.Close()
 	status.Close()
@@ -245,7 +262,7 @@ func (a *Agent) setupNode() error {
 	c := a.cfg.Cluster
 	gwPrefix := netip.PrefixFrom(a.node.Gateway(), a.node.PodCIDR.Bits())
 	var err error
-	a.net, err = nodenet.Open(nodenet.Config{Netns: a.cfg.NetNS, Gateway: a.cfg.Gateway, GatewayIP: gwPrefix,
+	a.net, err = nodenet.Open(nodenet.Config{Netns: a.nodeNetns(), Gateway: a.cfg.Gateway, GatewayIP: gwPrefix,
 		MTU: c.PodMTU(), Tunnel: a.cfg.Tunnel, VXLANPort: c.VXLANPort, TunnelMTU: c.PodMTU()})
 	if err != nil {
 		return err
@@ -260,7 +277,7 @@ func (a *Agent) setupNode() error {
 	if ext == "" {
 		ext = c.ExternalInterface
 	}
-	if err := snat.Ensure(snat.Config{NetNS: a.cfg.NetNS, PodCIDR: a.node.PodCIDR, ClusterCIDR: c.ClusterCIDR,
+	if err := snat.Ensure(snat.Config{NetNS: a.nodeNetns(), PodCIDR: a.node.PodCIDR, ClusterCIDR: c.ClusterCIDR,
 		ExternalInterface: ext, Gateway: a.cfg.Gateway}); err != nil {
 		return fmt.Errorf("masquerade: %w", err)
 	}
@@ -286,7 +303,10 @@ func (a *Agent) switchLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			a.log.Warn("switch not ready; retrying", "switch", a.cfg.SwitchSocket, "err", err, "in", backoff)
+			a.mu.Lock()
+			a.downReason = err.Error()
+			a.mu.Unlock()
+			a.log.Warn("switch not ready; retrying", "switch", a.sw.String(), "err", err, "in", backoff)
 			select {
 			case <-ctx.Done():
 				return
@@ -304,18 +324,26 @@ func (a *Agent) switchLoop(ctx context.Context) {
 		a.mu.Lock()
 		a.ready = false
 		a.reconnects++
+		a.downReason = fmt.Sprintf("connection to %s lost: %v", a.sw, conn.Err())
 		a.mu.Unlock()
 		a.met.reconnects.Inc()
-		a.log.Warn("switch connection lost; reconnecting")
+		a.log.Warn("switch connection lost; reconnecting", "err", conn.Err())
 	}
 }
 
 func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := pipeline.Dial(dctx, "unix:"+a.cfg.SwitchSocket)
+	nc, err := a.sw.Dial(dctx)
 	if err != nil {
 		return nil, err
+	}
+	conn, err := pipeline.Open(dctx, nc, a.sw.String())
+	if err != nil {
+		return nil, err
+	}
+	if a.cfg.Mode == ModeDPU {
+		conn.Lease(a.cfg.DPU.LeaseInterval, a.cfg.DPU.LeaseTimeout)
 	}
 	a.swMu.Lock()
 	defer a.swMu.Unlock()
@@ -343,8 +371,13 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 		conn.Close()
 		return nil, fmt.Errorf("sync: %w", err)
 	}
+	if err := a.publishAll(); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("direct forward: %w", err)
+	}
 	a.mu.Lock()
 	a.ready = true
+	a.downReason = ""
 	a.lastSync, a.lastSyncAt, a.lastSyncDur = st, time.Now(), time.Since(start)
 	a.mu.Unlock()
 	a.log.Info("switch synced", "added", st.Added, "deleted", st.Deleted, "kept", st.Kept, "pods", len(pods), "remotes", len(remotes), "took", time.Since(start))
@@ -392,7 +425,11 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 		if p.OFPort == 0 {
 			continue // its ADD did not get that far
 		}
-		if q, ok := byName[p.Host]; ok {
+		if err := a.attachVF(p); err != nil {
+			a.podLog(p).Error("re-attach the pod's VF", "err", err)
+			continue
+		}
+		if q, ok := byName[a.portName(p)]; ok {
 			if q.OFPort != p.OFPort {
 				a.podLog(p).Warn("pod port renumbered by the switch", "was", p.OFPort, "now", q.OFPort)
 				a.setPodPort(p, q.OFPort)
@@ -403,9 +440,9 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 		if err != nil || !exists {
 			continue // gone: GC will release it
 		}
-		no, err := a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: p.Host, Kind: "pod", OFPort: p.OFPort})
+		no, err := a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: a.portName(p), Kind: a.portKind(), OFPort: p.OFPort})
 		if err != nil {
-			no, err = a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: p.Host, Kind: "pod"})
+			no, err = a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: a.portName(p), Kind: a.portKind()})
 		}
 		if err != nil {
 			a.podLog(p).Error("re-attach pod port", "err", err)
@@ -417,7 +454,7 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 }
 
 func (a *Agent) listPorts(ctx context.Context) ([]switchd.PortInfo, error) {
-	resp, err := switchd.Call(ctx, a.cfg.SwitchSocket, switchd.CtlRequest{Cmd: "list-ports"})
+	resp, err := a.call(ctx, switchd.CtlRequest{Cmd: "list-ports"})
 	if err != nil {
 		return nil, err
 	}
@@ -429,7 +466,7 @@ func (a *Agent) listPorts(ctx context.Context) ([]switchd.PortInfo, error) {
 }
 
 func (a *Agent) addPort(ctx context.Context, req switchd.CtlRequest) (uint32, error) {
-	resp, err := switchd.Call(ctx, a.cfg.SwitchSocket, req)
+	resp, err := a.call(ctx, req)
 	if err != nil {
 		return 0, err
 	}
@@ -447,7 +484,10 @@ func (a *Agent) connected() (*pipeline.Pipeline, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.ready || a.pl == nil {
-		return nil, errSwitchDown
+		if a.downReason != "" {
+			return nil, fmt.Errorf("%w (%s): %s", errSwitchDown, a.sw, a.downReason)
+		}
+		return nil, fmt.Errorf("%w (%s)", errSwitchDown, a.sw)
 	}
 	return a.pl, nil
 }

@@ -130,7 +130,7 @@ func (a *Agent) NodeDeleted(name string) {
 			log.Error("remove flows", "err", err)
 		}
 		if r.port != 0 {
-			if _, err := switchd.Call(ctx, a.cfg.SwitchSocket, switchd.CtlRequest{Cmd: "port-del", Name: fmt.Sprint(r.port)}); err != nil && !isNoPort(err) {
+			if _, err := a.call(ctx, switchd.CtlRequest{Cmd: "port-del", Name: fmt.Sprint(r.port)}); err != nil && !isNoPort(err) {
 				log.Error("remove tunnel endpoint", "err", err)
 			}
 		}

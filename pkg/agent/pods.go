@@ -191,8 +191,11 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 	if err != nil {
 		return nil, undo(fmt.Errorf("attach: %w", err))
 	}
+	if err := a.attachVF(rec); err != nil {
+		return nil, undo(fmt.Errorf("VF link: %w", err))
+	}
 	if rec.OFPort == 0 {
-		no, err := a.ensurePodPort(ctx, rec.Host)
+		no, err := a.ensurePodPort(ctx, a.portName(rec))
 		if err != nil {
 			return nil, undo(fmt.Errorf("switch port: %w", err))
 		}
@@ -205,6 +208,10 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 	a.swMu.Unlock()
 	if err != nil {
 		return nil, undo(fmt.Errorf("flows: %w", err))
+	}
+	// Direct forward only once the pipeline forwards to the pod.
+	if err := a.publish(rec); err != nil {
+		return nil, undo(fmt.Errorf("direct forward: %w", err))
 	}
 	a.met.pods.Set(float64(a.podCount()))
 	log.Info("pod attached", "ip", al.IP, "mac", rec.MAC, "port", rec.OFPort, "host", rec.Host, "repeat", !fresh)
@@ -232,7 +239,7 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 func (a *Agent) ensurePodPort(ctx context.Context, host string) (uint32, error) {
 	a.swMu.Lock()
 	defer a.swMu.Unlock()
-	no, err := a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: host, Kind: "pod"})
+	no, err := a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: host, Kind: a.portKind()})
 	if err == nil || !strings.Contains(err.Error(), "port "+host+" exists") {
 		return no, err
 	}
@@ -265,14 +272,21 @@ func (a *Agent) podCount() int {
 func (a *Agent) detach(ctx context.Context, rec *podRecord, log *slog.Logger) error {
 	var errs []error
 	if pl, err := a.connected(); err == nil {
+		// Out of the direct-forward table before the pipeline lets go.
+		if err := a.withdraw(rec); err != nil {
+			errs = append(errs, fmt.Errorf("direct forward: %w", err))
+		}
 		a.swMu.Lock()
 		if err := pl.DelPod(ctx, rec.Key); err != nil {
 			errs = append(errs, fmt.Errorf("flows: %w", err))
 		}
-		if _, err := switchd.Call(ctx, a.cfg.SwitchSocket, switchd.CtlRequest{Cmd: "port-del", Name: rec.Host}); err != nil && !isNoPort(err) {
+		if _, err := a.call(ctx, switchd.CtlRequest{Cmd: "port-del", Name: a.portName(rec)}); err != nil && !isNoPort(err) {
 			errs = append(errs, fmt.Errorf("switch port: %w", err))
 		}
 		a.swMu.Unlock()
+		if err := a.detachVF(rec); err != nil {
+			errs = append(errs, fmt.Errorf("VF link: %w", err))
+		}
 	} else {
 		// Without the switch the flows and port cannot go now: keep the
 		// record so that a later DEL or GC finishes the job (the
@@ -339,11 +353,11 @@ func (a *Agent) Check(ctx context.Context, req *cniserver.Request) error {
 		return cniError(fmt.Errorf("%w: %v", errSwitchDown, err))
 	}
 	for _, p := range ports {
-		if p.Name == rec.Host && p.OFPort == rec.OFPort {
+		if p.Name == a.portName(rec) && p.OFPort == rec.OFPort {
 			return nil
 		}
 	}
-	return cniError(fmt.Errorf("pod %s: its host end %s is not switch port %d", rec.Pod, rec.Host, rec.OFPort))
+	return cniError(fmt.Errorf("pod %s: its port %s is not switch port %d", rec.Pod, a.portName(rec), rec.OFPort))
 }
 
 // GC releases every attachment not in the runtime's list of valid ones.

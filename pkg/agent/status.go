@@ -39,6 +39,8 @@ type Status struct {
 	Remotes     []RemoteState         `json:"remotes"`
 	Tables      []pipeline.TableCount `json:"tables,omitempty"`
 	Masquerade  []string              `json:"masquerade,omitempty"`
+	Mode        string                `json:"mode"`          // host or dpu
+	DPU         *DPUStatus            `json:"dpu,omitempty"` // DPU mode: control network, lease, direct forward
 }
 
 type SwitchStatus struct {
@@ -79,7 +81,7 @@ func (a *Agent) Snapshot(ctx context.Context) Status {
 	st := Status{Node: a.node.Name, PodCIDR: a.node.PodCIDR.String(), Gateway: a.node.Gateway().String(),
 		GatewayMAC: a.gw.MAC.String(), GatewayPort: a.gwPort, Underlay: a.node.Underlay.String(), Source: "cluster-file",
 		Uptime: time.Since(a.started).Round(time.Second).String(),
-		Switch: SwitchStatus{Socket: a.cfg.SwitchSocket, Connected: a.ready, Reconnects: a.reconnects,
+		Mode: a.cfg.Mode, Switch: SwitchStatus{Socket: a.sw.String(), Connected: a.ready, Reconnects: a.reconnects,
 			LastSync: a.lastSync, LastSyncAt: a.lastSyncAt, SyncTook: a.lastSyncDur.String()}}
 	if a.cfg.Kube != nil {
 		st.Source = "kubernetes"
@@ -101,7 +103,8 @@ func (a *Agent) Snapshot(ctx context.Context) Status {
 		st.Tables, _ = pl.TableCounts(tctx)
 		cancel()
 	}
-	st.Masquerade, _ = snat.Describe(a.cfg.NetNS)
+	st.Masquerade, _ = snat.Describe(a.nodeNetns())
+	st.DPU = a.dpuStatus()
 	return st
 }
 
@@ -122,6 +125,19 @@ func (a *Agent) serveStatus() (net.Listener, error) {
 		_ = enc.Encode(a.Snapshot(r.Context()))
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	// POST /direct-forward?on=true|false (DPU mode; the lab's rows).
+	mux.HandleFunc("/direct-forward", func(w http.ResponseWriter, r *http.Request) {
+		on, err := strconv.ParseBool(r.URL.Query().Get("on"))
+		if r.Method != http.MethodPost || err != nil {
+			http.Error(w, "POST /direct-forward?on=true|false", http.StatusBadRequest)
+			return
+		}
+		if err := a.SetDirectForward(on); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		a.log.Info("direct forward", "on", on)
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) && !strings.Contains(err.Error(), "closed") {
@@ -246,7 +262,18 @@ func agentClient(socket string) *http.Client {
 }
 
 func agentGet(ctx context.Context, socket, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+path, nil)
+	return agentDo(ctx, socket, http.MethodGet, path)
+}
+
+// SetDirectForward turns direct forward on or off on the agent serving
+// socket (DPU mode).
+func SetDirectForward(ctx context.Context, socket string, on bool) error {
+	_, err := agentDo(ctx, socket, http.MethodPost, "/direct-forward?on="+strconv.FormatBool(on))
+	return err
+}
+
+func agentDo(ctx context.Context, socket, method, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+path, nil)
 	if err != nil {
 		return nil, err
 	}

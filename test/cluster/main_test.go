@@ -57,13 +57,20 @@ var clusterSeq int
 // newCluster builds and starts a namespace cluster for t.
 func newCluster(t *testing.T, cc *config.Cluster, agentArgs ...string) *nscluster.Cluster {
 	t.Helper()
+	return newClusterWith(t, func(o *nscluster.Options) { o.Cluster, o.AgentArgs = cc, agentArgs })
+}
+
+// newClusterWith is newCluster with options set by shape (DPU mode).
+func newClusterWith(t *testing.T, shape func(*nscluster.Options)) *nscluster.Cluster {
+	t.Helper()
 	nstest.RequireRoot(t)
 	if bins.Agent == "" {
 		t.Skip("binaries not built")
 	}
 	clusterSeq++
-	c, err := nscluster.New(nscluster.Options{Prefix: fmt.Sprintf("ct%d-%d", os.Getpid(), clusterSeq), Cluster: cc, Bin: bins,
-		Dir: t.TempDir(), AgentArgs: agentArgs, Logf: t.Logf})
+	opt := nscluster.Options{Prefix: fmt.Sprintf("ct%d-%d", os.Getpid(), clusterSeq), Bin: bins, Dir: t.TempDir(), Logf: t.Logf}
+	shape(&opt)
+	c, err := nscluster.New(opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,9 @@ type Conn struct {
 	errs []error                          // OFPT_ERRORs since the last barrier
 	done chan struct{}
 	err  error // why the connection ended
+
+	leaseUntil time.Time // Lease: the switch answered an echo sent before this minus the timeout
+	leaseErr   error
 }
 
 // Dial connects to target (unix:PATH or tcp:HOST:PORT), negotiates
@@ -43,13 +46,75 @@ func Dial(ctx context.Context, target string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	return Open(ctx, nc, target)
+}
+
+// Open speaks OpenFlow on a connection made elsewhere (a TLS connection
+// over a DPU's control network): the handshake, then the reader.
+func Open(ctx context.Context, nc net.Conn, name string) (*Conn, error) {
 	c := &Conn{c: nc, bw: bufio.NewWriter(nc), wait: map[uint32]chan openflow.Message{}, done: make(chan struct{})}
 	if err := c.handshake(ctx); err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("openflow handshake with %s: %w", target, err)
+		return nil, fmt.Errorf("openflow handshake with %s: %w", name, err)
 	}
 	go c.readLoop()
 	return c, nil
+}
+
+// Lease keeps the connection only while the switch answers: an ECHO every
+// interval, and a switch that has not answered one within timeout is
+// taken for gone (the connection closes, Done fires, Err says so). A TCP
+// connection to a DPU that hangs or whose control link is cut would
+// otherwise look alive for minutes.
+func (c *Conn) Lease(interval, timeout time.Duration) {
+	c.mu.Lock()
+	c.leaseUntil = time.Now().Add(timeout)
+	c.mu.Unlock()
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-c.done:
+				return
+			case <-t.C:
+			}
+			xid := c.nextXid()
+			ch := c.await(xid)
+			sent := time.Now()
+			if err := c.write(&openflow.EchoRequest{MsgHeader: openflow.MsgHeader{Xid: xid}}); err != nil {
+				c.forget(xid)
+				return
+			}
+			select {
+			case _, ok := <-ch:
+				c.forget(xid)
+				if !ok {
+					return
+				}
+				c.mu.Lock()
+				c.leaseUntil = sent.Add(timeout)
+				c.mu.Unlock()
+			case <-time.After(time.Until(c.LeaseUntil())):
+				c.forget(xid)
+				c.mu.Lock()
+				c.leaseErr = fmt.Errorf("lease expired: no echo reply within %v", timeout)
+				c.mu.Unlock()
+				c.c.Close()
+				return
+			case <-c.done:
+				c.forget(xid)
+				return
+			}
+		}
+	}()
+}
+
+// LeaseUntil is when the lease runs out unless the switch answers again.
+func (c *Conn) LeaseUntil() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leaseUntil
 }
 
 func (c *Conn) handshake(ctx context.Context) error {
@@ -167,6 +232,9 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 func (c *Conn) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.leaseErr != nil {
+		return c.leaseErr
+	}
 	return c.err
 }
 
