@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -105,6 +106,8 @@ func labRun(args []string, stdout, stderr io.Writer) error {
 	var dur, timeout lab.Duration
 	fs.Var(&dur, "duration", "per measurement, e.g. 5s or 500ms; a bare number is seconds (default: the scenario's)")
 	fs.Var(&timeout, "timeout", "give up (and clean up) after this long, e.g. 10m (default: no limit)")
+	planes := fs.String("dataplanes", "", "comma-separated data planes to run instead of the scenario's (a short timing run)")
+	loads := fs.String("loads", "", "comma-separated load steps of the scenario to run (default: all of them)")
 	// Flags may come before or after the scenario name.
 	var pos []string
 	for {
@@ -126,6 +129,24 @@ func labRun(args []string, stdout, stderr io.Writer) error {
 	s, err := lab.LoadScenario(pos[0])
 	if err != nil {
 		return err
+	}
+	if *planes != "" {
+		s.DataPlanes = strings.Split(*planes, ",")
+	}
+	if *loads != "" {
+		byName := map[string]lab.LoadSpec{}
+		for _, l := range s.Loads {
+			byName[l.Name] = l
+		}
+		var keep []lab.LoadSpec
+		for _, n := range strings.Split(*loads, ",") {
+			l, ok := byName[n]
+			if !ok {
+				return usagef("--loads: %s has no load step %q", s.Name, n)
+			}
+			keep = append(keep, l)
+		}
+		s.Loads = keep
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -70,6 +70,9 @@ type Options struct {
 	// DPUCPUs is the DPU domain's CPU set (taskset -c syntax); default
 	// the last CPU.
 	DPUCPUs string
+	// DPUUplink (Adopt in DPU mode) is the node's underlay device, moved
+	// into the DPU domain with its address (the node's Underlay/24).
+	DPUUplink string
 }
 
 // The control link between a host and its DPU domain (nagare-dpu0 on
@@ -164,6 +167,16 @@ func Adopt(opt Options, nodeNS map[string]string) (*Cluster, error) {
 			return nil, err
 		}
 		c.Nodes = append(c.Nodes, n)
+		if c.opt.DPU {
+			if err := c.buildDPU(n); err != nil {
+				c.Close()
+				return nil, err
+			}
+			if err := c.moveUplink(n); err != nil {
+				c.Close()
+				return nil, err
+			}
+		}
 	}
 	if err := c.writeClusterFile(); err != nil {
 		c.Close()
@@ -254,23 +267,10 @@ func (c *Cluster) build() error {
 		// The uplinks belong to the node, or in DPU mode to its DPU domain.
 		up := n.NS
 		if c.opt.DPU {
-			n.DPUNS = n.NS + "-dpu"
-			if err := c.addNS(n.DPUNS); err != nil {
+			if err := c.buildDPU(n); err != nil {
 				return err
 			}
 			up = n.DPUNS
-			for _, cmd := range [][]string{
-				{"ip", "link", "add", DPULink, "netns", n.NS, "type", "veth", "peer", "name", DPULink, "netns", n.DPUNS},
-				{"ip", "-n", n.NS, "addr", "add", DPUHostAddr + "/30", "dev", DPULink},
-				{"ip", "-n", n.DPUNS, "addr", "add", DPUControlAddr + "/30", "dev", DPULink},
-				{"ip", "-n", n.NS, "link", "set", DPULink, "up"},
-				{"ip", "-n", n.DPUNS, "link", "set", DPULink, "up"},
-				{"ip", "-n", n.NS, "route", "add", "default", "via", DPUControlAddr},
-			} {
-				if err := sh(cmd...); err != nil {
-					return err
-				}
-			}
 		}
 		ulPeer, exPeer := fmt.Sprintf("u%d", i+1), fmt.Sprintf("e%d", i+1)
 		for _, cmd := range [][]string{
@@ -291,6 +291,47 @@ func (c *Cluster) build() error {
 		c.Nodes = append(c.Nodes, n)
 	}
 	return c.writeClusterFile()
+}
+
+// buildDPU makes node n's DPU domain: a namespace and the link to the
+// host (the control network, and the host's route to everything: the DPU
+// owns the uplink).
+func (c *Cluster) buildDPU(n *Node) error {
+	n.DPUNS = n.NS + "-dpu"
+	if err := c.addNS(n.DPUNS); err != nil {
+		return err
+	}
+	for _, cmd := range [][]string{
+		{"ip", "link", "add", DPULink, "netns", n.NS, "type", "veth", "peer", "name", DPULink, "netns", n.DPUNS},
+		{"ip", "-n", n.NS, "addr", "add", DPUHostAddr + "/30", "dev", DPULink},
+		{"ip", "-n", n.DPUNS, "addr", "add", DPUControlAddr + "/30", "dev", DPULink},
+		{"ip", "-n", n.NS, "link", "set", DPULink, "up"},
+		{"ip", "-n", n.DPUNS, "link", "set", DPULink, "up"},
+		{"ip", "-n", n.NS, "route", "replace", "default", "via", DPUControlAddr},
+	} {
+		if err := sh(cmd...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// moveUplink hands an adopted node's underlay device to its DPU domain.
+func (c *Cluster) moveUplink(n *Node) error {
+	if c.opt.DPUUplink == "" {
+		return errors.New("nscluster: DPU mode on adopted nodes needs DPUUplink")
+	}
+	dev := c.opt.DPUUplink
+	for _, cmd := range [][]string{
+		{"ip", "-n", n.NS, "link", "set", dev, "netns", n.DPUNS},
+		{"ip", "-n", n.DPUNS, "addr", "add", n.Config.Underlay.String() + "/24", "dev", dev},
+		{"ip", "-n", n.DPUNS, "link", "set", dev, "up"},
+	} {
+		if err := sh(cmd...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *Cluster) writeClusterFile() error {

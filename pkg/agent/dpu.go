@@ -273,4 +273,3 @@ func (a *Agent) SetDirectForward(on bool) error {
 	}
 	return a.vf.SetDirectForward(on)
 }
-

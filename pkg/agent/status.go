@@ -81,7 +81,7 @@ func (a *Agent) Snapshot(ctx context.Context) Status {
 	st := Status{Node: a.node.Name, PodCIDR: a.node.PodCIDR.String(), Gateway: a.node.Gateway().String(),
 		GatewayMAC: a.gw.MAC.String(), GatewayPort: a.gwPort, Underlay: a.node.Underlay.String(), Source: "cluster-file",
 		Uptime: time.Since(a.started).Round(time.Second).String(),
-		Mode: a.cfg.Mode, Switch: SwitchStatus{Socket: a.sw.String(), Connected: a.ready, Reconnects: a.reconnects,
+		Mode:   a.cfg.Mode, Switch: SwitchStatus{Socket: a.sw.String(), Connected: a.ready, Reconnects: a.reconnects,
 			LastSync: a.lastSync, LastSyncAt: a.lastSyncAt, SyncTook: a.lastSyncDur.String()}}
 	if a.cfg.Kube != nil {
 		st.Source = "kubernetes"

@@ -42,6 +42,21 @@ type DataPlane interface {
 	Processes() []int
 }
 
+// DPUPlane is a data plane whose switch runs in a DPU domain (docs/dpu.md):
+// DPUProcesses are those switch processes, accounted as DPU CPU, apart
+// from the host's (Processes, none of which is a switch then).
+type DPUPlane interface {
+	DPUProcesses() []int
+}
+
+// dpuProcesses are dp's DPU-domain processes, if it has any.
+func dpuProcesses(dp DataPlane) []int {
+	if d, ok := dp.(DPUPlane); ok {
+		return d.DPUProcesses()
+	}
+	return nil
+}
+
 // Scope is a set of traffic classes a data plane carries.
 type Scope uint8
 

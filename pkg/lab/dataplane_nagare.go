@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/nagare-net/nagare/internal/nscluster"
@@ -26,15 +27,41 @@ import (
 // 10.99.j.0/24 (gateway .1), so a pod's IP and MAC are known only once
 // its CNI ADD returned, and are set on the lab's Pod then. The pod MTU is
 // the agent's (underlay MTU - 50) on one node as on several.
+//
+// The same plane runs in DPU mode (docs/dpu.md) as nagare-dpu (direct
+// forward off: intra-node traffic hairpins through the DPU domain) and
+// nagare-dpu-df (direct forward on): every node's underlay device moves
+// into its DPU domain, which runs the switch on its own CPU; the agent
+// stays in the node namespace.
 type nagarePlane struct {
 	cluster *nscluster.Cluster
+	dpu     bool // the switch in a DPU domain
+	df      bool // direct forward (DPU mode)
 }
 
-func init() { RegisterDataPlane(func() DataPlane { return &nagarePlane{} }) }
+func init() {
+	RegisterDataPlane(func() DataPlane { return &nagarePlane{} })
+	RegisterDataPlane(func() DataPlane { return &nagarePlane{dpu: true} })
+	RegisterDataPlane(func() DataPlane { return &nagarePlane{dpu: true, df: true} })
+}
 
-func (*nagarePlane) Name() string { return "nagare" }
+func (p *nagarePlane) Name() string {
+	switch {
+	case p.dpu && p.df:
+		return "nagare-dpu-df"
+	case p.dpu:
+		return "nagare-dpu"
+	}
+	return "nagare"
+}
 
-func (*nagarePlane) Description() string {
+func (p *nagarePlane) Description() string {
+	switch {
+	case p.dpu && p.df:
+		return "nagare in DPU mode with direct forward: the switch in a DPU-domain namespace (own CPU, owns the uplink), pods on VF links; intra-node packets redirected at the VF's transmit point (eBPF), the rest across to the DPU"
+	case p.dpu:
+		return "nagare in DPU mode without direct forward: the switch in a DPU-domain namespace (own CPU, owns the uplink), pods on VF links; every packet crosses into the DPU domain and back (hairpin)"
+	}
 	return "nagare as a CNI: nagare-switch + nagare-agent per node, pods attached by nagare-cni via libcni (eBPF fast path: redirect_peer intra-node, VXLAN tunnel ports across nodes)"
 }
 
@@ -143,8 +170,15 @@ func (p *nagarePlane) Setup(ctx context.Context, t *Topology) error {
 		return fmt.Errorf("BPF filesystem: %w", err)
 	}
 	t.Cleanup.Add("remove "+pins, func() error { return os.RemoveAll(pins) })
-	c, err := nscluster.Adopt(nscluster.Options{Prefix: t.Prefix, Cluster: cc, Bin: bins,
-		Dir: filepath.Join(t.TempDir, "nagare"), PinRoot: pins, Logf: t.Sh.logf}, nodeNS)
+	opt := nscluster.Options{Prefix: t.Prefix, Cluster: cc, Bin: bins,
+		Dir: filepath.Join(t.TempDir, "nagare"), PinRoot: pins, Logf: t.Sh.logf}
+	if p.dpu {
+		opt.DPU, opt.DPUUplink = true, t.Nodes[0].UnderlayDev
+		opt.AgentArgs = []string{"--direct-forward=" + fmt.Sprint(p.df)}
+		t.Sh.logf("# DPU mode: each node's %s moves into <node>-dpu, whose switch runs on CPU %s; direct forward %v", opt.DPUUplink, dpuCPUs(), p.df)
+		opt.DPUCPUs = dpuCPUs()
+	}
+	c, err := nscluster.Adopt(opt, nodeNS)
 	if err != nil {
 		return err
 	}
@@ -199,14 +233,35 @@ func (p *nagarePlane) Teardown(ctx context.Context, t *Topology) error {
 
 // Processes are every node's switch and agent: the switch handles first
 // packets (upcalls); the agent only programs it, but it is part of what
-// this data plane costs.
+// this data plane costs. In DPU mode no switch runs on the host: the
+// agent's CPU is host CPU like any other, and the switches are the DPU's
+// (DPUProcesses).
 func (p *nagarePlane) Processes() []int {
-	if p.cluster == nil {
+	if p.cluster == nil || p.dpu {
 		return nil
 	}
+	return p.pids(true, true)
+}
+
+// DPUProcesses are the switches in the DPU domains (DPU mode).
+func (p *nagarePlane) DPUProcesses() []int {
+	if p.cluster == nil || !p.dpu {
+		return nil
+	}
+	return p.pids(true, false)
+}
+
+func (p *nagarePlane) pids(switches, agents bool) []int {
 	var pids []int
 	for _, n := range p.cluster.Nodes {
-		for _, proc := range []*nscluster.Proc{n.Switch, n.Agent} {
+		var procs []*nscluster.Proc
+		if switches {
+			procs = append(procs, n.Switch)
+		}
+		if agents {
+			procs = append(procs, n.Agent)
+		}
+		for _, proc := range procs {
 			if proc != nil && !proc.Exited() {
 				pids = append(pids, proc.Cmd.Process.Pid)
 			}
@@ -214,3 +269,7 @@ func (p *nagarePlane) Processes() []int {
 	}
 	return pids
 }
+
+// dpuCPUs is the DPU domains' CPU set: the last CPU (the paper's DPU has
+// cores of its own; here they are borrowed from the host).
+func dpuCPUs() string { return fmt.Sprint(runtime.NumCPU() - 1) }

@@ -138,11 +138,12 @@ func ParsePerCPUCounters(data string) (PerCPUCounters, error) {
 type cpuSnapshot struct {
 	stat       ProcStat
 	pidTicks   map[int]uint64
+	dpuTicks   map[int]uint64 // DPU-domain processes (DPUPlane)
 	softirqs   PerCPUCounters
 	interrupts PerCPUCounters
 }
 
-func takeSnapshot(pids []int) (cpuSnapshot, error) {
+func takeSnapshot(pids []int, dpuPids ...int) (cpuSnapshot, error) {
 	var s cpuSnapshot
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -173,6 +174,16 @@ func takeSnapshot(pids []int) (cpuSnapshot, error) {
 			return s, err
 		}
 	}
+	s.dpuTicks = map[int]uint64{}
+	for _, pid := range dpuPids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return s, fmt.Errorf("DPU switch process %d: %w", pid, err)
+		}
+		if s.dpuTicks[pid], err = ParsePIDStat(string(data)); err != nil {
+			return s, err
+		}
+	}
 	return s, nil
 }
 
@@ -183,6 +194,10 @@ type CPUUsage struct {
 	// SwitchCPUSeconds is user+system time of the data plane's processes
 	// (all threads); 0 for in-kernel data planes.
 	SwitchCPUSeconds float64 `json:"switch_cpu_s"`
+	// DPUCPUSeconds is user+system time of the switch processes in a DPU
+	// domain (DPUPlane); their packets' softirq time is in HostCPUSeconds,
+	// the DPU's CPUs being this machine's.
+	DPUCPUSeconds float64 `json:"dpu_cpu_s,omitempty"`
 	// HostCPUSeconds is busy time of the whole VM, all CPUs.
 	HostCPUSeconds float64 `json:"host_cpu_s"`
 	// HostBusyPerCPU is the busy fraction (0-1) of each CPU.
@@ -213,6 +228,11 @@ func usageBetween(a, b cpuSnapshot, window float64) CPUUsage {
 	for pid, t0 := range a.pidTicks {
 		if t1, ok := b.pidTicks[pid]; ok && t1 >= t0 {
 			u.SwitchCPUSeconds += float64(t1-t0) / clockTicks
+		}
+	}
+	for pid, t0 := range a.dpuTicks {
+		if t1, ok := b.dpuTicks[pid]; ok && t1 >= t0 {
+			u.DPUCPUSeconds += float64(t1-t0) / clockTicks
 		}
 	}
 	u.HostCPUSeconds = float64(b.stat.Total.Busy()-a.stat.Total.Busy()) / clockTicks

@@ -118,14 +118,16 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port
 
 	smp := r.sample(tc, StatusOK, "")
 	smp.SwitchProcs = len(pids)
+	dpuPids := dpuProcesses(r.dp)
+	smp.DPUProcs = len(dpuPids)
 	smp.Start = time.Now()
-	before, err := takeSnapshot(pids)
+	before, err := takeSnapshot(pids, dpuPids...)
 	if err != nil {
 		return smp, err
 	}
 	output, err := r.sh.Run(cctx, args...)
 	window := time.Since(smp.Start).Seconds()
-	after, serr := takeSnapshot(pids)
+	after, serr := takeSnapshot(pids, dpuPids...)
 	if err != nil {
 		return smp, err
 	}

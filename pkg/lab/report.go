@@ -29,6 +29,7 @@ type Row struct {
 	// Values by column name, one entry per successful repetition.
 	Values      map[string][]float64
 	SwitchProcs int
+	DPUProcs    int
 }
 
 // Cell returns the median (min–max) summary of a column.
@@ -57,6 +58,7 @@ func (res *Result) Rows() []*Row {
 		row.Runs++
 		row.OK++
 		row.SwitchProcs = s.SwitchProcs
+		row.DPUProcs = s.DPUProcs
 		add := func(col string, v float64) { row.Values[col] = append(row.Values[col], v) }
 		if r := s.RTT; r != nil {
 			add("min", r.MinUs)
@@ -83,6 +85,7 @@ func (res *Result) Rows() []*Row {
 		}
 		if c := s.CPU; c != nil {
 			add("switch cpu", c.SwitchCPUSeconds)
+			add(dpuCPUColumn, c.DPUCPUSeconds)
 			add("host cpu", c.HostCPUSeconds)
 			add("softirqs", float64(c.TotalSoftirqs()))
 			add("interrupts", float64(c.TotalInterrupts()))
@@ -120,12 +123,17 @@ func (res *Result) maxBackgroundBusy() float64 {
 type column struct {
 	title, key string
 	prec       int
-	// cpu marks the switch CPU column, shown as "–" for in-kernel planes.
+	// cpu marks the switch CPU column, shown as "–" for in-kernel planes
+	// (and 0 for DPU planes: the host runs no switch process).
 	cpu bool
 }
 
+// dpuCPUColumn is the CPU time of a DPU domain's switch, "–" for planes
+// without one.
+const dpuCPUColumn = "dpu cpu"
+
 func columnsFor(kind string) []column {
-	common := []column{{"switch CPU-s", "switch cpu", 2, true}, {"host CPU-s", "host cpu", 2, false},
+	common := []column{{"switch CPU-s", "switch cpu", 2, true}, {"DPU CPU-s", dpuCPUColumn, 2, false}, {"host CPU-s", "host cpu", 2, false},
 		{"softirqs", "softirqs", 0, false}, {"interrupts", "interrupts", 0, false}, {"bg busy %", "bg busy", 0, false}}
 	var cols []column
 	switch kind {
@@ -227,7 +235,11 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 				} else {
 					cells = append(cells, fmt.Sprintf("%d/%d", row.OK, row.Runs))
 					for _, c := range cols {
-						if c.cpu && row.SwitchProcs == 0 {
+						if c.cpu && row.SwitchProcs == 0 && row.DPUProcs > 0 {
+							cells = append(cells, "0 (none on host)")
+							continue
+						}
+						if (c.cpu && row.SwitchProcs == 0) || (c.key == dpuCPUColumn && row.DPUProcs == 0) {
 							cells = append(cells, "–")
 							continue
 						}

@@ -62,8 +62,10 @@ type Sample struct {
 	CPU          *CPUUsage           `json:"cpu,omitempty"`
 	// SwitchProcs is how many switch processes were accounted (0 = the data
 	// plane is in the kernel and its cost is inside host CPU).
-	SwitchProcs int       `json:"switch_procs"`
-	Start       time.Time `json:"start"`
+	SwitchProcs int `json:"switch_procs"`
+	// DPUProcs is how many switch processes ran in a DPU domain (DPU CPU).
+	DPUProcs int       `json:"dpu_procs,omitempty"`
+	Start    time.Time `json:"start"`
 	// BackgroundBusyPct is how busy the VM was (percent of all CPUs) in the
 	// half second before this data plane's run started, i.e. with none of
 	// the run's processes alive: load from other users of the machine;
