@@ -83,6 +83,7 @@ func run(args []string) error {
 	fs.StringVar(&dpuNetns, "dpu-netns", "", "DPU mode: the DPU domain's network namespace (name or path)")
 	fs.StringVar(&cfg.DPU.Switch, "dpu-switch", "", "DPU mode: the DPU switch on the control network, ssl:IP:PORT")
 	fs.StringVar(&cfg.DPU.PKIDir, "pki-dir", "", "DPU mode: control-network certificates (default <state-dir>/pki; made on first start)")
+	fs.StringVar(&cfg.DPU.CPUs, "dpu-cpus", "", "DPU mode: the DPU domain's CPUs (e.g. 1 or 2-3): what crosses into it is processed there, what comes back on the other CPUs (RPS); default: no steering")
 	fs.StringVar(&cfg.DPU.PinDir, "bpffs", "", "DPU mode: BPF filesystem directory for the VF maps (default /sys/fs/bpf/nagare/agent-<node>)")
 	fs.BoolVar(&cfg.DPU.DirectForward, "direct-forward", true, "DPU mode: forward intra-node pod traffic at the VF, never hairpinning through the DPU")
 	fs.DurationVar(&cfg.DPU.LeaseTimeout, "dpu-lease", 2*time.Second, "DPU mode: the DPU is down when it has not answered for this long")

@@ -514,7 +514,7 @@ func (n *Node) StartAgent(ctx context.Context) error {
 		"--agent-socket", n.AgentSocket(), "--state-dir", n.StateDir()}, n.c.opt.AgentArgs...)
 	if n.DPUNS != "" {
 		args = append(args, "--mode", "dpu", "--dpu-netns", n.DPUNS, "--dpu-switch", "ssl:"+DPUControlAddr+":"+DPUControlPort,
-			"--pki-dir", n.PKIDir(), "--bpffs", filepath.Join(n.c.opt.PinRoot, "agent-"+n.Config.Name))
+			"--pki-dir", n.PKIDir(), "--dpu-cpus", n.c.DPUCPUs(), "--bpffs", filepath.Join(n.c.opt.PinRoot, "agent-"+n.Config.Name))
 	}
 	p, err := n.c.start(n, "agent", args, func(ctx context.Context) error {
 		st, err := n.Status(ctx)

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +50,9 @@ type DPUConfig struct {
 	// PinDir is the BPF filesystem directory of the VF maps (default
 	// /sys/fs/bpf/nagare/agent-<node>).
 	PinDir string
+	// CPUs is the DPU domain's CPU list: packets crossing into it are
+	// processed there (and back on the other CPUs). "" = no steering.
+	CPUs string
 }
 
 func (c *Config) setDPUDefaults() error {
@@ -102,7 +107,8 @@ func (a *Agent) openSwitchEndpoint() error {
 	}
 	a.sw = controlnet.Endpoint{Network: "tcp", Address: t.Address, Netns: a.cfg.NetNS, TLS: pki.ClientConfig(net.ParseIP(host))}
 	a.vf, err = vf.Open(vf.Config{HostNetns: a.cfg.NetNS, DPUNetns: a.cfg.DPU.Netns,
-		PinDir: a.cfg.DPU.PinDir, DirectForward: a.cfg.DPU.DirectForward})
+		PinDir: a.cfg.DPU.PinDir, DirectForward: a.cfg.DPU.DirectForward,
+		DPUCPUs: a.cfg.DPU.CPUs, HostCPUs: otherCPUs(a.cfg.DPU.CPUs)})
 	if err != nil {
 		return err
 	}
@@ -272,4 +278,27 @@ func (a *Agent) SetDirectForward(on bool) error {
 		return errors.New("direct forward exists in DPU mode only")
 	}
 	return a.vf.SetDirectForward(on)
+}
+
+// otherCPUs is every CPU of this machine not in list (the host's, when
+// list is the DPU's); "" when list is.
+func otherCPUs(list string) string {
+	if list == "" {
+		return ""
+	}
+	mask, err := vf.CPUMask(list)
+	if err != nil {
+		return list // vf.Open reports it
+	}
+	m, _ := strconv.ParseUint(mask, 16, 64)
+	var out []string
+	for c := 0; c < runtime.NumCPU() && c < 64; c++ {
+		if m&(1<<c) == 0 {
+			out = append(out, strconv.Itoa(c))
+		}
+	}
+	if len(out) == 0 {
+		return list // one CPU: host and DPU share it
+	}
+	return strings.Join(out, ",")
 }

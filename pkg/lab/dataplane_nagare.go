@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	"github.com/nagare-net/nagare/internal/nscluster"
@@ -270,6 +269,9 @@ func (p *nagarePlane) pids(switches, agents bool) []int {
 	return pids
 }
 
-// dpuCPUs is the DPU domains' CPU set: the last CPU (the paper's DPU has
-// cores of its own; here they are borrowed from the host).
-func dpuCPUs() string { return fmt.Sprint(runtime.NumCPU() - 1) }
+// dpuCPUs is the DPU domains' CPU set: CPU 0. The paper's DPU has cores
+// of its own; here one is borrowed from the host: the same-core placement
+// runs client and server on the scenario's server CPU (1 by default), so
+// there the DPU keeps a core to itself, as on the real DPU; cross-core
+// shares it with the client.
+func dpuCPUs() string { return "0" }

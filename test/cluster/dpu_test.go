@@ -15,6 +15,7 @@ import (
 	"github.com/nagare-net/nagare/internal/nscluster"
 	"github.com/nagare-net/nagare/internal/nstest"
 	"github.com/nagare-net/nagare/pkg/agent"
+	"github.com/nagare-net/nagare/pkg/agent/vf"
 )
 
 // TestDPUMode is issue 12's acceptance on a namespace cluster of two
@@ -80,6 +81,18 @@ func TestDPUMode(t *testing.T) {
 		// A pod cannot reach the control address through the DPU's stack.
 		if out, err := a.Exec("timeout", "3", "bash", "-c", "exec 3<>/dev/tcp/"+nscluster.DPUControlAddr+"/"+nscluster.DPUControlPort); err == nil {
 			t.Errorf("a pod connected to the DPU's control port: %s", out)
+		}
+	})
+	t.Run("vf-crossing-steered", func(t *testing.T) {
+		// What crosses into the DPU domain is processed on its CPUs.
+		st := dpuStatus(t, n1)
+		for _, p := range st.Pods {
+			rep := "rep" + p.Host[3:]
+			out, err := exec.Command("ip", "netns", "exec", n1.DPUNS, "cat", "/sys/class/net/"+rep+"/queues/rx-0/rps_cpus").CombinedOutput()
+			mask, _ := vf.CPUMask(c.DPUCPUs())
+			if err != nil || strings.TrimLeft(strings.TrimSpace(string(out)), "0,") != mask {
+				t.Errorf("%s: rps_cpus %q (%v), want the DPU's CPUs %s = %s", rep, out, err, c.DPUCPUs(), mask)
+			}
 		}
 	})
 	t.Run("all-pairs-ping", allPairs)

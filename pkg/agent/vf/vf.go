@@ -28,7 +28,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -92,13 +91,17 @@ type Config struct {
 	PinDir    string // BPF filesystem directory for the maps
 	// DirectForward turns the direct-forward table on.
 	DirectForward bool
+	// DPUCPUs and HostCPUs (CPU lists), when set, steer what crosses into
+	// the DPU domain to the DPU's CPUs and what comes back to the host's
+	// (rps.go).
+	DPUCPUs, HostCPUs string
 }
 
 // VF is the loaded program and its maps.
 type VF struct {
-	cfg  Config
-	objs vfObjects
-	mu   sync.Mutex
+	cfg               Config
+	objs              vfObjects
+	dpuMask, hostMask string // RPS masks, "" = none
 }
 
 // Open loads the VF programs with the pinned maps (made on first use).
@@ -114,6 +117,17 @@ func Open(cfg Config) (*VF, error) {
 		return nil, err
 	}
 	v := &VF{cfg: cfg}
+	if cfg.DPUCPUs != "" {
+		if v.dpuMask, err = CPUMask(cfg.DPUCPUs); err != nil {
+			return nil, fmt.Errorf("vf: DPU CPUs: %w", err)
+		}
+		if cfg.HostCPUs == "" {
+			return nil, errors.New("vf: DPU CPUs without host CPUs")
+		}
+		if v.hostMask, err = CPUMask(cfg.HostCPUs); err != nil {
+			return nil, fmt.Errorf("vf: host CPUs: %w", err)
+		}
+	}
 	if err := spec.LoadAndAssign(&v.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}); err != nil {
 		if errors.Is(err, ebpf.ErrNotSupported) {
 			return nil, fmt.Errorf("vf: load: %w (%w)", err, ErrNotSupported)
@@ -251,6 +265,14 @@ func (v *VF) Attach(l Link) (rep string, err error) {
 	}{{hh, w}, {hd, r}} {
 		if err := x.h.LinkSetUp(x.l); err != nil {
 			return "", fmt.Errorf("set %s up: %w", x.l.Attrs().Name, err)
+		}
+	}
+	if v.dpuMask != "" {
+		if err := setRPS(v.cfg.DPUNetns, rep, v.dpuMask); err != nil {
+			return "", err
+		}
+		if err := setRPS(v.cfg.HostNetns, wire, v.hostMask); err != nil {
+			return "", err
 		}
 	}
 	link := vfVfLink{HostIfindex: uint32(host.Attrs().Index), WireIfindex: uint32(w.Attrs().Index), Net: l.Net, Ip: ipU32(l.IP)}

@@ -159,3 +159,16 @@ func TestWireAndUnknownLinks(t *testing.T) {
 		t.Errorf("counters %v -> %v", before, after)
 	}
 }
+
+func TestCPUMask(t *testing.T) {
+	for in, want := range map[string]string{"0": "1", "1": "2", "0,2-3": "d", " 1 , 3": "a", "63": "8000000000000000"} {
+		if got, err := CPUMask(in); err != nil || got != want {
+			t.Errorf("CPUMask(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", ",", "x", "3-1", "-1", "64", "1-"} {
+		if got, err := CPUMask(bad); err == nil {
+			t.Errorf("CPUMask(%q) = %q, accepted", bad, got)
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package vf
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// The crossing's cost. On hardware, a packet a VF transmits leaves the
+// host's CPU: the NIC's eswitch (or the DPU's cores) handles it and a DMA
+// plus an interrupt bring it back. Here the crossing pair's receive
+// queues are steered with RPS: what arrives at the representor is
+// processed on the DPU domain's CPUs, what comes back at nvf<h> on the
+// host's, each hand-off an inter-processor interrupt. Without CPU sets
+// the crossing is only the two extra veth hops.
+
+// CPUMask parses a CPU list ("1", "0,2-3") into the hex mask sysfs takes.
+func CPUMask(list string) (string, error) {
+	var mask uint64
+	for _, part := range strings.Split(list, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return "", fmt.Errorf("CPU list %q: %w", list, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return "", fmt.Errorf("CPU list %q: %w", list, err)
+			}
+		}
+		if a < 0 || b < a || b > 63 {
+			return "", fmt.Errorf("CPU list %q: want CPUs 0-63", list)
+		}
+		for c := a; c <= b; c++ {
+			mask |= 1 << c
+		}
+	}
+	if mask == 0 {
+		return "", fmt.Errorf("CPU list %q is empty", list)
+	}
+	return strconv.FormatUint(mask, 16), nil
+}
+
+// setRPS writes the receive-steering mask of dev's first queue in the
+// namespace at nsPath. sysfs shows the devices of the namespace it was
+// mounted in, so this runs on a thread of its own with a private mount
+// namespace and a fresh sysfs (what `ip netns exec` does); the thread is
+// never handed back to the Go scheduler.
+func setRPS(nsPath, dev, mask string) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		errc <- func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+				return fmt.Errorf("unshare mount namespace: %w", err)
+			}
+			if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+				return fmt.Errorf("make / a slave: %w", err)
+			}
+			if nsPath != "" {
+				h, err := netns.GetFromPath(nsPath)
+				if err != nil {
+					return err
+				}
+				defer h.Close()
+				if err := netns.Set(h); err != nil {
+					return err
+				}
+			}
+			if err := unix.Mount("sysfs", "/sys", "sysfs", 0, ""); err != nil {
+				return fmt.Errorf("mount sysfs: %w", err)
+			}
+			p := filepath.Join("/sys/class/net", dev, "queues/rx-0/rps_cpus")
+			if err := os.WriteFile(p, []byte(mask), 0o644); err != nil {
+				return fmt.Errorf("RPS of %s: %w", dev, err)
+			}
+			return nil
+		}()
+	}()
+	return <-errc
+}
