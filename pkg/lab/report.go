@@ -259,6 +259,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 		}
 	}
 	res.writeCost(w, rows)
+	res.writePaper(w, rows)
 	res.writeFlowSetupVsOVS(w, rows)
 	var failures []string
 	for _, row := range rows {
@@ -272,6 +273,68 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "\n### Data planes\n\n")
 	for _, p := range res.Planes {
 		fmt.Fprintf(w, "- **%s** (%s): %s\n", p.Name, p.Scope, p.Description)
+	}
+}
+
+// writePaper prints the source paper's numbers beside ours (the first
+// load step, every placement), each also as a ratio to the first row of
+// its measurement, since absolute microseconds on a VM are not a NIC's.
+func (res *Result) writePaper(w io.Writer, rows []*Row) {
+	s := res.Scenario
+	if len(s.Paper) == 0 {
+		return
+	}
+	load := s.Loads[0].Name
+	fmt.Fprintf(w, "\n### The paper's numbers beside ours (load %s)\n\n", load)
+	fmt.Fprintf(w, "RTT µs min / avg / p50 / p90 / p99; ×: p50 over the measurement's first row, paper and ours.\n\n")
+	fmt.Fprintf(w, "| measurement | paper's setup | paper | paper p50 × | ours | placement | ours | ours p50 × |\n|---|---|---|---|---|---|---|---|\n")
+	cols := []string{"min", "avg", "p50", "p90", "p99"}
+	base := map[string]float64{}    // measurement -> paper p50 of its first row
+	ourBase := map[string]float64{} // measurement/placement -> our p50 of that row's plane
+	for _, pr := range s.Paper {
+		if len(pr.RTT) != 5 {
+			continue
+		}
+		if _, ok := base[pr.Measurement]; !ok {
+			base[pr.Measurement] = pr.RTT[2]
+		}
+		var m *MeasurementSpec
+		for i := range s.Measurements {
+			if s.Measurements[i].Name == pr.Measurement {
+				m = &s.Measurements[i]
+			}
+		}
+		if m == nil {
+			continue
+		}
+		paper := make([]string, 5)
+		for i, v := range pr.RTT {
+			paper[i] = strconv.FormatFloat(v, 'f', -1, 64)
+		}
+		for _, pl := range m.Placements {
+			var ours []string
+			var p50 float64
+			for _, row := range rows {
+				if row.Measurement == pr.Measurement && row.Placement == pl && row.Load == load && row.DataPlane == pr.DataPlane && row.OK > 0 {
+					for _, c := range cols {
+						ours = append(ours, strconv.FormatFloat(row.Cell(c).Median, 'f', 1, 64))
+					}
+					p50 = row.Cell("p50").Median
+				}
+			}
+			k := pr.Measurement + "/" + string(pl)
+			ratio := "–"
+			if ours == nil {
+				ours = []string{"not run"}
+			} else {
+				if _, ok := ourBase[k]; !ok {
+					ourBase[k] = p50
+				}
+				ratio = fmt.Sprintf("%.2f", p50/ourBase[k])
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %.2f | %s | %s | %s | %s |\n", pr.Measurement, pr.Label, strings.Join(paper, " / "),
+				pr.RTT[2]/base[pr.Measurement], pr.DataPlane, pl, strings.Join(ours, " / "), ratio)
+		}
 	}
 }
 

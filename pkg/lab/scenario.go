@@ -45,6 +45,18 @@ type Scenario struct {
 	// Loads are background-load steps; every measurement runs once per step.
 	// No steps means one step without load, named "none".
 	Loads []LoadSpec `yaml:"loads"`
+	// Paper holds the source paper's numbers, printed beside ours.
+	Paper []PaperRow `yaml:"paper"`
+}
+
+// PaperRow is one row of the source paper's results: its numbers for a
+// measurement, and the data plane of ours that stands for its setup.
+type PaperRow struct {
+	Label       string `yaml:"label"`       // the paper's name for the setup
+	Measurement string `yaml:"measurement"` // one of Measurements
+	DataPlane   string `yaml:"dataplane"`   // our row beside it
+	// RTT µs: min, avg, p50, p90, p99 (Table 3/4).
+	RTT []float64 `yaml:"rtt"`
 }
 
 // PodSpec places one pod on a node.
@@ -262,6 +274,21 @@ func (s *Scenario) Validate() error {
 
 	if s.Name == "" {
 		bad("name: missing")
+	}
+	for i, pr := range s.Paper {
+		found := false
+		for _, m := range s.Measurements {
+			found = found || (m.Name == pr.Measurement && m.Kind == KindRTT)
+		}
+		if !found {
+			bad("paper[%d]: %q is not an rtt measurement of the scenario", i, pr.Measurement)
+		}
+		if len(pr.RTT) != 5 {
+			bad("paper[%d]: rtt: want 5 numbers (min, avg, p50, p90, p99), got %d", i, len(pr.RTT))
+		}
+		if pr.Label == "" || pr.DataPlane == "" {
+			bad("paper[%d]: label and dataplane are required", i)
+		}
 	}
 	names := map[string]string{} // namespace-producing names must not collide
 	nodes := map[string]bool{}
