@@ -89,6 +89,10 @@ func (res *Result) Rows() []*Row {
 			add("host cpu", c.HostCPUSeconds)
 			add("softirqs", float64(c.TotalSoftirqs()))
 			add("interrupts", float64(c.TotalInterrupts()))
+			if c.WindowSeconds > 0 {
+				add("softirqs/s", float64(c.TotalSoftirqs())/c.WindowSeconds)
+				add("interrupts/s", float64(c.TotalInterrupts())/c.WindowSeconds)
+			}
 		}
 	}
 	var rows []*Row
@@ -286,8 +290,8 @@ func (res *Result) writePaper(w io.Writer, rows []*Row) {
 	}
 	load := s.Loads[0].Name
 	fmt.Fprintf(w, "\n### The paper's numbers beside ours (load %s)\n\n", load)
-	fmt.Fprintf(w, "RTT µs min / avg / p50 / p90 / p99; ×: p50 over the measurement's first row, paper and ours.\n\n")
-	fmt.Fprintf(w, "| measurement | paper's setup | paper | paper p50 × | ours | placement | ours | ours p50 × |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "RTT µs min / avg / p50 / p90 / p99; ×: p50 over the measurement's first row, paper and ours; interrupts and softirqs per second on all CPUs; CPU-s of the switch on the host and in the DPU domain.\n\n")
+	fmt.Fprintf(w, "| measurement | paper's setup | paper | paper p50 × | ours | placement | ours | ours p50 × | interrupts/s | softirqs/s | host switch CPU-s | DPU CPU-s |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	cols := []string{"min", "avg", "p50", "p90", "p99"}
 	base := map[string]float64{}    // measurement -> paper p50 of its first row
 	ourBase := map[string]float64{} // measurement/placement -> our p50 of that row's plane
@@ -314,12 +318,24 @@ func (res *Result) writePaper(w io.Writer, rows []*Row) {
 		for _, pl := range m.Placements {
 			var ours []string
 			var p50 float64
+			rates := []string{"–", "–", "–", "–"}
 			for _, row := range rows {
 				if row.Measurement == pr.Measurement && row.Placement == pl && row.Load == load && row.DataPlane == pr.DataPlane && row.OK > 0 {
 					for _, c := range cols {
 						ours = append(ours, strconv.FormatFloat(row.Cell(c).Median, 'f', 1, 64))
 					}
 					p50 = row.Cell("p50").Median
+					rates[0] = strconv.FormatFloat(row.Cell("interrupts/s").Median, 'f', 0, 64)
+					rates[1] = strconv.FormatFloat(row.Cell("softirqs/s").Median, 'f', 0, 64)
+					switch {
+					case row.SwitchProcs > 0:
+						rates[2] = strconv.FormatFloat(row.Cell("switch cpu").Median, 'f', 2, 64)
+					case row.DPUProcs > 0:
+						rates[2] = "0 (none on host)"
+					}
+					if row.DPUProcs > 0 {
+						rates[3] = strconv.FormatFloat(row.Cell(dpuCPUColumn).Median, 'f', 2, 64)
+					}
 				}
 			}
 			k := pr.Measurement + "/" + string(pl)
@@ -332,8 +348,8 @@ func (res *Result) writePaper(w io.Writer, rows []*Row) {
 				}
 				ratio = fmt.Sprintf("%.2f", p50/ourBase[k])
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %.2f | %s | %s | %s | %s |\n", pr.Measurement, pr.Label, strings.Join(paper, " / "),
-				pr.RTT[2]/base[pr.Measurement], pr.DataPlane, pl, strings.Join(ours, " / "), ratio)
+			fmt.Fprintf(w, "| %s | %s | %s | %.2f | %s | %s | %s | %s | %s |\n", pr.Measurement, pr.Label, strings.Join(paper, " / "),
+				pr.RTT[2]/base[pr.Measurement], pr.DataPlane, pl, strings.Join(ours, " / "), ratio, strings.Join(rates, " | "))
 		}
 	}
 }
