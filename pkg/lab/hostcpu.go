@@ -164,27 +164,26 @@ func takeSnapshot(pids []int, dpuPids ...int) (cpuSnapshot, error) {
 	if s.interrupts, err = ParsePerCPUCounters(string(data)); err != nil {
 		return s, err
 	}
-	s.pidTicks = map[int]uint64{}
+	if s.pidTicks, err = pidTicks("switch", pids); err != nil {
+		return s, err
+	}
+	s.dpuTicks, err = pidTicks("DPU switch", dpuPids)
+	return s, err
+}
+
+// pidTicks reads the CPU ticks (user+system, all threads) of each process.
+func pidTicks(what string, pids []int) (map[int]uint64, error) {
+	ticks := map[int]uint64{}
 	for _, pid := range pids {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
-			return s, fmt.Errorf("switch process %d: %w", pid, err)
+			return nil, fmt.Errorf("%s process %d: %w", what, pid, err)
 		}
-		if s.pidTicks[pid], err = ParsePIDStat(string(data)); err != nil {
-			return s, err
-		}
-	}
-	s.dpuTicks = map[int]uint64{}
-	for _, pid := range dpuPids {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return s, fmt.Errorf("DPU switch process %d: %w", pid, err)
-		}
-		if s.dpuTicks[pid], err = ParsePIDStat(string(data)); err != nil {
-			return s, err
+		if ticks[pid], err = ParsePIDStat(string(data)); err != nil {
+			return nil, err
 		}
 	}
-	return s, nil
+	return ticks, nil
 }
 
 // CPUUsage is what the host spent during one measurement window.
@@ -225,16 +224,8 @@ func sum(v []uint64) uint64 {
 
 func usageBetween(a, b cpuSnapshot, window float64) CPUUsage {
 	u := CPUUsage{WindowSeconds: window}
-	for pid, t0 := range a.pidTicks {
-		if t1, ok := b.pidTicks[pid]; ok && t1 >= t0 {
-			u.SwitchCPUSeconds += float64(t1-t0) / clockTicks
-		}
-	}
-	for pid, t0 := range a.dpuTicks {
-		if t1, ok := b.dpuTicks[pid]; ok && t1 >= t0 {
-			u.DPUCPUSeconds += float64(t1-t0) / clockTicks
-		}
-	}
+	u.SwitchCPUSeconds = cpuSecondsBetween(a.pidTicks, b.pidTicks)
+	u.DPUCPUSeconds = cpuSecondsBetween(a.dpuTicks, b.dpuTicks)
 	u.HostCPUSeconds = float64(b.stat.Total.Busy()-a.stat.Total.Busy()) / clockTicks
 	for i := range b.stat.PerCPU {
 		if i >= len(a.stat.PerCPU) {
@@ -252,6 +243,17 @@ func usageBetween(a, b cpuSnapshot, window float64) CPUUsage {
 	u.Interrupts = diffCounts(a.interrupts.Sum(), b.interrupts.Sum())
 	u.NetRxSoftirqs = sum(diffCounts(a.softirqs.Rows["NET_RX"], b.softirqs.Rows["NET_RX"]))
 	return u
+}
+
+// cpuSecondsBetween sums the CPU seconds each process spent from a to b.
+func cpuSecondsBetween(a, b map[int]uint64) float64 {
+	var secs float64
+	for pid, t0 := range a {
+		if t1, ok := b[pid]; ok && t1 >= t0 {
+			secs += float64(t1-t0) / clockTicks
+		}
+	}
+	return secs
 }
 
 func diffCounts(a, b []uint64) []uint64 {

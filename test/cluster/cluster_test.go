@@ -57,17 +57,7 @@ func TestTwoNodesThreePods(t *testing.T) {
 		}
 	}
 
-	t.Run("all-pairs-ping", func(t *testing.T) {
-		for _, a := range pods {
-			for _, b := range pods {
-				if a != b {
-					if err := ping(a.NS, b.IP.String(), 2); err != nil {
-						t.Error(err)
-					}
-				}
-			}
-		}
-	})
+	t.Run("all-pairs-ping", func(t *testing.T) { pingAllPairs(t, pods, 2) })
 	t.Run("all-pairs-tcp", func(t *testing.T) {
 		for i, a := range pods {
 			for j, b := range pods {

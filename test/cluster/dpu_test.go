@@ -45,18 +45,7 @@ func TestDPUMode(t *testing.T) {
 		pods = append(pods, p)
 	}
 	a, b := pods[0], pods[2] // both on node 1
-	allPairs := func(t *testing.T) {
-		t.Helper()
-		for _, x := range pods {
-			for _, y := range pods {
-				if x != y {
-					if err := ping(x.NS, y.IP.String(), 1); err != nil {
-						t.Error(err)
-					}
-				}
-			}
-		}
-	}
+	allPairs := func(t *testing.T) { t.Helper(); pingAllPairs(t, pods, 1) }
 	t.Run("control-network", func(t *testing.T) {
 		// The switch listens on the control address only, in the DPU
 		// domain, bound to the control link.

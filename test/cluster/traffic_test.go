@@ -27,6 +27,20 @@ func ping(ns, ip string, count int) error {
 	return nil
 }
 
+// pingAllPairs pings every pod from every other.
+func pingAllPairs(t *testing.T, pods []*nscluster.Pod, count int) {
+	t.Helper()
+	for _, a := range pods {
+		for _, b := range pods {
+			if a != b {
+				if err := ping(a.NS, b.IP.String(), count); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
+}
+
 // liveness measures the longest time a pair of pods could not talk, with
 // a UDP ping-pong every 10 ms and a paced TCP stream, while a test
 // restarts things underneath.

@@ -60,7 +60,9 @@ type Node struct {
 	Netns string // path; "" = the agent's own namespace
 }
 
-func handleAt(path string) (*netlink.Handle, error) {
+// HandleAt is a netlink handle in the namespace at path ("" = the
+// caller's).
+func HandleAt(path string) (*netlink.Handle, error) {
 	if path == "" {
 		return netlink.NewHandle()
 	}
@@ -104,7 +106,7 @@ func (n Node) Setup(p Pod) (Attached, error) {
 		return out, err
 	}
 	defer podNS.Close()
-	hn, err := handleAt(n.Netns)
+	hn, err := HandleAt(n.Netns)
 	if err != nil {
 		return out, fmt.Errorf("node namespace: %w", err)
 	}
@@ -143,7 +145,7 @@ func (n Node) Setup(p Pod) (Attached, error) {
 			return out, err
 		}
 	}
-	if err := n.hostSysctls(p.Host); err != nil {
+	if err := n.NoIPv6(p.Host); err != nil {
 		return out, err
 	}
 	if err := hn.LinkSetUp(host); err != nil {
@@ -186,9 +188,10 @@ func (n Node) Setup(p Pod) (Attached, error) {
 	return out, nil
 }
 
-// hostSysctls: the host end is a switch port, not a router interface: no
-// IPv6 (no link-local address, no DAD or router solicitations).
-func (n Node) hostSysctls(ifname string) error {
+// NoIPv6 turns IPv6 off on a device of the node's namespace that is a
+// switch port (or a VF's crossing), not a router interface: no link-local
+// address, no DAD or router solicitations.
+func (n Node) NoIPv6(ifname string) error {
 	set := func() error {
 		return writeSysctl(filepath.Join("/proc/sys/net/ipv6/conf", ifname, "disable_ipv6"), "1")
 	}
@@ -213,7 +216,7 @@ func prefixNet(p netip.Prefix) *net.IPNet {
 // Teardown removes the pair (deleting the host end removes the pod end
 // too). Idempotent: a missing device or namespace is not an error.
 func (n Node) Teardown(host string) error {
-	hn, err := handleAt(n.Netns)
+	hn, err := HandleAt(n.Netns)
 	if err != nil {
 		return err
 	}
@@ -234,7 +237,7 @@ func (n Node) Teardown(host string) error {
 
 // HostExists says whether the host end exists.
 func (n Node) HostExists(host string) (bool, error) {
-	hn, err := handleAt(n.Netns)
+	hn, err := HandleAt(n.Netns)
 	if err != nil {
 		return false, err
 	}
@@ -257,7 +260,7 @@ func (n Node) Check(p Pod) error {
 	if err := Exists(p.Netns); err != nil {
 		return err
 	}
-	hp, err := handleAt(p.Netns)
+	hp, err := HandleAt(p.Netns)
 	if err != nil {
 		return err
 	}
@@ -298,7 +301,7 @@ func (n Node) Check(p Pod) error {
 	if !found {
 		return fmt.Errorf("%s lacks the default route via %s", p.IfName, p.GW)
 	}
-	hn, err := handleAt(n.Netns)
+	hn, err := HandleAt(n.Netns)
 	if err != nil {
 		return err
 	}

@@ -27,13 +27,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 
 	"github.com/cilium/ebpf"
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/nagare-net/nagare/pkg/agent/podnet"
 )
 
 // ErrNotSupported wraps failures caused by a missing kernel feature.
@@ -144,11 +144,6 @@ func Open(cfg Config) (*VF, error) {
 // Close releases the handles; pins and filters stay (links keep forwarding).
 func (v *VF) Close() error { return v.objs.Close() }
 
-// Remove deletes the pins (uninstall).
-func (v *VF) Remove() error {
-	return os.RemoveAll(v.cfg.PinDir)
-}
-
 // SetDirectForward turns direct forward on or off for every link at once.
 func (v *VF) SetDirectForward(on bool) error {
 	var e uint32
@@ -176,25 +171,6 @@ type Link struct {
 	MTU  int
 }
 
-func handleAt(path string) (*netlink.Handle, error) {
-	if path == "" {
-		return netlink.NewHandle()
-	}
-	h, err := netns.GetFromPath(path)
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	return netlink.NewHandleAt(h)
-}
-
-func inNetns(path string, fn func() error) error {
-	if path == "" {
-		return fn()
-	}
-	return ns.WithNetNSPath(path, func(ns.NetNS) error { return fn() })
-}
-
 func ipU32(a netip.Addr) uint32 {
 	b := a.As4()
 	return binary.LittleEndian.Uint32(b[:]) // the bytes in network order, as the packet has them
@@ -205,12 +181,12 @@ func ipU32(a netip.Addr) uint32 {
 // the DPU's switch attaches. Idempotent.
 func (v *VF) Attach(l Link) (rep string, err error) {
 	wire, rep := WireName(l.Host), RepName(l.Host)
-	hh, err := handleAt(v.cfg.HostNetns)
+	hh, err := podnet.HandleAt(v.cfg.HostNetns)
 	if err != nil {
 		return "", fmt.Errorf("host namespace: %w", err)
 	}
 	defer hh.Close()
-	hd, err := handleAt(v.cfg.DPUNetns)
+	hd, err := podnet.HandleAt(v.cfg.DPUNetns)
 	if err != nil {
 		return "", fmt.Errorf("DPU namespace: %w", err)
 	}
@@ -253,10 +229,10 @@ func (v *VF) Attach(l Link) (rep string, err error) {
 	}
 	// Neither end is an interface of its namespace's stack: no IPv6
 	// (no DAD or router solicitations into the pod).
-	if err := inNetns(v.cfg.HostNetns, func() error { return noIPv6(wire) }); err != nil {
+	if err := (podnet.Node{Netns: v.cfg.HostNetns}).NoIPv6(wire); err != nil {
 		return "", err
 	}
-	if err := inNetns(v.cfg.DPUNetns, func() error { return noIPv6(rep) }); err != nil {
+	if err := (podnet.Node{Netns: v.cfg.DPUNetns}).NoIPv6(rep); err != nil {
 		return "", err
 	}
 	for _, x := range []struct {
@@ -292,14 +268,6 @@ func (v *VF) Attach(l Link) (rep string, err error) {
 	return rep, nil
 }
 
-func noIPv6(dev string) error {
-	err := os.WriteFile(filepath.Join("/proc/sys/net/ipv6/conf", dev, "disable_ipv6"), []byte("1"), 0o644)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return err
-}
-
 // attachFilter puts prog at clsact ingress of ifindex (one priority and
 // handle, so a restarted agent replaces it in place: no gap).
 func attachFilter(h *netlink.Handle, ifindex int, prog *ebpf.Program, name string) error {
@@ -320,7 +288,7 @@ func attachFilter(h *netlink.Handle, ifindex int, prog *ebpf.Program, name strin
 // packets for l's MAC and address go straight into it. Call it only once
 // the DPU pipeline forwards to l (its flows are in).
 func (v *VF) Publish(l Link) error {
-	hh, err := handleAt(v.cfg.HostNetns)
+	hh, err := podnet.HandleAt(v.cfg.HostNetns)
 	if err != nil {
 		return err
 	}
@@ -349,7 +317,7 @@ func dfKey(netID uint32, mac net.HardwareAddr) vfDfKey {
 // Detach removes the crossing pair and the link's entries; the pod's own
 // pair is podnet's. A missing device is fine.
 func (v *VF) Detach(host string) error {
-	hh, err := handleAt(v.cfg.HostNetns)
+	hh, err := podnet.HandleAt(v.cfg.HostNetns)
 	if err != nil {
 		return err
 	}
