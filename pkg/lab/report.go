@@ -154,6 +154,14 @@ func columnsFor(kind string) []column {
 	return append(cols, common...)
 }
 
+// formatMedian is a summary's median alone, "–" without values.
+func formatMedian(s Summary, prec int) string {
+	if s.N == 0 || math.IsNaN(s.Median) {
+		return "–"
+	}
+	return strconv.FormatFloat(s.Median, 'f', prec, 64)
+}
+
 func formatSummary(s Summary, prec int) string {
 	if s.N == 0 || math.IsNaN(s.Median) {
 		return "–"
@@ -325,8 +333,8 @@ func (res *Result) writePaper(w io.Writer, rows []*Row) {
 						ours = append(ours, strconv.FormatFloat(row.Cell(c).Median, 'f', 1, 64))
 					}
 					p50 = row.Cell("p50").Median
-					rates[0] = strconv.FormatFloat(row.Cell("interrupts/s").Median, 'f', 0, 64)
-					rates[1] = strconv.FormatFloat(row.Cell("softirqs/s").Median, 'f', 0, 64)
+					rates[0] = formatMedian(row.Cell("interrupts/s"), 0)
+					rates[1] = formatMedian(row.Cell("softirqs/s"), 0)
 					switch {
 					case row.SwitchProcs > 0:
 						rates[2] = strconv.FormatFloat(row.Cell("switch cpu").Median, 'f', 2, 64)

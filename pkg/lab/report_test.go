@@ -137,3 +137,42 @@ func TestCostOverFloor(t *testing.T) {
 		}
 	}
 }
+
+// TestPaperBesideOurs: a scenario's paper block is printed beside our rows
+// of the data planes that stand for it, with p50 ratios, rates per second
+// and the host's and the DPU's switch CPU.
+func TestPaperBesideOurs(t *testing.T) {
+	res := fakeResult(t)
+	res.Scenario.Paper = []PaperRow{
+		{Label: "no offload", Measurement: "intra", DataPlane: "veth", RTT: []float64{12, 15.6, 15, 16, 31}},
+		{Label: "full offload", Measurement: "intra", DataPlane: "routed", RTT: []float64{18, 25.3, 24, 29, 45}},
+		{Label: "direct forward", Measurement: "intra", DataPlane: "nagare-dpu-df", RTT: []float64{9, 13, 13, 13, 30}},
+	}
+	if err := res.Scenario.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range res.Samples {
+		if s := &res.Samples[i]; s.DataPlane == "routed" && s.CPU != nil {
+			s.DPUProcs, s.CPU.DPUCPUSeconds, s.CPU.WindowSeconds = 1, 0.25, 2
+		}
+	}
+	var b strings.Builder
+	res.WriteMarkdown(&b)
+	md := b.String()
+	for _, want := range []string{
+		"### The paper's numbers beside ours (load none)",
+		"| intra | no offload | 12 / 15.6 / 15 / 16 / 31 | 1.00 | veth | cross-core | 3.8 / 4.8 / 4.8 / 5.8 / 9.8 | 1.00 | – | – | – | – |",
+		// routed's p50 5.3 over veth's 4.8; 7 interrupts and 3 softirqs in 2 s; no switch on the host, 0.25 DPU CPU-s.
+		"| intra | full offload | 18 / 25.3 / 24 / 29 / 45 | 1.60 | routed | cross-core | 4.3 / 5.3 / 5.3 / 6.3 / 10.3 | 1.10 | 4 | 2 | 0 (none on host) | 0.25 |",
+		"| intra | direct forward | 9 / 13 / 13 / 13 / 30 | 0.87 | nagare-dpu-df | same-core | not run | – |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	bad := *res.Scenario
+	bad.Paper = []PaperRow{{Label: "x", Measurement: "inter", DataPlane: "veth", RTT: []float64{1, 2}}}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "not an rtt measurement") || !strings.Contains(err.Error(), "want 5 numbers") {
+		t.Errorf("a paper row on a TCP measurement with 2 numbers: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -34,6 +35,19 @@ func TestDPUMode(t *testing.T) {
 		}
 		if !strings.Contains(strings.Join(n.Switch.Cmd.Args, " "), "--netns "+n.DPUNS) {
 			t.Errorf("%s: the switch is not in the DPU domain: %v", n.Config.Name, n.Switch.Cmd.Args)
+		}
+		// Every thread of the switch runs on the DPU domain's CPUs.
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", n.Switch.Cmd.Process.Pid))
+		for _, task := range tasks {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", n.Switch.Cmd.Process.Pid, task.Name()))
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok && strings.TrimSpace(v) != c.DPUCPUs() {
+					t.Errorf("%s: switch thread %s may run on CPUs %s, want the DPU's %s", n.Config.Name, task.Name(), strings.TrimSpace(v), c.DPUCPUs())
+				}
+			}
+		}
+		if len(tasks) == 0 {
+			t.Errorf("%s: no threads of the switch", n.Config.Name)
 		}
 	}
 	var pods []*nscluster.Pod
