@@ -143,6 +143,7 @@ type Agent struct {
 	lastSyncDur time.Duration
 	reconnects  int
 	downReason  string // why the switch is not ready (for CNI errors and STATUS)
+	lostReason  string // why the last connection ended (kept while reconnecting)
 
 	sw controlnet.Endpoint // where the switch is
 	vf *vf.VF              // DPU mode: VF links and direct forward
@@ -305,6 +306,9 @@ func (a *Agent) switchLoop(ctx context.Context) {
 			}
 			a.mu.Lock()
 			a.downReason = err.Error()
+			if a.lostReason != "" {
+				a.downReason = a.lostReason + "; reconnecting: " + err.Error()
+			}
 			a.mu.Unlock()
 			a.log.Warn("switch not ready; retrying", "switch", a.sw.String(), "err", err, "in", backoff)
 			select {
@@ -324,7 +328,8 @@ func (a *Agent) switchLoop(ctx context.Context) {
 		a.mu.Lock()
 		a.ready = false
 		a.reconnects++
-		a.downReason = fmt.Sprintf("connection to %s lost: %v", a.sw, conn.Err())
+		a.lostReason = fmt.Sprintf("connection to %s lost: %v", a.sw, conn.Err())
+		a.downReason = a.lostReason
 		a.mu.Unlock()
 		a.met.reconnects.Inc()
 		a.log.Warn("switch connection lost; reconnecting", "err", conn.Err())
@@ -377,7 +382,7 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 	}
 	a.mu.Lock()
 	a.ready = true
-	a.downReason = ""
+	a.downReason, a.lostReason = "", ""
 	a.lastSync, a.lastSyncAt, a.lastSyncDur = st, time.Now(), time.Since(start)
 	a.mu.Unlock()
 	a.log.Info("switch synced", "added", st.Added, "deleted", st.Deleted, "kept", st.Kept, "pods", len(pods), "remotes", len(remotes), "took", time.Since(start))
