@@ -34,7 +34,7 @@ endif
 
 # generate compiles bpf/*.c with clang and writes the Go bindings (bpf2go).
 generate:
-	$(GO) generate ./pkg/datapath/... ./pkg/agent/vf/...
+	$(GO) generate ./pkg/datapath/... ./pkg/agent/vf/... ./pkg/steering/...
 
 build: generate
 	@mkdir -p $(BIN)
