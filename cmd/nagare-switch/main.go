@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/nagare-net/nagare/pkg/datapath"
+	"github.com/nagare-net/nagare/pkg/steering"
 	"github.com/nagare-net/nagare/pkg/switchd"
 )
 
@@ -54,6 +55,7 @@ func run(args []string) error {
 		listen      multi
 		controllers multi
 		ports       multi
+		steerDevs   multi
 		dpid        string
 		netnsName   string
 		logLevel    string
@@ -85,6 +87,28 @@ func run(args []string) error {
 	fs.Var(&ports, "port", "attach IFNAME at start, optionally as IFNAME=N (repeatable)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&cfg.DisableMegaflows, "disable-megaflows", false, "cache exact flows only (one per packet key), for flow-setup benchmarks")
+	fs.Var(&steerDevs, "steer-dev", "attach VS-extend receive steering (XDP) to this device (repeatable)")
+	fs.Func("steer-threshold", "VS-extend: a CPU at or above this load (percent) is not chosen (default 50)", func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 8)
+		if err != nil || n == 0 || n > 100 {
+			return fmt.Errorf("want 1..100")
+		}
+		cfg.Steering.Threshold = uint32(n)
+		return nil
+	})
+	fs.Func("steer-fcf", "VS-extend: FCF layout in the ToS byte as IDSHIFT,IDBITS,PRIOBIT (default 1,7,0: id<<1|priority; PRIOBIT 8 = none)", func(v string) error {
+		var a, b, c uint8
+		if n, err := fmt.Sscanf(v, "%d,%d,%d", &a, &b, &c); err != nil || n != 3 {
+			return fmt.Errorf("want IDSHIFT,IDBITS,PRIOBIT")
+		}
+		cfg.Steering.FCF = steering.FCF{IDShift: a, IDBits: b, PrioBit: c}
+		if !cfg.Steering.FCF.Valid() {
+			return fmt.Errorf("layout %s does not fit a ToS byte", v)
+		}
+		return nil
+	})
+	fs.DurationVar(&cfg.SteerPeriod, "steer-period", time.Second, "VS-extend: CPU load sampling period (/proc/stat)")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this TCP address (e.g. 127.0.0.1:9475)")
 	fs.BoolVar(&destroy, "destroy", false, "remove the bridge's fast path (detach ports, delete flows and pins) and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -98,6 +122,7 @@ func run(args []string) error {
 	if cfg.Bridge == "" {
 		return fmt.Errorf("--bridge is required")
 	}
+	cfg.SteerDevices = steerDevs
 	if dpid != "" {
 		v, err := strconv.ParseUint(strings.TrimPrefix(dpid, "0x"), 16, 64)
 		if err != nil {

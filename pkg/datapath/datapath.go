@@ -279,6 +279,10 @@ func (d *Datapath) inNetns(fn func() error) error {
 	return <-req.done
 }
 
+// InNetns runs fn in the instance's network namespace (see inNetns):
+// for callers that attach their own programs to the ports' devices.
+func (d *Datapath) InNetns(fn func() error) error { return d.inNetns(fn) }
+
 type nsCall struct {
 	fn   func() error
 	done chan error

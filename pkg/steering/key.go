@@ -107,3 +107,18 @@ func (f FCF) Valid() bool {
 	}
 	return true
 }
+
+// Wire returns the match as the datapath lays it out: key (already
+// masked) and mask, 48 bytes each (the body of a VS-extend flow mod).
+func (m Match) Wire() (key, mask [keySize]byte) { return m.masked() }
+
+// MatchFromWire is Wire's inverse; the key is masked on the way in.
+func MatchFromWire(key, mask [keySize]byte) Match {
+	for i := range key {
+		key[i] &= mask[i]
+	}
+	m := Match{Key: keyFromWire(key), Mask: keyFromWire(mask)}
+	// Flags are the datapath's, not matchable.
+	m.Key.Flags, m.Mask.Flags = 0, 0
+	return m
+}

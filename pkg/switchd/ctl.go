@@ -30,6 +30,14 @@ type CtlRequest struct {
 	Packet string `json:"packet,omitempty"` // trace: ovs-ofctl match syntax
 	Hex    string `json:"hex,omitempty"`    // trace: a whole frame in hex instead
 	Change bool   `json:"change,omitempty"` // revalidate: translate every cached flow again
+	// steering-add/-del: an entry or a match (pkg/steering syntax)
+	Entry string `json:"entry,omitempty"`
+	// steering-pin: workload (0 unpins) on CPU; port-add: the port's
+	// workload (its FCF id), tenant and pinned CPU (PinCPU: CPU + 1, 0 = none)
+	CPU      uint32 `json:"cpu,omitempty"`
+	Workload uint32 `json:"workload,omitempty"`
+	Tenant   uint32 `json:"tenant,omitempty"`
+	PinCPU   uint32 `json:"pin_cpu,omitempty"`
 }
 
 // CtlResponse is the answer: text lines for people, Data for programs.
@@ -124,7 +132,10 @@ func (s *Switch) control(req CtlRequest) CtlResponse {
 func (s *Switch) controlDo(req CtlRequest) ([]string, any, error) {
 	switch req.Cmd {
 	case "port-add":
-		spec := PortSpec{Name: req.Name, OFPort: req.OFPort, Kind: req.Kind}
+		spec := PortSpec{Name: req.Name, OFPort: req.OFPort, Kind: req.Kind, Workload: req.Workload, Tenant: req.Tenant, PinnedCPU: openflow.VSXNoCPU}
+		if req.PinCPU > 0 {
+			spec.PinnedCPU = req.PinCPU - 1
+		}
 		if req.Remote != "" {
 			tc := &ofproto.TunnelConfig{}
 			var err error
@@ -171,6 +182,8 @@ func (s *Switch) controlDo(req CtlRequest) ([]string, any, error) {
 		st := s.rv.stats()
 		return []string{fmt.Sprintf("revalidated %d flows in %v", st.LastFlows, st.LastDuration)},
 			map[string]any{"flows": st.LastFlows, "duration_ns": st.LastDuration.Nanoseconds(), "wall_ns": time.Since(start).Nanoseconds()}, nil
+	case "steering-show", "steering-add", "steering-del", "steering-pin":
+		return s.steeringControl(req)
 	case "flush-cache":
 		n := s.cache.len()
 		if err := s.flushCache(); err != nil {
@@ -178,7 +191,7 @@ func (s *Switch) controlDo(req CtlRequest) ([]string, any, error) {
 		}
 		return []string{fmt.Sprintf("deleted %d cached flows", n)}, nil, nil
 	}
-	return nil, nil, fmt.Errorf("unknown command %q (port-add, port-del, list-ports, dump-ports, dump-flows, dump-cache, trace, show, revalidate, flush-cache)", req.Cmd)
+	return nil, nil, fmt.Errorf("unknown command %q (port-add, port-del, list-ports, dump-ports, dump-flows, dump-cache, trace, show, revalidate, flush-cache, steering-show, steering-add, steering-del, steering-pin)", req.Cmd)
 }
 
 func (s *Switch) dumpPorts() ([]string, any, error) {

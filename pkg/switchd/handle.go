@@ -103,6 +103,10 @@ func (s *Switch) handle(oc *ofConn, msg openflow.Message, raw []byte) {
 	case *openflow.MultipartRequest:
 		s.multipart(oc, m, raw)
 	case *openflow.Experimenter:
+		if m.Experimenter == openflow.ExperimenterNagare {
+			s.vsx(oc, m, fail, reply)
+			return
+		}
 		fail(&openflow.Error{Type: openflow.ErrTypeBadRequest, Code: openflow.BadRequestBadExperimenter})
 	default:
 		// Replies and asynchronous messages a switch never receives.

@@ -31,7 +31,15 @@ type PortSpec struct {
 	OFPort uint32                // 0: the lowest free number
 	Kind   string                // "pod", "uplink", "tunnel", "internal"; "": detect
 	Tunnel *ofproto.TunnelConfig // for a tunnel port: its remote (and local) endpoint
+	// VS-extend: the workload behind the port (its FCF id), its tenant and
+	// the CPU it is pinned to (openflow.VSXNoCPU: none; 0 is CPU 0, so a
+	// spec built without this field set must say VSXNoCPU — see NoPin).
+	Workload, Tenant uint32
+	PinnedCPU        uint32
 }
+
+// NoPin is PortSpec.PinnedCPU for a port without a pinned CPU.
+const NoPin = openflow.VSXNoCPU
 
 // port is one switch port: a device attached to the fast path, or a
 // virtual tunnel port (an endpoint) carried by a tunnel device.
@@ -46,6 +54,8 @@ type port struct {
 	added   time.Time
 	tunnel  *ofproto.TunnelConfig
 	carrier uint32 // for a virtual tunnel port: the device port carrying it
+	// VS-extend: workload (FCF id), tenant, pinned CPU (VSXNoCPU: none)
+	workload, tenant, pinnedCPU uint32
 }
 
 func (p *port) desc() openflow.Port {
@@ -220,6 +230,12 @@ func (t *portTable) Add(spec PortSpec) (*port, error) {
 	t.ports[no] = p
 	t.publishLocked()
 	t.s.broadcast(&openflow.PortStatus{Reason: openflow.PortReasonAdd, Port: p.desc()}, openflow.PortReasonAdd)
+	p.workload, p.tenant, p.pinnedCPU = spec.Workload, spec.Tenant, spec.PinnedCPU
+	if spec.Workload == 0 && spec.Tenant == 0 && spec.PinnedCPU == 0 {
+		p.pinnedCPU = NoPin // a spec that says nothing about steering
+	}
+	t.s.pinPort(p, true)
+	t.s.portReport(p, openflow.VSXPortAdd)
 	return p, nil
 }
 
@@ -261,6 +277,8 @@ func (t *portTable) Del(name string) error {
 	delete(t.ports, p.no)
 	t.publishLocked()
 	t.s.broadcast(&openflow.PortStatus{Reason: openflow.PortReasonDelete, Port: p.desc()}, openflow.PortReasonDelete)
+	t.s.pinPort(p, false)
+	t.s.portReport(p, openflow.VSXPortDelete)
 	return nil
 }
 

@@ -34,6 +34,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/datapath"
 	"github.com/nagare-net/nagare/pkg/ofproto"
 	"github.com/nagare-net/nagare/pkg/openflow"
+	"github.com/nagare-net/nagare/pkg/steering"
 )
 
 // Fail modes: what the switch does while no controller is connected.
@@ -74,6 +75,15 @@ type Config struct {
 	// PKIDir holds the control network's certificates for pssl listeners
 	// (pkg/controlnet); default <RunDir>/pki, made on first start.
 	PKIDir string
+	// SteerDevices get VS-extend's receive steering (pkg/steering): an
+	// XDP program that picks, per flow, the CPU that runs the rest of
+	// the receive path. Empty: no steering.
+	SteerDevices []string
+	Steering     steering.Config
+	SteerPeriod  time.Duration // Core Table load sampling period; default 1s
+	// MetricsAddr serves Prometheus /metrics over TCP ("127.0.0.1:9475");
+	// empty: none.
+	MetricsAddr string
 }
 
 func (c *Config) setDefaults() error {
@@ -120,6 +130,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = 5 * time.Second
+	}
+	if c.SteerPeriod == 0 {
+		c.SteerPeriod = time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -191,6 +204,9 @@ type Switch struct {
 	raw       map[net.Conn]struct{} // every open connection, closed on shutdown
 	wg        sync.WaitGroup
 	cancel    context.CancelFunc
+
+	steer *steering.Uplink // VS-extend; nil without SteerDevices
+	rps   string           // RPS on the steered device: on, off, unknown
 }
 
 // ErrBridgeBusy is wrapped by New's error when another switch (another
@@ -280,6 +296,10 @@ func New(cfg Config) (*Switch, error) {
 		raw:         map[net.Conn]struct{}{},
 		missSendLen: 128,
 	}
+	if err := s.openSteering(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	s.numTables = len(s.pl.TableStats())
 	s.ports = newPortTable(s)
 	s.cache = newFlowCache()
@@ -332,7 +352,12 @@ func (s *Switch) Run(ctx context.Context) error {
 			s.dialLoop(ctx, t)
 		}()
 	}
-	s.wg.Add(3)
+	if err := s.serveMetrics(ctx); err != nil {
+		s.stopListeners()
+		return err
+	}
+	s.wg.Add(4)
+	go func() { defer s.wg.Done(); s.runSteering(ctx) }()
 	go func() { defer s.wg.Done(); s.upcallLoop(ctx) }()
 	go func() { defer s.wg.Done(); s.rv.run(ctx) }()
 	go func() { defer s.wg.Done(); s.ports.watch(ctx) }()
@@ -370,6 +395,9 @@ func (s *Switch) untrack(c net.Conn) {
 // Close releases the fast path handles (pins stay: forwarding goes on)
 // and the bridge's lock.
 func (s *Switch) Close() error {
+	if s.steer != nil {
+		s.steer.Close()
+	}
 	err := s.dp.Close()
 	s.unlock()
 	return err
@@ -481,6 +509,12 @@ func (s *Switch) connUp(oc *ofConn) {
 	}
 	s.connMu.Unlock()
 	s.updateFailMode()
+	if s.steer != nil {
+		// VS-extend: the host report follows the handshake.
+		hr := s.hostReport()
+		hr.Xid = s.nextXid()
+		_ = oc.send(hr)
+	}
 }
 
 func (s *Switch) connDown(oc *ofConn) {
@@ -564,6 +598,9 @@ func (s *Switch) DelPort(name string) error { return s.ports.Del(name) }
 // Destroy removes the fast path: ports detached, flows and pins gone; the
 // bridge's lock is released.
 func (s *Switch) Destroy() error {
+	if s.steer != nil {
+		s.steer.Close()
+	}
 	err := s.dp.Destroy()
 	s.unlock()
 	return err
