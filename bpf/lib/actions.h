@@ -208,7 +208,25 @@ static __always_inline int rewrite_ttl(struct __sk_buff *skb, struct parse_state
 	return 0;
 }
 
-static __always_inline int set_tunnel(struct __sk_buff *skb, const struct action *a,
+/* packet_tos is the IP ToS (IPv6 traffic class) as the packet carries it
+ * now: a set_field ip_dscp/ip_ecn earlier in the list has rewritten it
+ * since the key was parsed, and the flow control field VS-extend reads on
+ * the receiving node (bpf/lib/steer.h) is whatever the sender set last. */
+static __always_inline __u8 packet_tos(struct __sk_buff *skb, struct parse_state *ps, __u8 parsed)
+{
+	__u8 b[2];
+
+	if (ps->l3 == L3_IPV4) {
+		if (bpf_skb_load_bytes(skb, ps->l3_off, b, 2) == 0)
+			return b[1];
+	} else if (ps->l3 == L3_IPV6) {
+		if (bpf_skb_load_bytes(skb, ps->l3_off, b, 2) == 0)
+			return (b[0] << 4) | (b[1] >> 4);
+	}
+	return parsed;
+}
+
+static __always_inline int set_tunnel(struct __sk_buff *skb, struct parse_state *ps, const struct action *a,
 				      const struct flow_key *key)
 {
 	struct bpf_tunnel_key tk = {};
@@ -216,7 +234,7 @@ static __always_inline int set_tunnel(struct __sk_buff *skb, const struct action
 	tk.tunnel_id = a->arg32;
 	tk.remote_ipv4 = bpf_ntohl(a->tun.remote);
 	tk.local_ipv4 = bpf_ntohl(a->tun.local);
-	tk.tunnel_tos = (a->flags & TUN_TOS_INHERIT) ? key->nw_tos : a->tun.tos;
+	tk.tunnel_tos = (a->flags & TUN_TOS_INHERIT) ? packet_tos(skb, ps, key->nw_tos) : a->tun.tos;
 	tk.tunnel_ttl = a->tun.ttl ? a->tun.ttl : 64;
 	return bpf_skb_set_tunnel_key(skb, &tk, sizeof(tk), 0);
 }
@@ -377,7 +395,7 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 			}
 			break;
 		case ACT_SET_TUNNEL:
-			if (set_tunnel(skb, a, key) < 0)
+			if (set_tunnel(skb, ps, a, key) < 0)
 				return drop(DROP_TUNNEL_SET);
 			break;
 		case ACT_USERSPACE:

@@ -29,7 +29,7 @@ const defaultRunDir = "/var/run/nagare"
 
 func init() {
 	register(&command{name: "port", summary: "add or remove a switch port",
-		usage: "nagarectl [--switch unix:PATH] port add IFNAME [--ofport N] [--kind pod|uplink|tunnel|internal] [--remote IP [--local IP]] [--workload ID --tenant T --pin-cpu N] | port del IFNAME",
+		usage: "nagarectl [--switch unix:PATH] port add IFNAME [--ofport N] [--kind pod|uplink|tunnel|internal] [--remote IP [--local IP] [--tos inherit]] [--workload ID --tenant T --pin-cpu N] | port del IFNAME",
 		run:   runPort})
 	for _, c := range []struct{ name, summary string }{
 		{"dump-flows", "the OpenFlow rules with their counters"},
@@ -138,13 +138,14 @@ func runPort(args []string, stdout, _ io.Writer) error {
 		kind := fs.String("kind", "", "pod, uplink, tunnel or internal (default: detected)")
 		remote := fs.String("remote", "", "tunnel endpoint: remote IP (makes a virtual port on a tunnel device)")
 		local := fs.String("local", "", "tunnel endpoint: local IP")
+		tos := fs.String("tos", "", "tunnel endpoint: \"inherit\" copies the inner ToS to the outer header (VS-extend's flow control field)")
 		workload := fs.Uint("workload", 0, "VS-extend: the pod/VM id behind the port (its FCF id)")
 		tenant := fs.Uint("tenant", 0, "VS-extend: the workload's tenant")
 		pin := fs.Int("pin-cpu", -1, "VS-extend: the CPU the workload is pinned to (-1: none)")
 		if err := fs.Parse(args[2:]); err != nil {
 			return usagef("%v", err)
 		}
-		return ctlPrint(stdout, switchd.CtlRequest{Cmd: "port-add", Name: name, OFPort: uint32(*ofport), Kind: *kind, Remote: *remote, Local: *local,
+		return ctlPrint(stdout, switchd.CtlRequest{Cmd: "port-add", Name: name, OFPort: uint32(*ofport), Kind: *kind, Remote: *remote, Local: *local, TOS: *tos,
 			Workload: uint32(*workload), Tenant: uint32(*tenant), PinCPU: uint32(*pin + 1)})
 	case "del":
 		if len(args) != 2 {

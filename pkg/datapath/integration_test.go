@@ -289,3 +289,58 @@ func TestExecBatch(t *testing.T) {
 		t.Fatalf("received %v", got)
 	}
 }
+
+// TestTunnelInheritsRewrittenTOS: a tunnel output with InheritTOS copies
+// the inner ToS as the actions left it (a set_field ip_dscp before it),
+// not as the packet arrived: VS-extend's flow control field is set by the
+// sender's switch and must reach the outer header (real veth, real VXLAN
+// device).
+func TestTunnelInheritsRewrittenTOS(t *testing.T) {
+	n1, n2 := nstest.New(t, "n1"), nstest.New(t, "n2")
+	a := nstest.New(t, "a")
+	nstest.Veth(t, n1, "u1", n2, "u2", 1500)
+	n1.IP(t, "addr", "add", "192.168.51.1/24", "dev", "u1")
+	n2.IP(t, "addr", "add", "192.168.51.2/24", "dev", "u2")
+	nstest.Veth(t, a, "eth0", n1, "va", 1450)
+	a.IP(t, "addr", "add", "10.3.0.1/24", "dev", "eth0")
+	a.IP(t, "neigh", "add", "10.3.0.2", "lladdr", "02:00:00:00:00:02", "dev", "eth0")
+	n1.IP(t, "link", "add", "vx0", "type", "vxlan", "external", "dstport", "4789")
+	n1.IP(t, "link", "set", "vx0", "up")
+	d, err := Open(Config{Name: n1.Name, PinRoot: testPinDir, NetNS: n1.Path, MaxFlows: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Destroy() })
+	if _, err := d.AttachPort("va", 1, PortPod); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.AttachPort("vx0", 10, PortTunnel); err != nil {
+		t.Fatal(err)
+	}
+	// FCF id 8 with priority (the default layout): ToS 0x11 = DSCP 4,
+	// ECN 1. (ECN 3, CE, would read back as 2: the kernel's encapsulation
+	// turns an inner CE into an outer ECT(0), RFC 6040; docs/steering.md.)
+	out := flow.Flow{Key: flow.Key{InPort: 1, EthType: 0x0800}, Mask: flow.Mask{InPort: 0xffffffff, EthType: 0xffff}, Actions: []flow.Action{
+		flow.SetDSCP{DSCP: 0x11 >> 2}, flow.SetECN{ECN: 0x11 & 3},
+		flow.SetTunnel{VNI: 7, Remote: netip.MustParseAddr("192.168.51.2"), Local: netip.MustParseAddr("192.168.51.1"), InheritTOS: true},
+		flow.Output{Port: 10},
+	}}
+	if err := d.Put(out); err != nil {
+		t.Fatal(err)
+	}
+	fd := nstest.RawSocket(t, n2, "u2")
+	var c net.Conn
+	a.In(t, func() { c, err = net.Dial("udp4", "10.3.0.2:9") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("fcf-probe")); err != nil {
+		t.Fatal(err)
+	}
+	f := nstest.ReadFrame(t, fd, []byte("fcf-probe"), 5*time.Second)
+	// Outer Ethernet (14) + IPv4: ToS at byte 15.
+	if f[12] != 0x08 || f[13] != 0x00 || f[15] != 0x11 {
+		t.Fatalf("outer ToS %#x (ethertype %x%x), want 0x11 from the rewritten inner header", f[15], f[12], f[13])
+	}
+}

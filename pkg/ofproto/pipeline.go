@@ -67,6 +67,10 @@ type TunnelConfig struct {
 	Local  netip.Addr // outer source; zero: chosen by routing
 	TOS    uint8
 	TTL    uint8
+	// InheritTOS copies the inner ToS, as the actions left it, to the
+	// outer header (VS-extend's flow control field survives ESP and
+	// fragmentation that way); TOS is then unused.
+	InheritTOS bool
 }
 
 // live reports whether a fast-failover watch on the port holds.

@@ -323,7 +323,7 @@ func (x *xlate) emitOutput(port uint32, inPortOK bool) {
 	if pt.Tunnel != nil {
 		x.need(&maskTunID) // unless set_field tunnel_id wrote it
 		st := flow.SetTunnel{VNI: x.cur.TunID, Remote: pt.Tunnel.Remote, Local: pt.Tunnel.Local,
-			TOS: pt.Tunnel.TOS, TTL: pt.Tunnel.TTL}
+			TOS: pt.Tunnel.TOS, TTL: pt.Tunnel.TTL, InheritTOS: pt.Tunnel.InheritTOS}
 		if x.lastTunnel == nil || *x.lastTunnel != st {
 			x.acts = append(x.acts, st)
 			x.lastTunnel = &st

@@ -371,3 +371,15 @@ func TestMaskedVLANVID(t *testing.T) {
 		})
 	}
 }
+
+// TestTunnelInheritTOS: a tunnel port that inherits ToS emits a tunnel
+// action that says so, after the set_field that writes the FCF.
+func TestTunnelInheritTOS(t *testing.T) {
+	p, _ := newTestPipeline(t, 0)
+	p.SetPorts([]Port{{No: 1}, {No: 5, Tunnel: &TunnelConfig{Remote: mustAddr("192.0.2.7"), InheritTOS: true}}})
+	mustAdd(t, p, "in_port=1,ip,actions=set_field:4->ip_dscp,set_field:1->ip_ecn,set_field:7->tun_id,output:5")
+	got := actions(translate(t, p, tcpKey(1, "10.0.0.1", "10.0.0.2", 1, 2)))
+	if got != "set(dscp=4),set(ecn=1),set(tunnel(vni=7,dst=192.0.2.7,tos=inherit)),output:5" {
+		t.Fatalf("actions %s", got)
+	}
+}

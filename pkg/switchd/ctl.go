@@ -27,6 +27,7 @@ type CtlRequest struct {
 	Kind   string `json:"kind,omitempty"`   // port-add: pod|representor|uplink|tunnel|internal
 	Remote string `json:"remote,omitempty"` // port-add of a tunnel endpoint
 	Local  string `json:"local,omitempty"`
+	TOS    string `json:"tos,omitempty"`    // port-add of a tunnel endpoint: "inherit" copies the inner ToS (VS-extend FCF)
 	Packet string `json:"packet,omitempty"` // trace: ovs-ofctl match syntax
 	Hex    string `json:"hex,omitempty"`    // trace: a whole frame in hex instead
 	Change bool   `json:"change,omitempty"` // revalidate: translate every cached flow again
@@ -141,6 +142,13 @@ func (s *Switch) controlDo(req CtlRequest) ([]string, any, error) {
 			var err error
 			if tc.Remote, err = netip.ParseAddr(req.Remote); err != nil {
 				return nil, nil, fmt.Errorf("remote: %w", err)
+			}
+			switch req.TOS {
+			case "inherit":
+				tc.InheritTOS = true
+			case "":
+			default:
+				return nil, nil, fmt.Errorf("tos %q: only \"inherit\" is known", req.TOS)
 			}
 			if req.Local != "" {
 				if tc.Local, err = netip.ParseAddr(req.Local); err != nil {
