@@ -78,7 +78,7 @@ int nagare_uplink_xdp(struct xdp_md *ctx)
 		}
 	}
 
-	e = steer_lookup(cfg, &key);
+	e = steer_classify(cfg, &key);
 	if (!e) {
 		steer_event(STEER_EV_MISS);
 		cpu = STEER_CPU_RX;

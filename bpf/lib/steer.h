@@ -9,7 +9,16 @@
  *                 probed in slot order, which userspace keeps sorted by
  *                 priority (highest first), so the first hit usually ends
  *                 the search
- *   steer_flows   key & mask, mask id in flags' high nibble → entry   the Flow Table
+ *   steer_flows   key & mask, mask id in flags' high nibble → entry id
+ *                 the Flow Table's index
+ *   steer_entries [entry id] → entry (priority, action, cpu)  an array: the
+ *                 mutable part (the chosen CPU) is one inlined load away
+ *   steer_emc     per-CPU [hash(key)] → {key, table generation, entry id}
+ *                 an exact-match cache of lookups, hits and misses alike:
+ *                 a packet of a known flow costs one cheap hash and a
+ *                 48-byte compare instead of a jhash probe per mask. Any
+ *                 Flow Table change bumps the generation, so a cached
+ *                 answer is never stale.
  *   steer_cores   [cpu] → {load %, pinned workload, flows chosen onto it}
  *                 the Core Table: userspace writes loads and pins
  *   steer_cpumap  [cpu] → queue                   cpumap redirect targets
@@ -31,6 +40,9 @@
 #define STEER_MAX_ENTRIES 4096
 #define STEER_MAX_CPUS 64
 #define STEER_FRAGS 8192
+#define STEER_EMC_BITS 12
+#define STEER_EMC_SLOTS (1 << STEER_EMC_BITS)
+#define STEER_NO_ENTRY 0xffffffffu
 
 /* Key flags. */
 #define STEER_F_VXLAN (1 << 0)     /* VXLAN header parsed: vni and inner fields valid */
@@ -116,6 +128,14 @@ struct steer_settings {
 	__u8 pad;
 	__be16 vxlan_port; /* outer UDP port of VXLAN (network order) */
 	__u16 pad2;
+	__u32 gen;         /* Flow Table generation: bumped on every change */
+	__u32 emc_off;     /* 1: skip the exact-match cache (benchmarks of the probe) */
+};
+
+struct steer_emc_entry {
+	struct steer_key key;
+	__u32 gen;       /* steer_settings.gen when cached */
+	__u32 entry;     /* entry id, or STEER_NO_ENTRY for a cached miss */
 };
 
 struct steer_frag_key {
@@ -164,8 +184,22 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, STEER_MAX_ENTRIES);
 	__type(key, struct steer_key);
-	__type(value, struct steer_entry);
+	__type(value, __u32);
 } steer_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STEER_MAX_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct steer_entry);
+} steer_entries SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STEER_EMC_SLOTS);
+	__type(key, __u32);
+	__type(value, struct steer_emc_entry);
+} steer_emc SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -415,6 +449,7 @@ static __always_inline struct steer_entry *steer_lookup(const struct steer_setti
 		struct steer_key fk;
 		struct steer_mask *m;
 		struct steer_entry *e;
+		__u32 *id;
 		const __u64 *kw = (const __u64 *)key;
 		const __u64 *mw;
 		__u64 *fw = (__u64 *)&fk;
@@ -432,7 +467,10 @@ static __always_inline struct steer_entry *steer_lookup(const struct steer_setti
 		for (int w = 0; w < STEER_KEY_WORDS; w++)
 			fw[w] = kw[w] & mw[w];
 		fk.flags = (fk.flags & 0x0f) | (m->id << STEER_MASK_ID_SHIFT);
-		e = bpf_map_lookup_elem(&steer_flows, &fk);
+		id = bpf_map_lookup_elem(&steer_flows, &fk);
+		if (!id)
+			continue;
+		e = bpf_map_lookup_elem(&steer_entries, id);
 		if (e && (!best || e->priority > best->priority))
 			best = e;
 	}
@@ -450,6 +488,57 @@ static __always_inline struct steer_entry *steer_lookup(const struct steer_setti
  *   none:          STEER_CPU_RX, the receiving CPU.
  * pkg/steering.Choose is the same rule in Go (the re-evaluation uses it);
  * the tests hold the two to the same answers. */
+/* steer_emc_hash folds the key's six words (multiply-xor: a handful of
+ * instructions, where the hash map's jhash of 48 bytes costs a probe). */
+static __always_inline __u32 steer_emc_hash(const struct steer_key *key)
+{
+	const __u64 *w = (const __u64 *)key;
+	__u64 h = 0;
+
+#pragma clang loop unroll(full)
+	for (int i = 0; i < STEER_KEY_WORDS; i++) {
+		h ^= w[i];
+		h *= 0x9e3779b97f4a7c15ULL;
+	}
+	return (__u32)(h >> (64 - STEER_EMC_BITS));
+}
+
+static __always_inline int steer_key_eq(const struct steer_key *a, const struct steer_key *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+	__u64 d = 0;
+
+#pragma clang loop unroll(full)
+	for (int i = 0; i < STEER_KEY_WORDS; i++)
+		d |= x[i] ^ y[i];
+	return d == 0;
+}
+
+/* steer_classify is steer_lookup behind the exact-match cache. */
+static __always_inline struct steer_entry *steer_classify(const struct steer_settings *cfg, const struct steer_key *key)
+{
+	__u32 slot = steer_emc_hash(key);
+	struct steer_emc_entry *c = bpf_map_lookup_elem(&steer_emc, &slot);
+	struct steer_entry *e;
+	__u32 gen = cfg->gen;
+
+	if (cfg->emc_off)
+		return steer_lookup(cfg, key);
+	if (c && c->gen == gen && steer_key_eq(&c->key, key)) {
+		__u32 id = c->entry;
+		if (id == STEER_NO_ENTRY)
+			return NULL;
+		return bpf_map_lookup_elem(&steer_entries, &id);
+	}
+	e = steer_lookup(cfg, key);
+	if (c) {
+		c->key = *key;
+		c->gen = gen;
+		c->entry = e ? e->id : STEER_NO_ENTRY;
+	}
+	return e;
+}
+
 struct steer_choice {
 	const struct steer_settings *cfg;
 	__u64 best_score;

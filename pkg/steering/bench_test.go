@@ -13,6 +13,9 @@ import (
 //
 //	flock /tmp/nagare-timing.lock go test -run '^$' -bench Steer -benchtime 2000000x ./pkg/steering/
 //
+// Cases: hit and miss, cached (a packet of a flow seen before: the
+// exact-match cache answers) and uncached (every packet probes the masks,
+// as a flow's first packet does), under 1 and 4 masks.
 // Each case reports ns/pkt, and empty-ns/pkt: an XDP program that only
 // passes, run on the same packet in the same benchmark, so added =
 // ns/pkt - empty-ns/pkt is the steering's own cost.
@@ -38,11 +41,20 @@ func BenchmarkSteer(b *testing.B) {
 		miss := vxlanPkt(5001)
 		miss.iDst = "10.9.0.1"
 		for _, c := range []struct {
-			name string
-			p    pkt
-			want uint32
-		}{{"hit", hit, xdpRedirect}, {"miss", miss, xdpPass}} {
+			name  string
+			p     pkt
+			want  uint32
+			noEMC bool
+		}{{"hit", hit, xdpRedirect, false}, {"miss", miss, xdpPass, false},
+			{"hit-uncached", hit, xdpRedirect, true}, {"miss-uncached", miss, xdpPass, true}} {
 			b.Run(fmt.Sprintf("%s-1k-entries-%d-masks", c.name, masks), func(b *testing.B) {
+				// Cached: a packet of a flow seen before (the exact-match
+				// cache answers); uncached: the first packet of a flow,
+				// which probes the masks (the cache is switched off).
+				u.emcOff = c.noEMC
+				if err := u.writeSettings(u.nMasks); err != nil {
+					b.Fatal(err)
+				}
 				onCPU0(b) // the receiving CPU; the entries send to CPU 1
 				data := c.p.bytes(b)
 				empty := bench(b, u.EmptyProgram(), data, b.N, xdpPass, nil)

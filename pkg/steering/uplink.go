@@ -77,6 +77,9 @@ type Uplink struct {
 	freeIDs []uint32
 	nextID  uint32
 	cores   []Core // loads and pins as last written
+	gen     uint32 // Flow Table generation (steer_settings.gen)
+	nMasks  uint32
+	emcOff  bool // benchmarks: every packet probes the masks
 }
 
 type attachment struct {
@@ -228,9 +231,13 @@ func (u *Uplink) Program() *ebpf.Program { return u.objs.NagareUplinkXdp }
 // EmptyProgram is an XDP program that only passes: the benchmarks' peer.
 func (u *Uplink) EmptyProgram() *ebpf.Program { return u.objs.NagareXdpEmpty }
 
+// writeSettings writes the settings with a new Flow Table generation:
+// callers change the tables first, so no cached lookup outlives them.
 func (u *Uplink) writeSettings(nMasks uint32) error {
+	u.gen++
+	u.nMasks = nMasks
 	s := uplinkSteerSettings{
-		N_masks: nMasks, Threshold: u.cfg.Threshold, N_cpus: uint32(len(u.cores)),
+		Gen: u.gen, N_masks: nMasks, EmcOff: boolU32(u.emcOff), Threshold: u.cfg.Threshold, N_cpus: uint32(len(u.cores)),
 		FcfIdShift: u.cfg.FCF.IDShift, FcfIdBits: u.cfg.FCF.IDBits, FcfPrioBit: u.cfg.FCF.PrioBit,
 		VxlanPort: htons(u.cfg.VXLANPort),
 	}
@@ -241,6 +248,13 @@ func (u *Uplink) writeSettings(nMasks uint32) error {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+func boolU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // Add installs e, replacing an entry with the same match (its counters
 // are kept, a chosen CPU is chosen again).
@@ -269,7 +283,10 @@ func (u *Uplink) Add(e Entry) error {
 		u.masks[mid].n++
 	}
 	in.Entry = e
-	if err := u.objs.SteerFlows.Put(u.flowKey(in.maskID, key), in.value()); err != nil {
+	if err := u.objs.SteerEntries.Put(in.id, in.value()); err != nil {
+		return fmt.Errorf("steering: installing %s: %w", e, err)
+	}
+	if err := u.objs.SteerFlows.Put(u.flowKey(in.maskID, key), in.id); err != nil {
 		if u.entries[fid] == nil {
 			u.masks[in.maskID].n--
 			u.freeIDs = append(u.freeIDs, in.id)
@@ -402,6 +419,11 @@ func (u *Uplink) Delete(m Match) error {
 	if err := u.objs.SteerFlows.Delete(u.flowKey(in.maskID, key)); err != nil {
 		return fmt.Errorf("steering: deleting %s: %w", m, err)
 	}
+	// A new generation before the id is reused: no cached lookup can lead
+	// to the entry that takes it next.
+	if err := u.writeSettings(u.nMasks); err != nil {
+		return err
+	}
 	u.freeIDs = append(u.freeIDs, in.id)
 	return nil
 }
@@ -424,9 +446,9 @@ func (u *Uplink) Entries() ([]EntryStatus, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	var out []EntryStatus
-	for fid, in := range u.entries {
+	for _, in := range u.entries {
 		var v uplinkSteerEntry
-		if err := u.objs.SteerFlows.Lookup(u.flowKey(in.maskID, fid.key), &v); err != nil {
+		if err := u.objs.SteerEntries.Lookup(in.id, &v); err != nil {
 			return nil, fmt.Errorf("steering: reading %s: %w", in.Entry, err)
 		}
 		st := EntryStatus{Entry: in.Entry, ID: in.id, CPU: v.Cpu, Changes: v.Changes}
@@ -586,9 +608,8 @@ func (u *Uplink) evaluate() error {
 		if in.Action != ActionChoose {
 			continue
 		}
-		fk := u.flowKey(in.maskID, fid.key)
 		var v uplinkSteerEntry
-		if err := u.objs.SteerFlows.Lookup(fk, &v); err != nil {
+		if err := u.objs.SteerEntries.Lookup(in.id, &v); err != nil {
 			continue
 		}
 		if v.Cpu == cpuUnset {
@@ -623,7 +644,7 @@ func (u *Uplink) evaluate() error {
 		v.Cpu = cpu
 		v.Changes++
 		in.strikes = 0
-		if err := u.objs.SteerFlows.Update(fk, v, ebpf.UpdateExist); err != nil {
+		if err := u.objs.SteerEntries.Update(in.id, v, ebpf.UpdateExist); err != nil {
 			return fmt.Errorf("steering: re-choosing %s: %w", in.Entry, err)
 		}
 	}
@@ -641,12 +662,12 @@ func (u *Uplink) recount() {
 	for i := range u.cores {
 		u.cores[i].Flows, u.cores[i].PrioFlows = 0, 0
 	}
-	for fid, in := range u.entries {
+	for _, in := range u.entries {
 		if in.Action != ActionChoose {
 			continue
 		}
 		var v uplinkSteerEntry
-		if err := u.objs.SteerFlows.Lookup(u.flowKey(in.maskID, fid.key), &v); err != nil {
+		if err := u.objs.SteerEntries.Lookup(in.id, &v); err != nil {
 			continue
 		}
 		if v.Cpu < uint32(len(u.cores)) {

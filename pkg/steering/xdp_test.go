@@ -586,3 +586,21 @@ func TestKeyLayout(t *testing.T) {
 		t.Fatalf("round trip: %+v, want %+v", got, k)
 	}
 }
+
+// TestCachedMissThenAdd: the exact-match cache remembers misses too; an
+// entry added afterwards must be seen by the very next packet.
+func TestCachedMissThenAdd(t *testing.T) {
+	u := newTestUplink(t, 2)
+	onCPU0(t)
+	add(t, u, "priority=1,vni=99 actions=cpu:1") // something, so the program looks
+	p := vxlanPkt(5001).bytes(t)
+	for i := 0; i < 2; i++ {
+		if got := run(t, u, p); got != xdpPass {
+			t.Fatalf("before the entry: verdict %d, want pass", got)
+		}
+	}
+	add(t, u, "priority=1,vni=5 actions=cpu:1")
+	if got := run(t, u, p); got != xdpRedirect {
+		t.Fatalf("after the entry: verdict %d, want redirect", got)
+	}
+}
