@@ -4,8 +4,11 @@ import (
 	"errors"
 	"net"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"golang.org/x/sys/unix"
 
@@ -190,6 +193,16 @@ func TestSteeringVXLAN(t *testing.T) {
 	if n := steeredFrom0(t, u, 1) - before; n < 27 {
 		t.Fatalf("counters: %d packets from CPU 0 to CPU 1, want about 30", n)
 	}
+	// nagarectl steering show (the control socket) and /metrics say so too.
+	r := ts.control(CtlRequest{Cmd: "steering-show"})
+	if !r.OK || !strings.Contains(strings.Join(r.Lines, "\n"), "i_dport=5001 actions=cpu:1 cpu=1 changes=0 n_packets=") {
+		t.Fatalf("steering-show: %+v", r)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(steering.NewCollector(u))
+	if v := gathered(t, reg, "nagare_steering_cpu_packets_total", "cpu", "1"); v < 27 {
+		t.Fatalf("metric nagare_steering_cpu_packets_total{cpu=\"1\"} = %v, want >= 27", v)
+	}
 
 	// 8000-byte datagrams: six inner fragments each (VXLAN MTU 1450);
 	// only the first carries the port the entry matches, the rest follow it.
@@ -219,6 +232,29 @@ func TestSteeringVXLAN(t *testing.T) {
 	if em.Type != openflow.ErrTypeBadRequest || em.Code != openflow.BadRequestBadLen {
 		t.Fatalf("error %+v, want BAD_REQUEST/BAD_LEN", em)
 	}
+}
+
+// gathered returns the value of the metric name whose label is value.
+func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no metric %s{%s=%q}", name, label, value)
+	return 0
 }
 
 // steeredFrom0 is the packets received on CPU 0 that the program sent to cpu.
