@@ -11,6 +11,8 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/sys/unix"
+
+	"github.com/nagare-net/nagare/internal/nstest"
 )
 
 // XDP verdicts.
@@ -602,5 +604,39 @@ func TestCachedMissThenAdd(t *testing.T) {
 	add(t, u, "priority=1,vni=5 actions=cpu:1")
 	if got := run(t, u, p); got != xdpRedirect {
 		t.Fatalf("after the entry: verdict %d, want redirect", got)
+	}
+}
+
+// TestAttachModes: a veth takes the program natively; a device whose
+// driver has no XDP (a VXLAN device) gets generic XDP, and says so.
+func TestAttachModes(t *testing.T) {
+	requireBPF(t)
+	ns := nstest.New(t, "steer")
+	ns.IP(t, "link", "add", "a0", "type", "veth", "peer", "name", "a1")
+	ns.IP(t, "link", "add", "vx9", "type", "vxlan", "id", "9", "dstport", "4789", "local", "127.0.0.1")
+	for _, d := range []string{"a0", "a1", "vx9"} {
+		ns.IP(t, "link", "set", d, "up")
+	}
+	u := newTestUplink(t, 2)
+	ns.In(t, func() {
+		for dev, want := range map[string]string{"a0": ModeNative, "vx9": ModeGeneric} {
+			got, err := u.Attach(dev)
+			if err != nil {
+				t.Errorf("%s: %v", dev, err)
+				continue
+			}
+			if got != want {
+				t.Errorf("%s: mode %s, want %s", dev, got, want)
+			}
+		}
+	})
+	if m := u.Mode(); m != "generic,native" {
+		t.Fatalf("Mode() = %q", m)
+	}
+	if err := u.Detach("vx9"); err != nil {
+		t.Fatal(err)
+	}
+	if m := u.Mode(); m != ModeNative {
+		t.Fatalf("after detach: Mode() = %q", m)
 	}
 }

@@ -82,6 +82,37 @@ func TestSteeringVXLAN(t *testing.T) {
 		t.Fatalf("host report %+v: want %d CPUs, native XDP", h, runtime.NumCPU())
 	}
 
+	// A VM's port with its workload id, tenant and pinned CPU: the Core
+	// Table pins the CPU and the controller hears of it.
+	node.IP(t, "link", "add", "vm1", "type", "veth", "peer", "name", "vm1p")
+	node.IP(t, "link", "set", "vm1", "up")
+	if r := ts.control(CtlRequest{Cmd: "port-add", Name: "vm1", Workload: 3, Tenant: 7, PinCPU: 1 + 1}); !r.OK {
+		t.Fatalf("port-add: %s", r.Error)
+	}
+	pr := tc.wait(t, 5*time.Second, func(m openflow.Message) bool {
+		e, ok := m.(*openflow.Experimenter)
+		return ok && e.ExpType == openflow.VSXPortReport
+	}).(*openflow.Experimenter)
+	if body, err := openflow.DecodeVSX(pr); err != nil || *body.(*openflow.VSXPort) != (openflow.VSXPort{PortNo: 1, Workload: 3, Tenant: 7, PinnedCPU: 1}) {
+		t.Fatalf("port report %+v (%v)", body, err)
+	}
+	if cores, err := u.Cores(); err != nil || cores[1].Pinned != 3 {
+		t.Fatalf("core table %+v (%v): want workload 3 pinned to CPU 1", cores, err)
+	}
+	// The controller unpins it again (the entries below name CPU 1 explicitly anyway).
+	cm, _ := openflow.VSXMessage(openflow.VSXCoreMod, openflow.VSXCore{CPU: 1, Workload: 0})
+	tc.send(t, cm)
+	tc.barrier(t)
+	if cores, _ := u.Cores(); cores[1].Pinned != 0 {
+		t.Fatalf("core mod did not unpin: %+v", cores)
+	}
+
+	// ovs-ofctl gets the unsolicited host report too, and must not mind.
+	ts.ofctl("add-flow", "priority=1,actions=drop")
+	if out := ts.ofctl("dump-flows"); !strings.Contains(out, "actions=drop") {
+		t.Fatalf("ovs-ofctl dump-flows beside steering: %s", out)
+	}
+
 	// Receiver and sender sockets.
 	var rx, tx *net.UDPConn
 	node.In(t, func() {
