@@ -477,17 +477,6 @@ static __always_inline struct steer_entry *steer_lookup(const struct steer_setti
 	return best;
 }
 
-/* steer_choose applies the Core Table rule (seed 001, §3.2):
- * a candidate is an online CPU with no pinned workload whose load is below
- * the threshold.
- *   priority flow: the least-loaded candidate; with none (overcommit), the
- *                  least-loaded unpinned CPU whatever its load;
- *   other flow:    the candidate holding no priority flow, then the fewest
- *                  chosen flows, then the least load: heavy flows spread
- *                  apart and keep off the CPUs priority flows hold;
- *   none:          STEER_CPU_RX, the receiving CPU.
- * pkg/steering.Choose is the same rule in Go (the re-evaluation uses it);
- * the tests hold the two to the same answers. */
 /* steer_emc_hash folds the key's six words (multiply-xor: a handful of
  * instructions, where the hash map's jhash of 48 bytes costs a probe). */
 static __always_inline __u32 steer_emc_hash(const struct steer_key *key)
@@ -578,6 +567,17 @@ static long steer_choose_one(__u32 i, void *arg)
 	return 0;
 }
 
+/* steer_choose applies the Core Table rule (seed 001, §3.2):
+ * a candidate is an online CPU with no pinned workload whose load is below
+ * the threshold.
+ *   priority flow: the least-loaded candidate; with none (overcommit), the
+ *                  least-loaded unpinned CPU whatever its load;
+ *   other flow:    the candidate holding no priority flow, then the fewest
+ *                  chosen flows, then the least load: heavy flows spread
+ *                  apart and keep off the CPUs priority flows hold;
+ *   none:          STEER_CPU_RX, the receiving CPU.
+ * pkg/steering.Choose is the same rule in Go (the re-evaluation uses it);
+ * the tests hold the two to the same answers. */
 static __always_inline __u32 steer_choose(const struct steer_settings *cfg, int prio)
 {
 	struct steer_choice ch = {
