@@ -640,3 +640,33 @@ func TestAttachModes(t *testing.T) {
 		t.Fatalf("after detach: Mode() = %q", m)
 	}
 }
+
+// TestOuterIPv6: an IPv6 underlay is parsed too: the VNI and the inner
+// headers match, the FCF is read from the traffic class.
+func TestOuterIPv6(t *testing.T) {
+	u := newTestUplink(t, 2)
+	onCPU0(t)
+	add(t, u, "priority=1,vni=5,i_dport=5001 actions=cpu:1")
+	add(t, u, "priority=2,fcf_id=4 actions=cpu:1")
+	build := func(tc uint8, vni uint32, dport uint16) []byte {
+		outer := &layers.IPv6{Version: 6, TrafficClass: tc, HopLimit: 64, NextHeader: layers.IPProtocolUDP,
+			SrcIP: net.ParseIP("fd00::1"), DstIP: net.ParseIP("fd00::2")}
+		ou := &layers.UDP{SrcPort: 40000, DstPort: 4789}
+		ou.SetNetworkLayerForChecksum(outer)
+		inner := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: net.IPv4(10, 1, 0, 1), DstIP: net.IPv4(10, 2, 0, 2)}
+		iu := &layers.UDP{SrcPort: 1000, DstPort: layers.UDPPort(dport)}
+		iu.SetNetworkLayerForChecksum(inner)
+		return serialize(t, &layers.Ethernet{SrcMAC: macOuterA, DstMAC: macOuterB, EthernetType: layers.EthernetTypeIPv6}, outer, ou,
+			&layers.VXLAN{ValidIDFlag: true, VNI: vni}, &layers.Ethernet{SrcMAC: macPodA, DstMAC: macPodB, EthernetType: layers.EthernetTypeIPv4},
+			inner, iu, gopacket.Payload(make([]byte, 32)))
+	}
+	if got := run(t, u, build(0, 5, 5001)); got != xdpRedirect {
+		t.Fatalf("VNI 5 port 5001 over IPv6: verdict %d, want redirect", got)
+	}
+	if got := run(t, u, build(0, 6, 5001)); got != xdpPass {
+		t.Fatalf("VNI 6 over IPv6: verdict %d, want pass", got)
+	}
+	if got := run(t, u, build(DefaultFCF.ToS(4, false), 6, 1)); got != xdpRedirect {
+		t.Fatalf("FCF 4 in the traffic class: verdict %d, want redirect", got)
+	}
+}
