@@ -35,6 +35,9 @@ type nagareSwitchPlane struct {
 	exe string
 	sws []*nagareSwitch // one per node with pods, in NodesWithPods order
 	fs  *nagareSwitch   // the switch of the flow-setup measurements
+	// extraArgs adds arguments to a node's switch command line (the
+	// steering planes' --steer-dev).
+	extraArgs func(*nagareSwitch) []string
 }
 
 // nagareSwitch is one node's switch process.
@@ -151,6 +154,9 @@ func (p *nagareSwitchPlane) start(ctx context.Context, t *Topology, sw *nagareSw
 		args = append(args, "--port", fmt.Sprintf("%s=%d", pod.HostIf, sw.ports[pod]))
 	}
 	args = append(args, "--fail-mode", "secure")
+	if p.extraArgs != nil {
+		args = append(args, p.extraArgs(sw)...)
+	}
 	if limit > 0 {
 		n := strconv.Itoa(limit)
 		args = append(args, "--disable-megaflows", "--max-flows", n, "--flow-limit", n, "--idle-timeout", "1h")

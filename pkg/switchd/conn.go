@@ -25,6 +25,7 @@ type ofConn struct {
 	c          net.Conn
 	id         uint64
 	controller bool // counts as a controller for the fail mode
+	dialled    bool // the switch connected to it (--controller)
 	log        *slog.Logger
 
 	wmu    sync.Mutex

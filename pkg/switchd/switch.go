@@ -485,6 +485,7 @@ func (s *Switch) dialLoop(ctx context.Context, t Target) {
 		if err == nil && s.track(c) {
 			backoff = time.Second
 			oc := s.newConn(c, true)
+			oc.dialled = true
 			s.log.Info("connected to controller", "target", t.String())
 			oc.serve(newReader(c))
 			s.untrack(c)
@@ -509,8 +510,11 @@ func (s *Switch) connUp(oc *ofConn) {
 	}
 	s.connMu.Unlock()
 	s.updateFailMode()
-	if s.steer != nil {
-		// VS-extend: the host report follows the handshake.
+	if s.steer != nil && oc.dialled {
+		// VS-extend: the host report follows the handshake with a
+		// controller the switch dialled. Connections to the switch's own
+		// sockets (ovs-ofctl, tools) ask for it: ovs-ofctl takes any
+		// message it does not expect as a bad reply and fails.
 		hr := s.hostReport()
 		hr.Xid = s.nextXid()
 		_ = oc.send(hr)
