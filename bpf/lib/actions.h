@@ -22,6 +22,7 @@
 #include "maps.h"
 #include "parse.h"
 #include "upcall.h"
+#include "crc32c.h"
 
 enum exec_mode { MODE_PATH = 0, MODE_EXECUTE = 1 };
 
@@ -125,16 +126,39 @@ static __always_inline int set_ipv6_addr(struct __sk_buff *skb, struct parse_sta
 	return bpf_skb_store_bytes(skb, off, new, 16, 0);
 }
 
+/* sctp_len is the length of the SCTP packet from the IP header's length
+ * (an Ethernet frame may be padded past it); 0 if unreadable. */
+static __always_inline __u32 sctp_len(struct __sk_buff *skb, struct parse_state *ps)
+{
+	__be16 l;
+
+	if (ps->l3 == L3_IPV4) {
+		if (bpf_skb_load_bytes(skb, ps->l3_off + offsetof(struct iphdr, tot_len), &l, 2) < 0)
+			return 0;
+		return bpf_ntohs(l) - (ps->l4_off - ps->l3_off);
+	}
+	if (bpf_skb_load_bytes(skb, ps->l3_off + offsetof(struct ipv6hdr, payload_len), &l, 2) < 0)
+		return 0;
+	return bpf_ntohs(l) + sizeof(struct ipv6hdr) - (ps->l4_off - ps->l3_off);
+}
+
 static __always_inline int set_tp_port(struct __sk_buff *skb, struct parse_state *ps,
 				       __u8 proto, __u32 field, __be16 new)
 {
 	__be16 old;
 	int csum = l4_csum_off(proto);
 
-	if (!ps->l4_off || (proto != IPPROTO_TCP && proto != IPPROTO_UDP))
+	if (!ps->l4_off || (proto != IPPROTO_TCP && proto != IPPROTO_UDP && proto != IPPROTO_SCTP))
 		return 0;
 	if (bpf_skb_load_bytes(skb, ps->l4_off + field, &old, 2) < 0)
 		return -1;
+	if (proto == IPPROTO_SCTP) {
+		__u32 len = sctp_len(skb, ps);
+
+		if (bpf_skb_store_bytes(skb, ps->l4_off + field, &new, 2, 0) < 0)
+			return -1;
+		return sctp_crc_fix(skb, ps->l4_off, len, (__u32)(__u16)(old ^ new) << (field * 8));
+	}
 	if (bpf_l4_csum_replace(skb, ps->l4_off + csum, old, new, l4_csum_flags(proto, 2)) < 0)
 		return -1;
 	return bpf_skb_store_bytes(skb, ps->l4_off + field, &new, 2, 0);

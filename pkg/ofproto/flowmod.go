@@ -309,7 +309,7 @@ func settable(f openflow.Field) bool {
 	case openflow.FieldEthSrc, openflow.FieldEthDst, openflow.FieldVLANVID, openflow.FieldVLANPCP,
 		openflow.FieldIPDSCP, openflow.FieldIPECN, openflow.FieldIPv4Src, openflow.FieldIPv4Dst,
 		openflow.FieldIPv6Src, openflow.FieldIPv6Dst, openflow.FieldTCPSrc, openflow.FieldTCPDst,
-		openflow.FieldUDPSrc, openflow.FieldUDPDst, openflow.FieldTunnelID:
+		openflow.FieldUDPSrc, openflow.FieldUDPDst, openflow.FieldSCTPSrc, openflow.FieldSCTPDst, openflow.FieldTunnelID:
 		return true
 	}
 	return false

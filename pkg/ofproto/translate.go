@@ -403,18 +403,22 @@ func (x *xlate) setField(o openflow.OXM) {
 		default:
 			x.dirty |= dECN
 		}
-	case openflow.FieldTCPSrc, openflow.FieldTCPDst, openflow.FieldUDPSrc, openflow.FieldUDPDst:
+	case openflow.FieldTCPSrc, openflow.FieldTCPDst, openflow.FieldUDPSrc, openflow.FieldUDPDst,
+		openflow.FieldSCTPSrc, openflow.FieldSCTPDst:
 		x.need(&maskEthType)
 		x.need(&maskIPProto)
 		proto := uint8(6)
-		if o.Field == openflow.FieldUDPSrc || o.Field == openflow.FieldUDPDst {
+		switch o.Field {
+		case openflow.FieldUDPSrc, openflow.FieldUDPDst:
 			proto = 17
+		case openflow.FieldSCTPSrc, openflow.FieldSCTPDst:
+			proto = 132 // the fast path recomputes the CRC32c (bpf/lib/crc32c.h)
 		}
 		if (k.EthType != 0x0800 && k.EthType != 0x86dd) || k.NwProto != proto {
 			x.tracef(TraceNote, x.tableID, "set_field %s ignored: packet is not of that protocol", o.Field)
 			return
 		}
-		if o.Field == openflow.FieldTCPSrc || o.Field == openflow.FieldUDPSrc {
+		if o.Field == openflow.FieldTCPSrc || o.Field == openflow.FieldUDPSrc || o.Field == openflow.FieldSCTPSrc {
 			k.TpSrc, m = uint16(v), maskTpSrc
 			x.dirty |= dTpSrc
 		} else {

@@ -383,3 +383,25 @@ func TestTunnelInheritTOS(t *testing.T) {
 		t.Fatalf("actions %s", got)
 	}
 }
+
+// set_field on sctp_src/sctp_dst becomes the datapath's port rewrite
+// (which fixes the CRC32c) for SCTP packets, in a flow and in an action set.
+func TestSetSCTPPorts(t *testing.T) {
+	p, _ := newTestPipeline(t, 3)
+	mustAdd(t, p, "in_port=1,sctp,actions=set_field:99->sctp_dst,set_field:98->sctp_src,output:2",
+		"in_port=3,sctp,actions=write_actions(set_field:97->sctp_dst,output:2)")
+	for _, tc := range []struct {
+		in   uint32
+		want string
+	}{{1, "set(tp_src=98),set(tp_dst=99),output:2"}, {3, "set(tp_dst=97),output:2"}} {
+		k := tcpKey(tc.in, "10.0.0.1", "10.0.0.2", 1, 2)
+		k.NwProto = 132
+		tr := translate(t, p, k)
+		if got := actions(tr); got != tc.want {
+			t.Fatalf("actions %s, want %s\ntrace:\n%s", got, tc.want, FormatTrace(tr.Trace))
+		}
+		if tr.Mask.NwProto != 0xff || tr.Mask.TpDst != 0 {
+			t.Fatalf("mask ip_proto %#x tp_dst %#x: the port is written, not read", tr.Mask.NwProto, tr.Mask.TpDst)
+		}
+	}
+}
