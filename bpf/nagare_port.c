@@ -61,12 +61,12 @@ static __always_inline struct port_info *port_lookup(__u32 ifindex)
 }
 
 /* emc_hash spreads a key over the EMC slots: two xor lanes, two
- * multiplies, a final mix (cheaper than hashing 96 bytes word by word). */
+ * multiplies, a final mix (cheaper than hashing 112 bytes word by word). */
 static __always_inline __u32 emc_hash(const struct flow_key *key)
 {
 	const __u64 *k = (const __u64 *)key;
-	__u64 a = k[0] ^ k[2] ^ k[4] ^ k[6] ^ k[8] ^ k[10];
-	__u64 b = k[1] ^ k[3] ^ k[5] ^ k[7] ^ k[9] ^ k[11];
+	__u64 a = k[0] ^ k[2] ^ k[4] ^ k[6] ^ k[8] ^ k[10] ^ k[12];
+	__u64 b = k[1] ^ k[3] ^ k[5] ^ k[7] ^ k[9] ^ k[11] ^ k[13];
 	__u64 h = a * 0x9E3779B97F4A7C15ull ^ b * 0xC2B2AE3D27D4EB4Full;
 
 	h ^= h >> 29;
@@ -80,7 +80,8 @@ static __always_inline int key_equal(const struct flow_key *a, const struct flow
 
 	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) |
 		 (x[4] ^ y[4]) | (x[5] ^ y[5]) | (x[6] ^ y[6]) | (x[7] ^ y[7]) |
-		 (x[8] ^ y[8]) | (x[9] ^ y[9]) | (x[10] ^ y[10]) | (x[11] ^ y[11]));
+		 (x[8] ^ y[8]) | (x[9] ^ y[9]) | (x[10] ^ y[10]) | (x[11] ^ y[11]) |
+		 (x[12] ^ y[12]) | (x[13] ^ y[13]));
 }
 
 /* flow_alive: is (fid, gen) still the installed flow? */

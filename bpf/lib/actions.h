@@ -250,6 +250,25 @@ static __always_inline __u8 packet_tos(struct __sk_buff *skb, struct parse_state
 	return parsed;
 }
 
+/* set_nd rewrites len bytes at off inside an ICMPv6 ND message (the
+ * target, or a whole 8-byte link-layer address option), fixing the
+ * ICMPv6 checksum. Packets without the field are left alone. */
+static __always_inline int set_nd(struct __sk_buff *skb, struct parse_state *ps, __u32 off,
+				  const void *new, __u32 len)
+{
+	__be32 old[4];
+	__s64 diff;
+
+	if (!ps->l4_off || off > 0x7ff || len > 16)
+		return 0;
+	if (bpf_skb_load_bytes(skb, off, old, len) < 0)
+		return -1;
+	diff = bpf_csum_diff(old, len, (void *)new, len, 0);
+	if (diff < 0 || bpf_l4_csum_replace(skb, ps->l4_off + 2, 0, diff, 0) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, off, new, len, 0);
+}
+
 static __always_inline int set_tunnel(struct __sk_buff *skb, struct parse_state *ps, const struct action *a,
 				      const struct flow_key *key)
 {
@@ -394,6 +413,24 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 		case ACT_SET_TTL:
 			err = rewrite_ttl(skb, ps, 0, a->arg16);
 			break;
+		case ACT_SET_ND_TARGET:
+			if (proto == IPPROTO_ICMPV6 &&
+			    (key->tp_src == bpf_htons(ND_NEIGHBOR_SOLICIT) || key->tp_src == bpf_htons(ND_NEIGHBOR_ADVERT)) &&
+			    key->tp_dst == 0 && skb->len >= ps->l4_off + 24) /* else no target: as parse_nd */
+				err = set_nd(skb, ps, ps->l4_off + 8, a->ip6, 16);
+			break;
+		case ACT_SET_ND_LL:
+			if (ps->nd_lla_off) {
+				__u8 opt[8];
+
+				if (bpf_skb_load_bytes(skb, ps->nd_lla_off, opt, 2) < 0) {
+					err = -1;
+					break;
+				}
+				__builtin_memcpy(opt + 2, a->mac, 6);
+				err = set_nd(skb, ps, ps->nd_lla_off, opt, 8);
+			}
+			break;
 		case ACT_PUSH_VLAN:
 			/* A tag already in skb metadata (every tagged packet at tc
 			 * ingress of a real device; an earlier push) is moved into
@@ -404,6 +441,8 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 				ps->l3_off += 4;
 				if (ps->l4_off)
 					ps->l4_off += 4;
+				if (ps->nd_lla_off)
+					ps->nd_lla_off += 4;
 			}
 			if (bpf_skb_vlan_push(skb, a->arg32, a->arg16) < 0)
 				return drop(DROP_VLAN);
@@ -416,6 +455,8 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 				ps->l3_off -= 4;
 				if (ps->l4_off)
 					ps->l4_off -= 4;
+				if (ps->nd_lla_off)
+					ps->nd_lla_off -= 4;
 			}
 			break;
 		case ACT_SET_TUNNEL:

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* flow_key.h — the flow key: everything a cached flow can match on.
  *
- * The key is 96 bytes = 12 little-endian u64 words. Masks have the same
+ * The key is 112 bytes = 14 little-endian u64 words. Masks have the same
  * layout, so masking a key is 12 ANDs and a mask says, word by word, which
  * words it touches at all (struct mf_mask.words). The Go twin is
  * pkg/flow.Key; a layout test keeps the two identical (offsets from BTF).
@@ -16,11 +16,21 @@
  *     tag is present, so "no tag" and "tag with VID 0" differ.
  *   - nw_frag: FRAG_ANY for every fragment, plus FRAG_LATER when offset != 0
  *     (later fragments carry no L4 header: tp_* stay zero).
+ *   - IPv6 ND (ICMPv6 type 135/136, code 0): the target address in
+ *     nd_target, the source link-layer option of a solicitation in arp_sha,
+ *     the target link-layer option of an advertisement in arp_tha.
+ *   - MPLS (eth_type 0x8847/0x8848): the top label stack entry, as on the
+ *     wire (label 20 bits, TC 3, BOS 1, TTL 8), in ip_src[0]; nothing past
+ *     the label stack is parsed.
+ *
+ * Overlaid fields are sound for megaflows: a rule on them also matches
+ * their prerequisites (eth_type, ip_proto, ICMPv6 type), and the
+ * classifier and the cache compare the same bytes.
  */
 #ifndef NAGARE_FLOW_KEY_H
 #define NAGARE_FLOW_KEY_H
 
-#define FLOW_KEY_WORDS 12
+#define FLOW_KEY_WORDS 14
 
 #define FRAG_ANY (1 << 0)
 #define FRAG_LATER (1 << 1)
@@ -52,7 +62,7 @@ struct flow_key {
 	__u8 pad0;
 	/* word 5 */
 	__be32 ipv6_label; /* flow label (20 bits) */
-	__be32 ip_src[4];  /* IPv4 in [0], IPv6 in [0..3]; ARP SPA */
+	__be32 ip_src[4];  /* IPv4 in [0], IPv6 in [0..3]; ARP SPA; MPLS LSE */
 	__be32 ip_dst[4];  /* ARP TPA */
 	/* word 10 */
 	__be16 tp_src;     /* L4 source port / ICMP type */
@@ -60,10 +70,12 @@ struct flow_key {
 	__be16 tcp_flags;  /* TCP flags (12 bits) */
 	__u16 pad1;
 	/* word 11 */
-	__u8 arp_sha[6];
-	__u8 arp_tha[6];
+	__u8 arp_sha[6];   /* ARP SHA; ND source link-layer address */
+	__u8 arp_tha[6];   /* ARP THA; ND target link-layer address */
+	/* words 12-13 */
+	__be32 nd_target[4]; /* IPv6 ND target address */
 };
 
-_Static_assert(sizeof(struct flow_key) == FLOW_KEY_WORDS * 8, "flow_key must be 12 words");
+_Static_assert(sizeof(struct flow_key) == FLOW_KEY_WORDS * 8, "flow_key must be 14 words");
 
 #endif

@@ -90,6 +90,8 @@ enum action_type {
 	ACT_DROP = 17,
 	ACT_OUTPUT_SET = 18,  /* arg32 = output_sets index: a copy to each of its ports */
 	ACT_SET_TTL = 19,     /* arg16 = IPv4 TTL / IPv6 hop limit */
+	ACT_SET_ND_TARGET = 20, /* ip6 */
+	ACT_SET_ND_LL = 21,   /* mac: the ND link-layer address option the parser found */
 	ACT__MAX,
 };
 

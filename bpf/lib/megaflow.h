@@ -2,7 +2,7 @@
 /* megaflow.h — the lookup: exact-match cache, then tuple-space search.
  *
  * Tuple-space search probes each mask in turn with the key masked by it.
- * A probe of the hash map costs a hash of a 104-byte key; with tens of
+ * A probe of the hash map costs a hash of a 120-byte key; with tens of
  * masks that would dominate, so each mask has a counting filter
  * (mask_filter) indexed by a cheap multiplicative hash of the masked key's
  * non-zero words. Userspace raises a slot's count before inserting a flow
@@ -31,6 +31,7 @@ static __always_inline __u32 filter_hash(const __u64 *k, const struct mf_mask *m
 	FILTER_WORD(0) FILTER_WORD(1) FILTER_WORD(2) FILTER_WORD(3)
 	FILTER_WORD(4) FILTER_WORD(5) FILTER_WORD(6) FILTER_WORD(7)
 	FILTER_WORD(8) FILTER_WORD(9) FILTER_WORD(10) FILTER_WORD(11)
+	FILTER_WORD(12) FILTER_WORD(13)
 	return h >> (64 - FILTER_BITS);
 }
 
@@ -70,6 +71,7 @@ __noinline __u32 megaflow_lookup(const struct flow_key *key, __u32 n_masks)
 		o[3] = k[3] & mw[3]; o[4] = k[4] & mw[4]; o[5] = k[5] & mw[5];
 		o[6] = k[6] & mw[6]; o[7] = k[7] & mw[7]; o[8] = k[8] & mw[8];
 		o[9] = k[9] & mw[9]; o[10] = k[10] & mw[10]; o[11] = k[11] & mw[11];
+		o[12] = k[12] & mw[12]; o[13] = k[13] & mw[13];
 		count(CTR_MASK_PROBES);
 		fid = bpf_map_lookup_elem(&megaflows, &mk);
 		if (fid)

@@ -27,7 +27,7 @@ struct parse_state {
 	__u16 l4_off;    /* offset of the L4 header, 0 when absent */
 	__u8 l3;         /* enum l3_kind */
 	__u8 vlan_in_data; /* the tag sits in the packet, not in skb metadata */
-	__u16 pad;
+	__u16 nd_lla_off;  /* offset of an ND link-layer address option, 0 when absent */
 };
 
 struct arp_eth_ipv4 {
@@ -62,6 +62,60 @@ static __always_inline void copy_mac(__u8 *dst, const __u8 *src)
 	__builtin_memcpy(dst, src, 6);
 }
 
+#define ND_NEIGHBOR_SOLICIT 135
+#define ND_NEIGHBOR_ADVERT 136
+#define ND_OPT_SOURCE_LL 1
+#define ND_OPT_TARGET_LL 2
+#define ND_MAX_OPTS 4
+
+/* parse_nd reads an IPv6 neighbour solicitation or advertisement at off:
+ * the target address, and the link-layer address option that goes with
+ * the message (source for NS, target for NA), as Open vSwitch keys them.
+ * A message too short to hold a target is keyed as plain ICMPv6.
+ * Options past the first ND_MAX_OPTS are not looked at. Malformed options
+ * (length 0, past the end) leave the ND fields zero, as in Open vSwitch:
+ * the packet is still ICMPv6 and is forwarded by its other fields. */
+static __always_inline int parse_nd(void *data, void *data_end, __u32 off, __u8 type,
+				    struct flow_key *key, struct parse_state *ps)
+{
+	__u8 want = type == ND_NEIGHBOR_SOLICIT ? ND_OPT_SOURCE_LL : ND_OPT_TARGET_LL;
+	__u8 *lla = type == ND_NEIGHBOR_SOLICIT ? key->arp_sha : key->arp_tha;
+	__u32 o = off + 24;
+	int i;
+
+	off &= 0x3ff;
+	if (data + off + 24 > data_end)
+		return 0; /* too short for ND: plain ICMPv6, as in Open vSwitch */
+	__builtin_memcpy(key->nd_target, data + off + 8, 16);
+
+	for (i = 0; i < ND_MAX_OPTS; i++) {
+		__u8 *opt;
+
+		if (o > 0x7ff)
+			break;
+		opt = data + (o & 0x7ff);
+		if ((void *)(opt + 2) > data_end)
+			break;
+		if (opt[1] == 0 || (void *)(opt + opt[1] * 8) > data_end)
+			goto invalid;
+		if (opt[0] == want && opt[1] == 1) {
+			if ((void *)(opt + 8) > data_end)
+				goto invalid; /* for the verifier: checked above */
+			if (ps->nd_lla_off)
+				goto invalid; /* twice */
+			copy_mac(lla, opt + 2);
+			ps->nd_lla_off = o;
+		}
+		o += opt[1] * 8;
+	}
+	return 0;
+invalid:
+	__builtin_memset(key->nd_target, 0, 16);
+	__builtin_memset(lla, 0, 6);
+	ps->nd_lla_off = 0;
+	return 0;
+}
+
 static __always_inline int parse_l4(void *data, void *data_end, __u32 off, __u8 proto,
 				    struct flow_key *key, struct parse_state *ps)
 {
@@ -94,6 +148,12 @@ static __always_inline int parse_l4(void *data, void *data_end, __u32 off, __u8 
 			return -DROP_SHORT_L4;
 		key->tp_src = bpf_htons(ic[0]);
 		key->tp_dst = bpf_htons(ic[1]);
+		if (proto == IPPROTO_ICMPV6 && ic[1] == 0 &&
+		    (ic[0] == ND_NEIGHBOR_SOLICIT || ic[0] == ND_NEIGHBOR_ADVERT)) {
+			int err = parse_nd(data, data_end, off, ic[0], key, ps);
+			if (err < 0)
+				return err;
+		}
 		break;
 	}
 	default:

@@ -40,6 +40,8 @@ const (
 	actUserspace = 16
 	actDrop      = 17
 	actSetTTL    = 19 // 18 is actOutputSet (outputsets.go)
+	actSetNDTgt  = 20
+	actSetNDLL   = 21
 
 	outPeer    = 1 << 0
 	outIngress = 1 << 1
@@ -129,6 +131,19 @@ func (d *Datapath) compileActions(acts []flow.Action) ([]rawAction, error) {
 		case flow.SetTTL:
 			r[0] = actSetTTL
 			binary.NativeEndian.PutUint16(r[2:], uint16(a.TTL))
+		case flow.SetNDTarget:
+			if !a.Addr.Is6() {
+				return nil, fmt.Errorf("datapath: bad ND target %v", a.Addr)
+			}
+			r[0] = actSetNDTgt
+			v := a.Addr.As16()
+			copy(r[8:], v[:])
+		case flow.SetNDLL:
+			if len(a.MAC) != 6 {
+				return nil, fmt.Errorf("datapath: bad MAC %v", a.MAC)
+			}
+			r[0] = actSetNDLL
+			copy(r[8:], a.MAC)
 		case flow.PushVLAN:
 			tpid := a.TPID
 			if tpid == 0 {
@@ -245,6 +260,10 @@ func (d *Datapath) decodeActions(raw []rawAction) []flow.Action {
 			out = append(out, flow.DecTTL{})
 		case actSetTTL:
 			out = append(out, flow.SetTTL{TTL: uint8(binary.NativeEndian.Uint16(r[2:]))})
+		case actSetNDTgt:
+			out = append(out, flow.SetNDTarget{Addr: netip.AddrFrom16([16]byte(r[8:24]))})
+		case actSetNDLL:
+			out = append(out, flow.SetNDLL{MAC: net.HardwareAddr(append([]byte(nil), r[8:14]...))})
 		case actPushVLAN:
 			be := uint16(binary.NativeEndian.Uint32(r[4:]))
 			out = append(out, flow.PushVLAN{TPID: be>>8 | be<<8, TCI: binary.NativeEndian.Uint16(r[2:])})

@@ -48,6 +48,7 @@ func TestKeyLayoutMatchesBTF(t *testing.T) {
 		"tcp_flags":  func(k *flow.Key) { k.TCPFlags = 0xa500 },
 		"arp_sha":    func(k *flow.Key) { k.ArpSHA[0] = 0xa5 },
 		"arp_tha":    func(k *flow.Key) { k.ArpTHA[0] = 0xa5 },
+		"nd_target":  func(k *flow.Key) { k.NDTarget[0] = 0xa5 },
 	}
 	seen := 0
 	for _, m := range st.Members {

@@ -167,6 +167,22 @@ func TestParse(t *testing.T) {
 		{"ipv6-icmpv6", serialize(t, eth(layers.EthernetTypeIPv6), v6(layers.IPProtocolICMPv6),
 			&layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(135, 0)}, gopacket.Payload("\x00\x00\x00\x00")), 0,
 			with(base6, func(k *flow.Key) { k.NwProto, k.TpSrc, k.TpDst = 58, 135, 0 }), true},
+		{"ipv6-nd-ns-sll", ndPacket(t, v6, 135, "fd00::99", "\x01\x01\x02\x00\x00\x00\x00\x0a"), 0,
+			with(base6, func(k *flow.Key) {
+				k.NwProto, k.TpSrc, k.TpDst, k.NDTarget, k.ArpSHA = 58, 135, 0, ip6b("fd00::99"), macA
+			}), true},
+		{"ipv6-nd-na-tll-after-other-option", ndPacket(t, v6, 136, "fd00::98",
+			"\x05\x01\x00\x00\x00\x00\x05\xdc\x02\x01\x02\x00\x00\x00\x00\x0b"), 0,
+			with(base6, func(k *flow.Key) {
+				k.NwProto, k.TpSrc, k.TpDst, k.NDTarget, k.ArpTHA = 58, 136, 0, ip6b("fd00::98"), macB
+			}), true},
+		{"ipv6-nd-ns-without-option", ndPacket(t, v6, 135, "fd00::97", ""), 0,
+			with(base6, func(k *flow.Key) { k.NwProto, k.TpSrc, k.TpDst, k.NDTarget = 58, 135, 0, ip6b("fd00::97") }), true},
+		{"ipv6-nd-option-length-0", ndPacket(t, v6, 135, "fd00::96", "\x01\x00\x02\x00\x00\x00\x00\x0a"), 0,
+			with(base6, func(k *flow.Key) { k.NwProto, k.TpSrc, k.TpDst = 58, 135, 0 }), true},
+		{"ipv6-nd-sll-twice", ndPacket(t, v6, 135, "fd00::95",
+			"\x01\x01\x02\x00\x00\x00\x00\x0a\x01\x01\x02\x00\x00\x00\x00\x0b"), 0,
+			with(base6, func(k *flow.Key) { k.NwProto, k.TpSrc, k.TpDst = 58, 135, 0 }), true},
 		{"ipv6-ext-headers", serialize(t, eth(layers.EthernetTypeIPv6), v6(layers.IPProtocolIPv6HopByHop), hbh, dst, udp), 0,
 			with(base6, func(k *flow.Key) { k.NwProto, k.TpSrc, k.TpDst = 17, 1000, 2000 }), true},
 		{"ipv6-first-fragment", serialize(t, eth(layers.EthernetTypeIPv6), v6(layers.IPProtocolIPv6Fragment),
@@ -289,4 +305,14 @@ func sameAsGo(t *testing.T, pkt []byte, r parseResult) {
 	if k != r.key {
 		t.Fatalf("Go parser disagrees with the fast path:\n  go %s\nbpf %s", flow.Format(k, flow.ExactMask()), flow.Format(r.key, flow.ExactMask()))
 	}
+}
+
+// ndPacket is an IPv6 neighbour solicitation (135) or advertisement (136)
+// for target with the given raw options.
+func ndPacket(t *testing.T, v6 func(layers.IPProtocol) *layers.IPv6, typ uint8, target, opts string) []byte {
+	t.Helper()
+	tg := ip6b(target)
+	body := append(make([]byte, 4), tg[:]...)
+	return serialize(t, eth(layers.EthernetTypeIPv6), v6(layers.IPProtocolICMPv6),
+		&layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(typ, 0)}, gopacket.Payload(append(body, opts...)))
 }

@@ -46,6 +46,14 @@ type SetDSCP struct{ DSCP uint8 }
 // SetECN rewrites the 2-bit ECN field.
 type SetECN struct{ ECN uint8 }
 
+// SetNDTarget rewrites the target address of an IPv6 neighbour
+// solicitation or advertisement (ICMPv6 checksum fixed).
+type SetNDTarget struct{ Addr netip.Addr }
+
+// SetNDLL rewrites the link-layer address option of an IPv6 neighbour
+// solicitation (source) or advertisement (target) when it has one.
+type SetNDLL struct{ MAC net.HardwareAddr }
+
 // DecTTL decrements the IPv4 TTL or IPv6 hop limit; a packet whose TTL
 // would reach zero is dropped and counted.
 type DecTTL struct{}
@@ -80,36 +88,40 @@ type Userspace struct{ Cookie uint64 }
 // Drop drops the packet (an empty action list drops too).
 type Drop struct{}
 
-func (Output) isAction()    {}
-func (Local) isAction()     {}
-func (SetEthSrc) isAction() {}
-func (SetEthDst) isAction() {}
-func (SetIPSrc) isAction()  {}
-func (SetIPDst) isAction()  {}
-func (SetTpSrc) isAction()  {}
-func (SetTpDst) isAction()  {}
-func (SetDSCP) isAction()   {}
-func (SetECN) isAction()    {}
-func (DecTTL) isAction()    {}
-func (SetTTL) isAction()    {}
-func (PushVLAN) isAction()  {}
-func (PopVLAN) isAction()   {}
-func (SetTunnel) isAction() {}
-func (Userspace) isAction() {}
-func (Drop) isAction()      {}
+func (Output) isAction()      {}
+func (Local) isAction()       {}
+func (SetEthSrc) isAction()   {}
+func (SetEthDst) isAction()   {}
+func (SetIPSrc) isAction()    {}
+func (SetIPDst) isAction()    {}
+func (SetTpSrc) isAction()    {}
+func (SetTpDst) isAction()    {}
+func (SetDSCP) isAction()     {}
+func (SetECN) isAction()      {}
+func (DecTTL) isAction()      {}
+func (SetNDTarget) isAction() {}
+func (SetNDLL) isAction()     {}
+func (SetTTL) isAction()      {}
+func (PushVLAN) isAction()    {}
+func (PopVLAN) isAction()     {}
+func (SetTunnel) isAction()   {}
+func (Userspace) isAction()   {}
+func (Drop) isAction()        {}
 
-func (a Output) String() string    { return fmt.Sprintf("output:%d", a.Port) }
-func (Local) String() string       { return "local" }
-func (a SetEthSrc) String() string { return "set(eth_src=" + a.MAC.String() + ")" }
-func (a SetEthDst) String() string { return "set(eth_dst=" + a.MAC.String() + ")" }
-func (a SetIPSrc) String() string  { return "set(ip_src=" + a.Addr.String() + ")" }
-func (a SetIPDst) String() string  { return "set(ip_dst=" + a.Addr.String() + ")" }
-func (a SetTpSrc) String() string  { return fmt.Sprintf("set(tp_src=%d)", a.Port) }
-func (a SetTpDst) String() string  { return fmt.Sprintf("set(tp_dst=%d)", a.Port) }
-func (a SetDSCP) String() string   { return fmt.Sprintf("set(dscp=%d)", a.DSCP) }
-func (a SetECN) String() string    { return fmt.Sprintf("set(ecn=%d)", a.ECN) }
-func (DecTTL) String() string      { return "dec_ttl" }
-func (a SetTTL) String() string    { return fmt.Sprintf("set(ttl=%d)", a.TTL) }
+func (a Output) String() string      { return fmt.Sprintf("output:%d", a.Port) }
+func (Local) String() string         { return "local" }
+func (a SetEthSrc) String() string   { return "set(eth_src=" + a.MAC.String() + ")" }
+func (a SetEthDst) String() string   { return "set(eth_dst=" + a.MAC.String() + ")" }
+func (a SetIPSrc) String() string    { return "set(ip_src=" + a.Addr.String() + ")" }
+func (a SetIPDst) String() string    { return "set(ip_dst=" + a.Addr.String() + ")" }
+func (a SetTpSrc) String() string    { return fmt.Sprintf("set(tp_src=%d)", a.Port) }
+func (a SetTpDst) String() string    { return fmt.Sprintf("set(tp_dst=%d)", a.Port) }
+func (a SetDSCP) String() string     { return fmt.Sprintf("set(dscp=%d)", a.DSCP) }
+func (a SetECN) String() string      { return fmt.Sprintf("set(ecn=%d)", a.ECN) }
+func (DecTTL) String() string        { return "dec_ttl" }
+func (a SetNDTarget) String() string { return "set(nd_target=" + a.Addr.String() + ")" }
+func (a SetNDLL) String() string     { return "set(nd_ll=" + a.MAC.String() + ")" }
+func (a SetTTL) String() string      { return fmt.Sprintf("set(ttl=%d)", a.TTL) }
 func (a PushVLAN) String() string {
 	tpid := a.TPID
 	if tpid == 0 {

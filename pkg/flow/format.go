@@ -80,6 +80,26 @@ func Format(k Key, m Mask) string {
 		name = "arp"
 	}
 	v6 := k.EthType == 0x86dd
+	if k.EthType == 0x8847 || k.EthType == 0x8848 {
+		// MPLS: the top label stack entry lives in IPSrc[0:4].
+		if lse, ml := k.MPLSLSE(), m.MPLSLSE(); ml != 0 {
+			var f []string
+			for _, x := range []struct {
+				name  string
+				shift uint
+				bits  uint32
+			}{{"label", 12, 0xfffff}, {"tc", 9, 7}, {"bos", 8, 1}, {"ttl", 0, 0xff}} {
+				if mv := ml >> x.shift & x.bits; mv != 0 {
+					f = append(f, num(x.name, uint64(lse>>x.shift&x.bits), uint64(mv), uint64(x.bits), false))
+				}
+			}
+			group("mpls", f)
+		}
+		if len(parts) == 0 {
+			return "any"
+		}
+		return strings.Join(parts, ",")
+	}
 	if !zero(m.IPSrc[:]) {
 		l3 = append(l3, choose(isARP, "sip=", "src=")+ipMasked(k.IPSrc[:], m.IPSrc[:], v6))
 	}
@@ -101,13 +121,23 @@ func Format(k Key, m Mask) string {
 	if m.NwFrag != 0 {
 		l3 = append(l3, "frag="+fragName(k.NwFrag, m.NwFrag))
 	}
-	if m.ArpSHA != [6]byte{} {
+	if isARP && m.ArpSHA != [6]byte{} {
 		l3 = append(l3, "sha="+macMasked(k.ArpSHA, m.ArpSHA))
 	}
-	if m.ArpTHA != [6]byte{} {
+	if isARP && m.ArpTHA != [6]byte{} {
 		l3 = append(l3, "tha="+macMasked(k.ArpTHA, m.ArpTHA))
 	}
 	group(name, l3)
+	var nd []string
+	if !zero(m.NDTarget[:]) {
+		nd = append(nd, "target="+ipMasked(k.NDTarget[:], m.NDTarget[:], true))
+	}
+	if !isARP && m.ArpSHA != [6]byte{} {
+		nd = append(nd, "sll="+macMasked(k.ArpSHA, m.ArpSHA))
+	}
+	if !isARP && m.ArpTHA != [6]byte{} {
+		nd = append(nd, "tll="+macMasked(k.ArpTHA, m.ArpTHA))
+	}
 
 	var l4 []string
 	l4name := "l4"
@@ -133,6 +163,7 @@ func Format(k Key, m Mask) string {
 	if !isARP {
 		group(l4name, l4)
 	}
+	group("nd", nd)
 	if m.TCPFlags != 0 {
 		add(num("tcp_flags", uint64(k.TCPFlags), uint64(m.TCPFlags), 0xfff, true))
 	}
@@ -256,13 +287,14 @@ func Present(k Key) Mask {
 	for _, f := range []struct{ v, m []byte }{
 		{k.TunSrc[:], m.TunSrc[:]}, {k.TunDst[:], m.TunDst[:]}, {k.EthSrc[:], m.EthSrc[:]}, {k.EthDst[:], m.EthDst[:]},
 		{k.IPSrc[:], m.IPSrc[:]}, {k.IPDst[:], m.IPDst[:]}, {k.ArpSHA[:], m.ArpSHA[:]}, {k.ArpTHA[:], m.ArpTHA[:]},
+		{k.NDTarget[:], m.NDTarget[:]},
 	} {
 		if !zero(f.v) {
 			ones(f.m)
 		}
 	}
 	// An IPv4 address occupies only the first 4 bytes.
-	if k.EthType == 0x0800 || k.EthType == 0x0806 {
+	if k.EthType == 0x0800 || k.EthType == 0x0806 || k.EthType == 0x8847 || k.EthType == 0x8848 {
 		clear(m.IPSrc[4:])
 		clear(m.IPDst[4:])
 	}

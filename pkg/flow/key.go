@@ -11,7 +11,7 @@ import (
 )
 
 // KeySize is the size of the kernel's struct flow_key (bpf/lib/flow_key.h).
-const KeySize = 96
+const KeySize = 112
 
 // KeyWords is KeySize in 64-bit words: masks are applied word by word.
 const KeyWords = KeySize / 8
@@ -35,6 +35,9 @@ const VLANCFI = 0x1000
 // Conventions (shared with Open vSwitch's datapath): ICMP type/code live in
 // TpSrc/TpDst; ARP keeps its opcode in NwProto, SPA/TPA in IPSrc/IPDst and
 // SHA/THA in ArpSHA/ArpTHA; IPv4 addresses use the first 4 bytes of IPSrc/IPDst.
+// IPv6 ND keeps its target in NDTarget and the source (solicitation) or
+// target (advertisement) link-layer address in ArpSHA / ArpTHA; MPLS its
+// top label stack entry in IPSrc[0:4] (MPLSLSE / SetMPLSLSE).
 type Key struct {
 	InPort    uint32   // OpenFlow port number of the ingress port
 	TunID     uint32   // tunnel VNI
@@ -57,8 +60,9 @@ type Key struct {
 	TpSrc     uint16   // L4 source port, ICMP type
 	TpDst     uint16   // L4 destination port, ICMP code
 	TCPFlags  uint16   // 12 bits
-	ArpSHA    [6]byte  //
-	ArpTHA    [6]byte  //
+	ArpSHA    [6]byte  // ND source link-layer address
+	ArpTHA    [6]byte  // ND target link-layer address
+	NDTarget  [16]byte // IPv6 ND target address
 }
 
 // Mask selects the key bits a flow matches on. It has Key's layout.
@@ -72,7 +76,7 @@ type Mask = Key
 //	36 nw_proto u8     37 nw_tos u8       38 nw_ttl u8      39 pad
 //	40 ipv6_label be32 44 ip_src [16]     60 ip_dst [16]
 //	76 tp_src be16     78 tp_dst be16     80 tcp_flags be16 82 pad
-//	84 arp_sha [6]     90 arp_tha [6]
+//	84 arp_sha [6]     90 arp_tha [6]     96 nd_target [16]
 const (
 	offInPort   = 0
 	offTunID    = 4
@@ -97,6 +101,7 @@ const (
 	offTCPFlags = 80
 	offArpSHA   = 84
 	offArpTHA   = 90
+	offNDTarget = 96
 )
 
 // Put writes k in the kernel layout into b, which must hold KeySize bytes.
@@ -126,6 +131,7 @@ func (k *Key) Put(b []byte) {
 	binary.BigEndian.PutUint16(b[offTCPFlags:], k.TCPFlags)
 	copy(b[offArpSHA:], k.ArpSHA[:])
 	copy(b[offArpTHA:], k.ArpTHA[:])
+	copy(b[offNDTarget:], k.NDTarget[:])
 }
 
 // MarshalBinary returns k in the kernel layout.
@@ -165,6 +171,7 @@ func (k *Key) UnmarshalBinary(b []byte) error {
 	copy(k.IPDst[:], b[offIPDst:])
 	copy(k.ArpSHA[:], b[offArpSHA:])
 	copy(k.ArpTHA[:], b[offArpTHA:])
+	copy(k.NDTarget[:], b[offNDTarget:])
 	return nil
 }
 
@@ -222,6 +229,12 @@ func (k Key) Matches(m Mask, p Key) bool {
 	}
 	return true
 }
+
+// MPLSLSE returns the top MPLS label stack entry of an MPLS packet's key.
+func (k *Key) MPLSLSE() uint32 { return binary.BigEndian.Uint32(k.IPSrc[:4]) }
+
+// SetMPLSLSE stores the top MPLS label stack entry.
+func (k *Key) SetMPLSLSE(lse uint32) { binary.BigEndian.PutUint32(k.IPSrc[:4], lse) }
 
 // IPv4Src returns IPSrc as an IPv4 address.
 func (k *Key) IPv4Src() netip.Addr { return netip.AddrFrom4([4]byte(k.IPSrc[:4])) }

@@ -153,6 +153,9 @@ func parseL4(pkt []byte, off int, proto uint8, k *Key) error {
 	switch proto {
 	case 1, 58:
 		k.TpSrc, k.TpDst = uint16(l4[0]), uint16(l4[1])
+		if proto == 58 && l4[1] == 0 && (l4[0] == 135 || l4[0] == 136) {
+			parseND(l4, k)
+		}
 	default:
 		k.TpSrc, k.TpDst = binary.BigEndian.Uint16(l4), binary.BigEndian.Uint16(l4[2:])
 		if proto == 6 {
@@ -160,4 +163,40 @@ func parseL4(pkt []byte, off int, proto uint8, k *Key) error {
 		}
 	}
 	return nil
+}
+
+// ndMaxOpts is how many ND options the fast path looks at.
+const ndMaxOpts = 4
+
+// parseND keys an IPv6 neighbour solicitation (type 135) or advertisement
+// (136) in m (from the ICMPv6 header on): the target address, and the
+// source (NS) or target (NA) link-layer address option. A message too
+// short for a target is plain ICMPv6; malformed options leave the ND
+// fields zero (Open vSwitch's behaviour; the packet is not dropped).
+func parseND(m []byte, k *Key) {
+	if len(m) < 24 {
+		return
+	}
+	want, lla := byte(1), &k.ArpSHA
+	if m[0] == 136 {
+		want, lla = 2, &k.ArpTHA
+	}
+	copy(k.NDTarget[:], m[8:24])
+	seen := false
+	for i, o := 0, 24; i < ndMaxOpts && len(m) >= o+2; i++ {
+		n := int(m[o+1]) * 8
+		if n == 0 || len(m) < o+n {
+			*lla, k.NDTarget = [6]byte{}, [16]byte{}
+			return
+		}
+		if m[o] == want && n == 8 {
+			if seen {
+				*lla, k.NDTarget = [6]byte{}, [16]byte{}
+				return
+			}
+			copy(lla[:], m[o+2:o+8])
+			seen = true
+		}
+		o += n
+	}
 }

@@ -309,7 +309,8 @@ func settable(f openflow.Field) bool {
 	case openflow.FieldEthSrc, openflow.FieldEthDst, openflow.FieldVLANVID, openflow.FieldVLANPCP,
 		openflow.FieldIPDSCP, openflow.FieldIPECN, openflow.FieldIPv4Src, openflow.FieldIPv4Dst,
 		openflow.FieldIPv6Src, openflow.FieldIPv6Dst, openflow.FieldTCPSrc, openflow.FieldTCPDst,
-		openflow.FieldUDPSrc, openflow.FieldUDPDst, openflow.FieldSCTPSrc, openflow.FieldSCTPDst, openflow.FieldTunnelID:
+		openflow.FieldUDPSrc, openflow.FieldUDPDst, openflow.FieldSCTPSrc, openflow.FieldSCTPDst, openflow.FieldTunnelID,
+		openflow.FieldIPv6NDTarget, openflow.FieldIPv6NDSLL, openflow.FieldIPv6NDTLL:
 		return true
 	}
 	return false

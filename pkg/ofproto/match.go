@@ -72,9 +72,8 @@ func newFieldBits(f openflow.Field, m *words) fieldBits {
 // supported reports whether the datapath key carries field f.
 func supported(f openflow.Field) bool {
 	switch f {
-	case openflow.FieldInPhyPort, openflow.FieldIPv6NDTarget, openflow.FieldIPv6NDSLL, openflow.FieldIPv6NDTLL,
-		openflow.FieldMPLSLabel, openflow.FieldMPLSTC, openflow.FieldMPLSBOS, openflow.FieldPBBISID,
-		openflow.FieldIPv6ExtHdr:
+	case openflow.FieldInPhyPort, openflow.FieldMPLSLabel, openflow.FieldMPLSTC, openflow.FieldMPLSBOS,
+		openflow.FieldPBBISID, openflow.FieldIPv6ExtHdr:
 		return false
 	}
 	return f < openflow.FieldIPv6ExtHdr
@@ -129,10 +128,12 @@ func place(k *flow.Key, meta *uint64, f openflow.Field, b []byte) bool {
 		k.TpSrc = uint16(u())
 	case openflow.FieldTCPDst, openflow.FieldUDPDst, openflow.FieldSCTPDst, openflow.FieldICMPv4Code, openflow.FieldICMPv6Code:
 		k.TpDst = uint16(u())
-	case openflow.FieldARPSHA:
+	case openflow.FieldARPSHA, openflow.FieldIPv6NDSLL:
 		copy(k.ArpSHA[:], b)
-	case openflow.FieldARPTHA:
+	case openflow.FieldARPTHA, openflow.FieldIPv6NDTLL:
 		copy(k.ArpTHA[:], b)
+	case openflow.FieldIPv6NDTarget:
+		copy(k.NDTarget[:], b)
 	case openflow.FieldIPv6FLabel:
 		k.IPv6Label = uint32(u()) & 0xfffff
 	case openflow.FieldTunnelID:
@@ -183,6 +184,9 @@ var (
 		for i := range k.ArpSHA {
 			k.ArpSHA[i], k.ArpTHA[i] = 0xff, 0xff
 		}
+		for i := range k.NDTarget {
+			k.NDTarget[i] = 0xff
+		}
 		return keyWords(&k)
 	}()
 )
@@ -205,7 +209,8 @@ var matchFieldOrder = []openflow.Field{
 	openflow.FieldTCPDst, openflow.FieldUDPDst, openflow.FieldSCTPDst, openflow.FieldICMPv4Code, openflow.FieldICMPv6Code,
 	openflow.FieldTCPSrc, openflow.FieldUDPSrc, openflow.FieldSCTPSrc, openflow.FieldICMPv4Type, openflow.FieldICMPv6Type,
 	openflow.FieldIPDSCP, openflow.FieldIPECN, openflow.FieldIPv6FLabel, openflow.FieldARPSPA, openflow.FieldARPTPA,
-	openflow.FieldARPSHA, openflow.FieldARPTHA,
+	openflow.FieldARPSHA, openflow.FieldARPTHA, openflow.FieldIPv6NDTarget, openflow.FieldIPv6NDSLL,
+	openflow.FieldIPv6NDTLL,
 }
 
 // compileMatch validates m for this datapath and compiles it. Fields the

@@ -60,6 +60,8 @@ const (
 	dTpDst
 	dDSCP
 	dECN
+	dNDTarget
+	dNDLL // the source (NS) or target (NA) link-layer address option
 )
 
 // xlate is the state of one translation.
@@ -425,6 +427,32 @@ func (x *xlate) setField(o openflow.OXM) {
 			k.TpDst, m = uint16(v), maskTpDst
 			x.dirty |= dTpDst
 		}
+	case openflow.FieldIPv6NDTarget, openflow.FieldIPv6NDSLL, openflow.FieldIPv6NDTLL:
+		// Only an NS or NA (code 0) has the field; the fast path's
+		// parser found it there, so the key's ND bytes are the packet's.
+		x.need(&maskEthType)
+		x.need(&maskIPProto)
+		x.need(&maskTpSrc)
+		x.need(&maskTpDst)
+		types := []uint16{135, 136}
+		switch o.Field {
+		case openflow.FieldIPv6NDSLL:
+			types = types[:1]
+		case openflow.FieldIPv6NDTLL:
+			types = types[1:]
+		}
+		if k.EthType != 0x86dd || k.NwProto != 58 || k.TpDst != 0 || (k.TpSrc != types[0] && k.TpSrc != types[len(types)-1]) {
+			x.tracef(TraceNote, x.tableID, "set_field %s ignored: not a neighbour solicitation/advertisement with it", o.Field)
+			return
+		}
+		var meta uint64
+		place(k, &meta, o.Field, o.Value)
+		m = fieldMask(o.Field)
+		if o.Field == openflow.FieldIPv6NDTarget {
+			x.dirty |= dNDTarget
+		} else {
+			x.dirty |= dNDLL
+		}
 	default:
 		return // refused at FLOW_MOD / GROUP_MOD
 	}
@@ -526,7 +554,18 @@ func (x *xlate) commit() {
 	if d&dECN != 0 {
 		x.acts = append(x.acts, flow.SetECN{ECN: k.NwTOS & 3})
 	}
+	if d&dNDTarget != 0 {
+		x.acts = append(x.acts, flow.SetNDTarget{Addr: netip.AddrFrom16(k.NDTarget)})
+	}
+	if d&dNDLL != 0 {
+		lla := k.ArpSHA // the NS's source link-layer address
+		if k.TpSrc == 136 {
+			lla = k.ArpTHA // the NA's target link-layer address
+		}
+		x.acts = append(x.acts, flow.SetNDLL{MAC: net.HardwareAddr(append([]byte(nil), lla[:]...))})
+	}
 	dp := &x.dp
+	dp.NDTarget, dp.ArpSHA, dp.ArpTHA = k.NDTarget, k.ArpSHA, k.ArpTHA
 	dp.EthSrc, dp.EthDst, dp.VlanTCI = k.EthSrc, k.EthDst, k.VlanTCI
 	dp.IPSrc, dp.IPDst, dp.TpSrc, dp.TpDst, dp.NwTOS = k.IPSrc, k.IPDst, k.TpSrc, k.TpDst, k.NwTOS
 	x.emitted |= d
@@ -557,20 +596,29 @@ func (x *xlate) differs(bits uint16) uint16 {
 	check(dTpDst, &maskTpDst, k.TpDst == dp.TpDst)
 	check(dDSCP, &maskDSCP, k.NwTOS>>2 == dp.NwTOS>>2)
 	check(dECN, &maskECN, k.NwTOS&3 == dp.NwTOS&3)
+	check(dNDTarget, &maskNDTarget, k.NDTarget == dp.NDTarget)
+	check(dNDLL, &maskNDLL, k.ArpSHA == dp.ArpSHA && k.ArpTHA == dp.ArpTHA)
 	return out
 }
 
 var (
-	maskDSCP    = fieldMask(openflow.FieldIPDSCP)
-	maskECN     = fieldMask(openflow.FieldIPECN)
-	maskIPv4Src = fieldMask(openflow.FieldIPv4Src)
-	maskIPv4Dst = fieldMask(openflow.FieldIPv4Dst)
+	maskDSCP     = fieldMask(openflow.FieldIPDSCP)
+	maskECN      = fieldMask(openflow.FieldIPECN)
+	maskIPv4Src  = fieldMask(openflow.FieldIPv4Src)
+	maskIPv4Dst  = fieldMask(openflow.FieldIPv4Dst)
+	maskNDTarget = fieldMask(openflow.FieldIPv6NDTarget)
+	maskNDLL     = func() words {
+		m := fieldMask(openflow.FieldIPv6NDSLL)
+		o := fieldMask(openflow.FieldIPv6NDTLL)
+		m.or(&o)
+		return m
+	}()
 	commitMasks = []struct {
 		bit      uint16
 		mask, v6 *words
 	}{{dEthSrc, &maskEthSrc, nil}, {dEthDst, &maskEthDst, nil}, {dIPSrc, &maskIPv4Src, &maskIPSrc},
 		{dIPDst, &maskIPv4Dst, &maskIPDst}, {dTpSrc, &maskTpSrc, nil}, {dTpDst, &maskTpDst, nil},
-		{dDSCP, &maskDSCP, nil}, {dECN, &maskECN, nil}}
+		{dDSCP, &maskDSCP, nil}, {dECN, &maskECN, nil}, {dNDTarget, &maskNDTarget, nil}, {dNDLL, &maskNDLL, nil}}
 )
 
 // branch is the pipeline packet's state, saved around a group bucket or

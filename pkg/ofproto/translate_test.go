@@ -405,3 +405,51 @@ func TestSetSCTPPorts(t *testing.T) {
 		}
 	}
 }
+
+// nd_target/nd_sll/nd_tll are matched and rewritten: a rule on the target
+// puts the target (and the ND prerequisites) in the megaflow, set_field
+// becomes the datapath's ND rewrites for the message that has the field.
+func TestNDFields(t *testing.T) {
+	p, _ := newTestPipeline(t, 3)
+	mustAdd(t, p, "priority=10,icmp6,icmp_type=135,nd_target=fd00::99,actions=set_field:fd00::1->nd_target,set_field:02:00:00:00:00:ee->nd_sll,output:2",
+		"priority=10,icmp6,icmp_type=136,nd_tll=02:00:00:00:00:0b,actions=set_field:02:00:00:00:00:ef->nd_tll,output:2",
+		"priority=1,actions=output:3")
+	nd := func(typ uint16, target string) flow.Key {
+		k := flow.Key{InPort: 1, EthType: 0x86dd, NwProto: 58, NwTTL: 255, TpSrc: typ}
+		k.SetIPSrc(mustAddr("fd00::1"))
+		k.SetIPDst(mustAddr("ff02::1:ff00:99"))
+		k.NDTarget = mustAddr(target).As16()
+		return k
+	}
+	ns := nd(135, "fd00::99")
+	ns.ArpSHA = [6]byte{2, 0, 0, 0, 0, 0xa}
+	na := nd(136, "fd00::98")
+	na.ArpTHA = [6]byte{2, 0, 0, 0, 0, 0xb}
+	for _, tc := range []struct {
+		name string
+		key  flow.Key
+		want string
+	}{
+		{"ns", ns, "set(nd_target=fd00::1),set(nd_ll=02:00:00:00:00:ee),output:2"},
+		{"ns other target", nd(135, "fd00::98"), "output:3"},
+		{"na", na, "set(nd_ll=02:00:00:00:00:ef),output:2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := translate(t, p, tc.key)
+			if got := actions(tr); got != tc.want {
+				t.Fatalf("actions %s, want %s\ntrace:\n%s", got, tc.want, FormatTrace(tr.Trace))
+			}
+			if tc.key.TpSrc == 135 && tr.Mask.NDTarget != [16]byte(ones(16)) {
+				t.Fatalf("mask nd_target %x: the rule's decision depends on it", tr.Mask.NDTarget)
+			}
+		})
+	}
+}
+
+func ones(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 0xff
+	}
+	return b
+}

@@ -266,5 +266,6 @@ var supportedFields = []openflow.Field{
 	openflow.FieldSCTPSrc, openflow.FieldSCTPDst, openflow.FieldICMPv4Type, openflow.FieldICMPv4Code,
 	openflow.FieldARPOp, openflow.FieldARPSPA, openflow.FieldARPTPA, openflow.FieldARPSHA,
 	openflow.FieldARPTHA, openflow.FieldIPv6Src, openflow.FieldIPv6Dst, openflow.FieldIPv6FLabel,
-	openflow.FieldICMPv6Type, openflow.FieldICMPv6Code, openflow.FieldTunnelID,
+	openflow.FieldICMPv6Type, openflow.FieldICMPv6Code, openflow.FieldIPv6NDTarget, openflow.FieldIPv6NDSLL,
+	openflow.FieldIPv6NDTLL, openflow.FieldTunnelID,
 }

@@ -51,13 +51,7 @@ func TestSCTPPortRewriteOnTheWire(t *testing.T) {
 	if out := ts.ofctl("dump-flows"); !strings.Contains(out, "4242->sctp_dst") {
 		t.Fatalf("dump-flows lacks the sctp_dst rewrite:\n%s", out)
 	}
-	rx := nstest.RawSocket(t, ts.Pods[1], "eth0")
-	tx := nstest.RawSocket(t, ts.Pods[0], "eth0")
-	for _, what := range []string{"first packet, by the slow path", "second packet, by the fast path"} {
-		if _, err := unix.Write(tx, sctpFrame(t, 5000, 7000, what)); err != nil {
-			t.Fatal(err)
-		}
-		got := nstest.ReadFrame(t, rx, []byte(what), 5*time.Second)
+	for what, got := range ts.forwardTwice(t, func(what string) []byte { return sctpFrame(t, 5000, 7000, what) }) {
 		ipLen := int(binary.BigEndian.Uint16(got[14+2:]))
 		sc := append([]byte(nil), got[14+20:14+ipLen]...)
 		if dp := binary.BigEndian.Uint16(sc[2:]); dp != 4242 {
@@ -69,4 +63,22 @@ func TestSCTPPortRewriteOnTheWire(t *testing.T) {
 			t.Errorf("%s: CRC32c %08x, want %08x", what, crc, want)
 		}
 	}
+}
+
+// forwardTwice sends two raw frames built by frame from pod 1 and returns
+// each as pod 2 received it, keyed by the marker it carries: the first
+// goes through the slow path (upcall, translation, execution), the second
+// through the flow the first installed.
+func (ts *testSwitch) forwardTwice(t *testing.T, frame func(marker string) []byte) map[string][]byte {
+	t.Helper()
+	rx := nstest.RawSocket(t, ts.Pods[1], "eth0")
+	tx := nstest.RawSocket(t, ts.Pods[0], "eth0")
+	out := map[string][]byte{}
+	for _, what := range []string{"first packet, by the slow path", "second packet, by the fast path"} {
+		if _, err := unix.Write(tx, frame(what)); err != nil {
+			t.Fatal(err)
+		}
+		out[what] = nstest.ReadFrame(t, rx, []byte(what), 5*time.Second)
+	}
+	return out
 }
