@@ -23,6 +23,7 @@
 #include "parse.h"
 #include "upcall.h"
 #include "crc32c.h"
+#include "mpls.h"
 
 enum exec_mode { MODE_PATH = 0, MODE_EXECUTE = 1 };
 
@@ -430,6 +431,29 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 				__builtin_memcpy(opt + 2, a->mac, 6);
 				err = set_nd(skb, ps, ps->nd_lla_off, opt, 8);
 			}
+			break;
+		case ACT_PUSH_MPLS:
+			if (mpls_push(skb, ps, a->arg16, a->arg32) < 0)
+				return drop(DROP_MPLS);
+			break;
+		case ACT_POP_MPLS:
+			if (mpls_pop(skb, ps, a->arg16) < 0)
+				return drop(DROP_MPLS);
+			break;
+		case ACT_SET_MPLS:
+			err = mpls_set(skb, ps, a->arg32, a->ip6[0]);
+			break;
+		case ACT_SET_MPLS_TTL:
+			err = mpls_set(skb, ps, bpf_htonl(a->arg16 & 0xff), MPLS_TTL_BE);
+			break;
+		case ACT_DEC_MPLS_TTL:
+			err = mpls_dec_ttl(skb, ps);
+			if (err > 0)
+				return drop(DROP_TTL_EXCEEDED);
+			break;
+		case ACT_COPY_TTL_OUT:
+		case ACT_COPY_TTL_IN:
+			err = mpls_copy_ttl(skb, ps, a->type == ACT_COPY_TTL_OUT);
 			break;
 		case ACT_PUSH_VLAN:
 			/* A tag already in skb metadata (every tagged packet at tc

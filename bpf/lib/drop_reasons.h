@@ -26,6 +26,8 @@ enum drop_reason {
 	DROP_EXEC_SLOT = 16,         /* execute request with a bad slot */
 	DROP_BAD_ACTION = 17,        /* unknown action type or malformed list */
 	DROP_MISS_NO_UPCALL = 18,    /* miss while upcalls are disabled */
+	DROP_SHORT_MPLS = 19,        /* MPLS label stack entry cut off */
+	DROP_MPLS = 20,              /* push/pop MPLS failed, or popped a non-MPLS packet */
 	DROP__MAX = 32,
 };
 

@@ -92,6 +92,13 @@ enum action_type {
 	ACT_SET_TTL = 19,     /* arg16 = IPv4 TTL / IPv6 hop limit */
 	ACT_SET_ND_TARGET = 20, /* ip6 */
 	ACT_SET_ND_LL = 21,   /* mac: the ND link-layer address option the parser found */
+	ACT_PUSH_MPLS = 22,   /* arg16 = EtherType, arg32 = LSE (both network order) */
+	ACT_POP_MPLS = 23,    /* arg16 = EtherType of what is left (network order) */
+	ACT_SET_MPLS = 24,    /* arg32 = LSE bits, ip6[0] = mask (network order) */
+	ACT_SET_MPLS_TTL = 25, /* arg16 = TTL */
+	ACT_DEC_MPLS_TTL = 26,
+	ACT_COPY_TTL_OUT = 27, /* inner header's TTL → top LSE */
+	ACT_COPY_TTL_IN = 28,  /* top LSE's TTL → inner header */
 	ACT__MAX,
 };
 

@@ -2,7 +2,8 @@
 /* parse.h — packet → struct flow_key, plus the offsets the actions need.
  *
  * Parsed: Ethernet, one 802.1Q/802.1ad tag (in the packet or, as the kernel
- * usually delivers it, already stripped into skb->vlan_tci), ARP for
+ * usually delivers it, already stripped into skb->vlan_tci), the top MPLS
+ * label stack entry, ARP for
  * Ethernet/IPv4, IPv4 (options skipped, fragments flagged), IPv6 with up to
  * IPV6_MAX_EXT extension headers (hop-by-hop, routing, fragment,
  * destination options, AH), TCP, UDP, SCTP, ICMP, ICMPv6.
@@ -20,7 +21,10 @@
 
 #define IPV6_MAX_EXT 4
 
-enum l3_kind { L3_NONE = 0, L3_IPV4 = 1, L3_IPV6 = 2, L3_ARP = 3 };
+enum l3_kind { L3_NONE = 0, L3_IPV4 = 1, L3_IPV6 = 2, L3_ARP = 3, L3_MPLS = 4 };
+
+#define ETH_P_MPLS_UC_BE bpf_htons(0x8847)
+#define ETH_P_MPLS_MC_BE bpf_htons(0x8848)
 
 struct parse_state {
 	__u16 l3_off;    /* offset of the IP/ARP header */
@@ -345,6 +349,19 @@ static __always_inline int parse_packet(struct __sk_buff *skb, struct flow_key *
 		return parse_ipv6(data, data_end, off, key, ps);
 	case bpf_htons(ETH_P_ARP):
 		return parse_arp(data, data_end, off, key, ps);
+	case ETH_P_MPLS_UC_BE:
+	case ETH_P_MPLS_MC_BE: {
+		/* The top label stack entry only; what it carries is not
+		 * parsed (its type is not on the wire). */
+		__be32 *lse = data + off;
+
+		if ((void *)(lse + 1) > data_end)
+			return -DROP_SHORT_MPLS;
+		key->ip_src[0] = *lse;
+		ps->l3 = L3_MPLS;
+		ps->l3_off = off;
+		return 0;
+	}
 	}
 	return 0;
 }

@@ -22,26 +22,33 @@ const actionSize = 24
 const flowEntrySize = 8 + MaxActions*actionSize
 
 const (
-	actOutput    = 1
-	actLocal     = 2
-	actSetEthSrc = 3
-	actSetEthDst = 4
-	actSetIP4Src = 5
-	actSetIP4Dst = 6
-	actSetIP6Src = 7
-	actSetIP6Dst = 8
-	actSetTpSrc  = 9
-	actSetTpDst  = 10
-	actSetTOS    = 11
-	actDecTTL    = 12
-	actPushVLAN  = 13
-	actPopVLAN   = 14
-	actSetTunnel = 15
-	actUserspace = 16
-	actDrop      = 17
-	actSetTTL    = 19 // 18 is actOutputSet (outputsets.go)
-	actSetNDTgt  = 20
-	actSetNDLL   = 21
+	actOutput     = 1
+	actLocal      = 2
+	actSetEthSrc  = 3
+	actSetEthDst  = 4
+	actSetIP4Src  = 5
+	actSetIP4Dst  = 6
+	actSetIP6Src  = 7
+	actSetIP6Dst  = 8
+	actSetTpSrc   = 9
+	actSetTpDst   = 10
+	actSetTOS     = 11
+	actDecTTL     = 12
+	actPushVLAN   = 13
+	actPopVLAN    = 14
+	actSetTunnel  = 15
+	actUserspace  = 16
+	actDrop       = 17
+	actSetTTL     = 19 // 18 is actOutputSet (outputsets.go)
+	actSetNDTgt   = 20
+	actSetNDLL    = 21
+	actPushMPLS   = 22
+	actPopMPLS    = 23
+	actSetMPLS    = 24
+	actSetMPLSTTL = 25
+	actDecMPLSTTL = 26
+	actCopyTTLOut = 27
+	actCopyTTLIn  = 28
 
 	outPeer    = 1 << 0
 	outIngress = 1 << 1
@@ -144,6 +151,29 @@ func (d *Datapath) compileActions(acts []flow.Action) ([]rawAction, error) {
 			}
 			r[0] = actSetNDLL
 			copy(r[8:], a.MAC)
+		case flow.PushMPLS:
+			if a.EthType != 0x8847 && a.EthType != 0x8848 {
+				return nil, fmt.Errorf("datapath: MPLS EtherType 0x%04x", a.EthType)
+			}
+			r[0] = actPushMPLS
+			binary.BigEndian.PutUint16(r[2:], a.EthType)
+			binary.BigEndian.PutUint32(r[4:], a.LSE)
+		case flow.PopMPLS:
+			r[0] = actPopMPLS
+			binary.BigEndian.PutUint16(r[2:], a.EthType)
+		case flow.SetMPLS:
+			r[0] = actSetMPLS
+			binary.BigEndian.PutUint32(r[4:], a.LSE&a.Mask)
+			binary.BigEndian.PutUint32(r[8:], a.Mask)
+		case flow.SetMPLSTTL:
+			r[0] = actSetMPLSTTL
+			binary.NativeEndian.PutUint16(r[2:], uint16(a.TTL))
+		case flow.DecMPLSTTL:
+			r[0] = actDecMPLSTTL
+		case flow.CopyTTLOut:
+			r[0] = actCopyTTLOut
+		case flow.CopyTTLIn:
+			r[0] = actCopyTTLIn
 		case flow.PushVLAN:
 			tpid := a.TPID
 			if tpid == 0 {
@@ -264,6 +294,20 @@ func (d *Datapath) decodeActions(raw []rawAction) []flow.Action {
 			out = append(out, flow.SetNDTarget{Addr: netip.AddrFrom16([16]byte(r[8:24]))})
 		case actSetNDLL:
 			out = append(out, flow.SetNDLL{MAC: net.HardwareAddr(append([]byte(nil), r[8:14]...))})
+		case actPushMPLS:
+			out = append(out, flow.PushMPLS{EthType: binary.BigEndian.Uint16(r[2:]), LSE: binary.BigEndian.Uint32(r[4:])})
+		case actPopMPLS:
+			out = append(out, flow.PopMPLS{EthType: binary.BigEndian.Uint16(r[2:])})
+		case actSetMPLS:
+			out = append(out, flow.SetMPLS{LSE: binary.BigEndian.Uint32(r[4:]), Mask: binary.BigEndian.Uint32(r[8:])})
+		case actSetMPLSTTL:
+			out = append(out, flow.SetMPLSTTL{TTL: uint8(binary.NativeEndian.Uint16(r[2:]))})
+		case actDecMPLSTTL:
+			out = append(out, flow.DecMPLSTTL{})
+		case actCopyTTLOut:
+			out = append(out, flow.CopyTTLOut{})
+		case actCopyTTLIn:
+			out = append(out, flow.CopyTTLIn{})
 		case actPushVLAN:
 			be := uint16(binary.NativeEndian.Uint32(r[4:]))
 			out = append(out, flow.PushVLAN{TPID: be>>8 | be<<8, TCI: binary.NativeEndian.Uint16(r[2:])})

@@ -26,6 +26,8 @@ var dropNames = []string{
 	16: "bad-exec-slot",
 	17: "bad-action",
 	18: "miss-upcalls-off",
+	19: "short-mpls",
+	20: "mpls-failed",
 }
 
 func (r DropReason) String() string {
@@ -48,6 +50,8 @@ const (
 	DropTTLExceeded    DropReason = 10
 	DropAction         DropReason = 11
 	DropMissNoUpcall   DropReason = 18
+	DropShortMPLS      DropReason = 19
+	DropMPLS           DropReason = 20
 )
 
 // counterNames lists enum counter in bpf/lib/maps.h.

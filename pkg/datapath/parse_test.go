@@ -198,6 +198,9 @@ func TestParse(t *testing.T) {
 			}), true},
 		{"ipv6-short", rawEth(0x8100, "\x00\x64\x86\xdd\x60\x00\x00\x00\x00\x08\x11\x40"), DropShortIP, flow.Key{}, false},
 		{"ipv6-short-ext", serialize(t, eth(layers.EthernetTypeIPv6), v6(layers.IPProtocolIPv6HopByHop)), DropShortIP, flow.Key{}, false},
+		{"mpls", mplsFrame(serialize(t, eth(layers.EthernetTypeIPv4), v4(layers.IPProtocolUDP), udp), lse(100, 5, 1, 7)), 0,
+			flow.Key{EthSrc: macA, EthDst: macB, EthType: 0x8847, IPSrc: [16]byte{0x00, 0x06, 0x4b, 0x07}}, false},
+		{"mpls-short", rawEth(0x8847, "\x00\x06"), DropShortMPLS, flow.Key{}, false},
 		{"unknown-ethertype", serialize(t, eth(layers.EthernetType(0x88cc)), gopacket.Payload("lldp.......")), 0,
 			flow.Key{EthSrc: macA, EthDst: macB, EthType: 0x88cc}, false},
 	}

@@ -54,6 +54,33 @@ type SetNDTarget struct{ Addr netip.Addr }
 // solicitation (source) or advertisement (target) when it has one.
 type SetNDLL struct{ MAC net.HardwareAddr }
 
+// PushMPLS puts a label stack entry (label<<12 | tc<<9 | bos<<8 | ttl, as
+// on the wire) in front of the L3 header; EthType is 0x8847 or 0x8848.
+type PushMPLS struct {
+	EthType uint16
+	LSE     uint32
+}
+
+// PopMPLS removes the top label stack entry; EthType is what follows.
+type PopMPLS struct{ EthType uint16 }
+
+// SetMPLS rewrites the bits of the top label stack entry under Mask.
+type SetMPLS struct{ LSE, Mask uint32 }
+
+// SetMPLSTTL sets the top label stack entry's TTL.
+type SetMPLSTTL struct{ TTL uint8 }
+
+// DecMPLSTTL decrements the top label stack entry's TTL; a packet whose TTL
+// would reach zero is dropped and counted.
+type DecMPLSTTL struct{}
+
+// CopyTTLOut copies the TTL of the header behind the top label stack entry
+// (the next entry, or the IP header) into it; CopyTTLIn the other way.
+type CopyTTLOut struct{}
+
+// CopyTTLIn copies the top label stack entry's TTL inwards.
+type CopyTTLIn struct{}
+
 // DecTTL decrements the IPv4 TTL or IPv6 hop limit; a packet whose TTL
 // would reach zero is dropped and counted.
 type DecTTL struct{}
@@ -101,6 +128,13 @@ func (SetECN) isAction()      {}
 func (DecTTL) isAction()      {}
 func (SetNDTarget) isAction() {}
 func (SetNDLL) isAction()     {}
+func (PushMPLS) isAction()    {}
+func (PopMPLS) isAction()     {}
+func (SetMPLS) isAction()     {}
+func (SetMPLSTTL) isAction()  {}
+func (DecMPLSTTL) isAction()  {}
+func (CopyTTLOut) isAction()  {}
+func (CopyTTLIn) isAction()   {}
 func (SetTTL) isAction()      {}
 func (PushVLAN) isAction()    {}
 func (PopVLAN) isAction()     {}
@@ -121,7 +155,31 @@ func (a SetECN) String() string      { return fmt.Sprintf("set(ecn=%d)", a.ECN) 
 func (DecTTL) String() string        { return "dec_ttl" }
 func (a SetNDTarget) String() string { return "set(nd_target=" + a.Addr.String() + ")" }
 func (a SetNDLL) String() string     { return "set(nd_ll=" + a.MAC.String() + ")" }
-func (a SetTTL) String() string      { return fmt.Sprintf("set(ttl=%d)", a.TTL) }
+func (a PushMPLS) String() string {
+	return fmt.Sprintf("push_mpls(eth_type=0x%04x,%s)", a.EthType, lseString(a.LSE, ^uint32(0)))
+}
+func (a PopMPLS) String() string    { return fmt.Sprintf("pop_mpls(eth_type=0x%04x)", a.EthType) }
+func (a SetMPLS) String() string    { return "set(mpls(" + lseString(a.LSE, a.Mask) + "))" }
+func (a SetMPLSTTL) String() string { return fmt.Sprintf("set(mpls(ttl=%d))", a.TTL) }
+func (DecMPLSTTL) String() string   { return "dec_mpls_ttl" }
+func (CopyTTLOut) String() string   { return "copy_ttl_out" }
+func (CopyTTLIn) String() string    { return "copy_ttl_in" }
+
+// lseString names the fields of an MPLS label stack entry under mask.
+func lseString(lse, mask uint32) string {
+	var s []string
+	for _, f := range []struct {
+		name  string
+		shift uint
+		bits  uint32
+	}{{"label", 12, 0xfffff}, {"tc", 9, 7}, {"bos", 8, 1}, {"ttl", 0, 0xff}} {
+		if mask>>f.shift&f.bits != 0 {
+			s = append(s, fmt.Sprintf("%s=%d", f.name, lse>>f.shift&f.bits))
+		}
+	}
+	return strings.Join(s, ",")
+}
+func (a SetTTL) String() string { return fmt.Sprintf("set(ttl=%d)", a.TTL) }
 func (a PushVLAN) String() string {
 	tpid := a.TPID
 	if tpid == 0 {
