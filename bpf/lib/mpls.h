@@ -57,6 +57,47 @@ static __always_inline int mpls_push(struct __sk_buff *skb, struct parse_state *
 	return 0;
 }
 
+/* mpls_reparse finds the headers behind a popped entry again, so that a
+ * group bucket that pushed an entry and the pop that undoes it leave the
+ * packet as rewritable as before: the L3 kind and offsets (an IPv6
+ * extension header or a later fragment leaves no L4 offset). */
+static __always_inline int mpls_reparse(struct __sk_buff *skb, struct parse_state *ps, __be16 ethertype)
+{
+	__u8 h[10];
+	__u32 l4 = 0;
+
+	ps->l3 = L3_NONE;
+	if (ethertype == ETH_P_MPLS_UC_BE || ethertype == ETH_P_MPLS_MC_BE) {
+		ps->l3 = L3_MPLS;
+		return 0;
+	}
+	if (ethertype == bpf_htons(ETH_P_IP)) {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, h, 10) < 0 || h[0] >> 4 != 4 || (h[0] & 0xf) < 5)
+			return 0;
+		ps->l3 = L3_IPV4;
+		if (!(h[6] & 0x1f) && !h[7])
+			l4 = ETH_HLEN + (h[0] & 0xf) * 4;
+		h[0] = h[9];
+	} else if (ethertype == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, h, 7) < 0 || h[0] >> 4 != 6)
+			return 0;
+		ps->l3 = L3_IPV6;
+		l4 = ETH_HLEN + sizeof(struct ipv6hdr);
+		h[0] = h[6];
+	} else {
+		return 0;
+	}
+	switch (h[0]) {
+	case IPPROTO_TCP:
+	case IPPROTO_UDP:
+	case IPPROTO_SCTP:
+	case IPPROTO_ICMP:
+	case IPPROTO_ICMPV6:
+		ps->l4_off = l4;
+	}
+	return 0;
+}
+
 /* mpls_pop removes the top LSE; the EtherType becomes ethertype.
  *
  * bpf_skb_vlan_push with a tag already in skb metadata moves that tag
@@ -102,11 +143,10 @@ static __always_inline int mpls_pop(struct __sk_buff *skb, struct parse_state *p
 	if (tag && bpf_skb_vlan_push(skb, tpid, tci) < 0)
 		return -1;
 	ps->vlan_in_data = 0;
-	ps->l3 = (ethertype == ETH_P_MPLS_UC_BE || ethertype == ETH_P_MPLS_MC_BE) ? L3_MPLS : L3_NONE;
 	ps->l3_off = ETH_HLEN;
 	ps->l4_off = 0;
 	ps->nd_lla_off = 0;
-	return 0;
+	return mpls_reparse(skb, ps, ethertype);
 }
 
 /* mpls_set writes the bits of lse under mask into the top LSE. */

@@ -3,6 +3,7 @@ package datapath
 import (
 	"bytes"
 	"encoding/binary"
+	"net/netip"
 	"testing"
 
 	"github.com/gopacket/gopacket/layers"
@@ -97,4 +98,24 @@ func TestDecMPLSTTLExpires(t *testing.T) {
 	if got := d.drops()[DropTTLExceeded]; got != before+1 {
 		t.Fatalf("ttl-exceeded count %d, want %d", got, before+1)
 	}
+}
+
+// TestMPLSPopFindsIPAgain: after a push and the pop that undoes it (what a
+// group bucket's undo emits), IP rewrites find their headers again.
+func TestMPLSPopFindsIPAgain(t *testing.T) {
+	d := newTestDP(t)
+	in := udpPkt(t, "10.0.0.1", "10.0.0.2", 40000, 2000, "again")
+	d.put(inPortFlow(flow.PushMPLS{EthType: 0x8847, LSE: lse(1, 0, 1, 64)}, flow.PopMPLS{EthType: 0x0800},
+		flow.SetIPDst{Addr: netip.MustParseAddr("10.9.9.9")}, flow.SetTpDst{Port: 4242}, flow.DecTTL{}, flow.Output{Port: portOut}))
+	r := d.run(in, "lo")
+	if r.verdict != tcActRedirect {
+		t.Fatalf("verdict %d, drops %v", r.verdict, d.drops())
+	}
+	want := udpPkt(t, "10.0.0.1", "10.9.9.9", 40000, 4242, "again")
+	want[14+8]--
+	checksumFix(want)
+	if !bytes.Equal(r.out, want) {
+		t.Fatalf("out\n got %x\nwant %x", r.out, want)
+	}
+	checksumsOK(t, r.out)
 }

@@ -295,7 +295,13 @@ func (p *Pipeline) checkActions(as openflow.Actions, packetOut bool) error {
 			// No port has queues: accepting set_queue and ignoring it
 			// would hide that its traffic gets no QoS class.
 			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadQueue, "set_queue:%d: ports have no queues", a.QueueID)
-		case openflow.ActionPushVLAN, openflow.ActionPopVLAN, openflow.ActionDecNWTTL, openflow.ActionSetNWTTL:
+		case openflow.ActionPushMPLS:
+			if a.EtherType != 0x8847 && a.EtherType != 0x8848 {
+				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadArgument, "push_mpls:0x%04x is not an MPLS EtherType", a.EtherType)
+			}
+		case openflow.ActionPushVLAN, openflow.ActionPopVLAN, openflow.ActionDecNWTTL, openflow.ActionSetNWTTL,
+			openflow.ActionPopMPLS, openflow.ActionSetMPLSTTL, openflow.ActionDecMPLSTTL, openflow.ActionCopyTTLIn,
+			openflow.ActionCopyTTLOut:
 		default:
 			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadType, "%s: not supported by the fast path", a)
 		}
@@ -310,7 +316,8 @@ func settable(f openflow.Field) bool {
 		openflow.FieldIPDSCP, openflow.FieldIPECN, openflow.FieldIPv4Src, openflow.FieldIPv4Dst,
 		openflow.FieldIPv6Src, openflow.FieldIPv6Dst, openflow.FieldTCPSrc, openflow.FieldTCPDst,
 		openflow.FieldUDPSrc, openflow.FieldUDPDst, openflow.FieldSCTPSrc, openflow.FieldSCTPDst, openflow.FieldTunnelID,
-		openflow.FieldIPv6NDTarget, openflow.FieldIPv6NDSLL, openflow.FieldIPv6NDTLL:
+		openflow.FieldIPv6NDTarget, openflow.FieldIPv6NDSLL, openflow.FieldIPv6NDTLL,
+		openflow.FieldMPLSLabel, openflow.FieldMPLSTC, openflow.FieldMPLSBOS:
 		return true
 	}
 	return false

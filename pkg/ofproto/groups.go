@@ -368,7 +368,9 @@ func (p *Pipeline) GroupFeatures() openflow.GroupFeaturesReply {
 	var acts uint32
 	for _, t := range []openflow.ActionType{openflow.ActionTypeOutput, openflow.ActionTypePushVLAN,
 		openflow.ActionTypePopVLAN, openflow.ActionTypeGroup,
-		openflow.ActionTypeSetNWTTL, openflow.ActionTypeDecNWTTL, openflow.ActionTypeSetField} {
+		openflow.ActionTypeSetNWTTL, openflow.ActionTypeDecNWTTL, openflow.ActionTypeSetField,
+		openflow.ActionTypeCopyTTLOut, openflow.ActionTypeCopyTTLIn, openflow.ActionTypeSetMPLSTTL,
+		openflow.ActionTypeDecMPLSTTL, openflow.ActionTypePushMPLS, openflow.ActionTypePopMPLS} {
 		acts |= 1 << t
 	}
 	r := openflow.GroupFeaturesReply{

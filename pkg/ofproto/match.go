@@ -72,8 +72,7 @@ func newFieldBits(f openflow.Field, m *words) fieldBits {
 // supported reports whether the datapath key carries field f.
 func supported(f openflow.Field) bool {
 	switch f {
-	case openflow.FieldInPhyPort, openflow.FieldMPLSLabel, openflow.FieldMPLSTC, openflow.FieldMPLSBOS,
-		openflow.FieldPBBISID, openflow.FieldIPv6ExtHdr:
+	case openflow.FieldInPhyPort, openflow.FieldPBBISID, openflow.FieldIPv6ExtHdr:
 		return false
 	}
 	return f < openflow.FieldIPv6ExtHdr
@@ -134,6 +133,9 @@ func place(k *flow.Key, meta *uint64, f openflow.Field, b []byte) bool {
 		copy(k.ArpTHA[:], b)
 	case openflow.FieldIPv6NDTarget:
 		copy(k.NDTarget[:], b)
+	case openflow.FieldMPLSLabel, openflow.FieldMPLSTC, openflow.FieldMPLSBOS:
+		sh, bits := lseField(f)
+		k.SetMPLSLSE(k.MPLSLSE()&^(bits<<sh) | uint32(u())&bits<<sh)
 	case openflow.FieldIPv6FLabel:
 		k.IPv6Label = uint32(u()) & 0xfffff
 	case openflow.FieldTunnelID:
@@ -142,6 +144,17 @@ func place(k *flow.Key, meta *uint64, f openflow.Field, b []byte) bool {
 		return v>>32 == 0
 	}
 	return true
+}
+
+// lseField returns where an MPLS field sits in the label stack entry.
+func lseField(f openflow.Field) (shift uint, bits uint32) {
+	switch f {
+	case openflow.FieldMPLSLabel:
+		return 12, 0xfffff
+	case openflow.FieldMPLSTC:
+		return 9, 7
+	}
+	return 8, 1 // mpls_bos
 }
 
 // fieldMask returns the key bits of field f when fully matched.
@@ -204,6 +217,7 @@ type compiledMatch struct {
 // fields first.
 var matchFieldOrder = []openflow.Field{
 	openflow.FieldInPort, openflow.FieldMetadata, openflow.FieldEthType, openflow.FieldVLANVID,
+	openflow.FieldMPLSLabel, openflow.FieldMPLSBOS, openflow.FieldMPLSTC,
 	openflow.FieldIPProto, openflow.FieldARPOp, openflow.FieldTunnelID, openflow.FieldEthDst, openflow.FieldEthSrc,
 	openflow.FieldVLANPCP, openflow.FieldIPv4Dst, openflow.FieldIPv6Dst, openflow.FieldIPv4Src, openflow.FieldIPv6Src,
 	openflow.FieldTCPDst, openflow.FieldUDPDst, openflow.FieldSCTPDst, openflow.FieldICMPv4Code, openflow.FieldICMPv6Code,

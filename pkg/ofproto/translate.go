@@ -48,6 +48,12 @@ const maxDepth = 64
 
 var errDepth = errors.New("ofproto: group chain or resubmit deeper than 64")
 
+// errRecirc: after pop_mpls the packet behind the popped entry is not in
+// the flow key (the fast path parses the top of the label stack only), so
+// a lookup or an L3/L4 action on it would need Open vSwitch's
+// recirculation, which the fast path does not have.
+var errRecirc = errors.New("ofproto: matching or an L3/L4 action after pop_mpls needs recirculation")
+
 // Pending rewrite bits (xlate.dirty): the pipeline's packet has a value
 // the datapath's copy does not have yet.
 const (
@@ -62,6 +68,11 @@ const (
 	dECN
 	dNDTarget
 	dNDLL // the source (NS) or target (NA) link-layer address option
+	dMPLSLabel
+	dMPLSTC
+	dMPLSBOS
+	dTTL     // IPv4 TTL / IPv6 hop limit, to undo a group bucket's
+	dMPLSTTL // the top label stack entry's TTL, idem
 )
 
 // xlate is the state of one translation.
@@ -86,6 +97,17 @@ type xlate struct {
 	dp                flow.Key // the datapath's copy of the rewritable fields
 	tpid              uint16
 	lastTunnel        *flow.SetTunnel
+	// mplsPushes counts entries pushed minus popped, and popLSE the
+	// entries popped, so a group bucket's can be undone (restore).
+	mplsPushes int
+	popLSE     []uint32
+	dpLSE      uint32 // the datapath's copy of the top label stack entry
+	// branchPushes is mplsPushes at the innermost save.
+	branchPushes int
+	// ttlTouched / mplsTTLTouched: an IP TTL action, or an MPLS TTL
+	// action on the entry that was on top, was emitted since the
+	// innermost save (a group bucket's, to be undone).
+	ttlTouched, mplsTTLTouched bool
 
 	acts    []flow.Action
 	rules   []RuleRef
@@ -97,6 +119,10 @@ type xlate struct {
 	tableID uint8
 	cookie  uint64
 	miss    bool
+
+	// popped is set once pop_mpls ran: what follows the popped entry
+	// is not in the key (errRecirc).
+	popped bool
 
 	depth int
 	err   error
@@ -182,6 +208,11 @@ func (x *xlate) pipeline(id uint8) {
 	var set actionSet
 	for {
 		t := x.p.tables[id]
+		if x.popped {
+			x.tracef(TraceNote, id, "table %d after pop_mpls: the packet behind the label is not known: drop", id)
+			x.err = errRecirc
+			return
+		}
 		r := x.lookup(t)
 		if r == nil {
 			x.rules = append(x.rules, RuleRef{kind: refMiss, table: t})
@@ -248,12 +279,158 @@ func (x *xlate) apply(as openflow.Actions) {
 		case openflow.ActionDecNWTTL:
 			// The datapath drops (and counts) a packet whose TTL runs
 			// out; TTL is not part of any decision here.
+			if x.l3Unknown("dec_ttl") {
+				return
+			}
 			x.acts = append(x.acts, flow.DecTTL{})
 			x.cur.NwTTL--
+			x.ttlTouched = true
 		case openflow.ActionSetNWTTL:
 			x.setNWTTL(a.TTL)
+		case openflow.ActionPushMPLS:
+			x.pushMPLS(a.EtherType)
+		case openflow.ActionPopMPLS:
+			x.popMPLS(a.EtherType)
+		case openflow.ActionSetMPLSTTL:
+			if x.isMPLS() {
+				x.acts = append(x.acts, flow.SetMPLSTTL{TTL: a.TTL})
+				x.touchMPLSTTL()
+			}
+		case openflow.ActionDecMPLSTTL:
+			if x.isMPLS() {
+				x.acts = append(x.acts, flow.DecMPLSTTL{})
+				x.touchMPLSTTL()
+			}
+		case openflow.ActionCopyTTLOut:
+			if x.isMPLS() {
+				x.acts = append(x.acts, flow.CopyTTLOut{})
+				x.touchMPLSTTL()
+			}
+		case openflow.ActionCopyTTLIn:
+			if x.isMPLS() {
+				x.acts = append(x.acts, flow.CopyTTLIn{})
+			}
 		}
 	}
+}
+
+// isMPLS reports whether the current packet is MPLS; the MPLS TTL actions
+// leave other packets alone (as Open vSwitch does), so the EtherType
+// joins the mask. The TTLs they change are not match fields: the key
+// needs no update.
+func (x *xlate) isMPLS() bool {
+	x.need(&maskEthType)
+	if mplsType(x.cur.EthType) {
+		return true
+	}
+	x.tracef(TraceNote, x.tableID, "MPLS TTL action ignored: not an MPLS packet")
+	return false
+}
+
+// touchMPLSTTL notes a TTL change of the top entry for restore, unless
+// the entry was pushed in this branch (its pop undoes it).
+func (x *xlate) touchMPLSTTL() {
+	if x.mplsPushes <= x.branchPushes {
+		x.mplsTTLTouched = true
+	}
+}
+
+// unknownLSE marks a popped entry whose value the key did not hold (the
+// TTL of an entry is never 0 on the wire... but may be: the marker is
+// out of a 32-bit entry's range).
+const unknownLSE = ^uint32(0)
+
+func mplsType(t uint16) bool { return t == 0x8847 || t == 0x8848 }
+
+// l3Unknown reports (and makes the translation fail with errRecirc) when
+// an action needs the L3/L4 headers of a packet whose MPLS entry was
+// popped.
+func (x *xlate) l3Unknown(what string) bool {
+	if !x.popped || mplsType(x.cur.EthType) {
+		return false
+	}
+	x.tracef(TraceNote, x.tableID, "%s after pop_mpls: the headers behind the label are not known: drop", what)
+	x.err = errRecirc
+	return true
+}
+
+// pushMPLS puts a label stack entry in front of the L3 header, valued as
+// Open vSwitch does: a copy of the outer entry (BOS cleared) on an MPLS
+// packet; otherwise label 0 (IPv4 explicit null) or 2 (IPv6), TC the low
+// bits of the DSCP and TTL the IP TTL (64 for non-IP), BOS set. The
+// values read from the packet join the mask.
+func (x *xlate) pushMPLS(ethType uint16) {
+	if x.l3Unknown("push_mpls") {
+		return
+	}
+	x.need(&maskEthType)
+	x.commit() // rewrites of the headers the label now covers go first
+	k := &x.cur
+	var lse uint32
+	if mplsType(k.EthType) {
+		if x.popped {
+			x.tracef(TraceNote, x.tableID, "push_mpls after pop_mpls: the entry to copy is not known: drop")
+			x.err = errRecirc
+			return
+		}
+		x.need(&maskLSE)
+		lse = k.MPLSLSE() &^ 0x100
+	} else {
+		label, tc, ttl := uint32(0), uint32(0), uint32(64)
+		if k.EthType == 0x86dd {
+			label = 2
+		}
+		if k.EthType == 0x0800 || k.EthType == 0x86dd {
+			x.need(&maskDSCP)
+			x.need(&maskNwTTL)
+			tc = uint32(k.NwTOS>>2) & 7
+			if k.NwTTL != 0 {
+				ttl = uint32(k.NwTTL)
+			}
+		}
+		lse = label<<12 | tc<<9 | 1<<8 | ttl
+		// The L3/L4 header is now payload: no field of it is left.
+		ethSrc, ethDst, vlan, in, tun := k.EthSrc, k.EthDst, k.VlanTCI, k.InPort, *k
+		*k = flow.Key{InPort: in, EthSrc: ethSrc, EthDst: ethDst, VlanTCI: vlan, TunID: tun.TunID, TunSrc: tun.TunSrc,
+			TunDst: tun.TunDst, TunTOS: tun.TunTOS, TunTTL: tun.TunTTL, TunFlags: tun.TunFlags}
+		x.written.or(&maskL3L4)
+	}
+	x.acts = append(x.acts, flow.PushMPLS{EthType: ethType, LSE: lse})
+	k.EthType = ethType
+	k.SetMPLSLSE(lse)
+	x.dp.EthType, x.dpLSE = ethType, lse
+	x.written.or(&maskEthType)
+	x.written.or(&maskLSE)
+	x.mplsPushes++
+	x.stale = true
+}
+
+// popMPLS removes the top label stack entry of an MPLS packet; ethType is
+// what follows it. What the entry covered is not in the key (popped).
+func (x *xlate) popMPLS(ethType uint16) {
+	x.need(&maskEthType)
+	if !mplsType(x.cur.EthType) {
+		x.tracef(TraceNote, x.tableID, "pop_mpls ignored: not an MPLS packet")
+		return
+	}
+	x.commit() // rewrites of the popped entry are moot, but keep the order
+	lse := x.cur.MPLSLSE()
+	if x.popped {
+		lse = unknownLSE // an entry below the top: not in the key
+	} else {
+		x.need(&maskLSE)
+	}
+	x.popLSE = append(x.popLSE, lse)
+	x.acts = append(x.acts, flow.PopMPLS{EthType: ethType})
+	k := &x.cur
+	k.EthType = ethType
+	k.SetMPLSLSE(0)
+	x.dp.EthType, x.dpLSE = ethType, 0
+	x.written.or(&maskEthType)
+	x.written.or(&maskLSE)
+	x.mplsPushes--
+	x.popped = true
+	x.stale = true
 }
 
 // setNWTTL sets the IPv4 TTL or IPv6 hop limit. On other packets it
@@ -265,8 +442,12 @@ func (x *xlate) setNWTTL(ttl uint8) {
 		x.tracef(TraceNote, x.tableID, "set_nw_ttl ignored: not an IP packet")
 		return
 	}
+	if x.l3Unknown("set_nw_ttl") {
+		return
+	}
 	x.acts = append(x.acts, flow.SetTTL{TTL: ttl})
 	x.cur.NwTTL = ttl
+	x.ttlTouched = true
 }
 
 // output sends the current packet to port.
@@ -427,6 +608,17 @@ func (x *xlate) setField(o openflow.OXM) {
 			k.TpDst, m = uint16(v), maskTpDst
 			x.dirty |= dTpDst
 		}
+	case openflow.FieldMPLSLabel, openflow.FieldMPLSTC, openflow.FieldMPLSBOS:
+		x.need(&maskEthType)
+		if !mplsType(k.EthType) {
+			x.tracef(TraceNote, x.tableID, "set_field %s ignored: not an MPLS packet", o.Field)
+			return
+		}
+		var meta uint64
+		place(k, &meta, o.Field, o.Value)
+		m = fieldMask(o.Field)
+		x.dirty |= map[openflow.Field]uint16{openflow.FieldMPLSLabel: dMPLSLabel, openflow.FieldMPLSTC: dMPLSTC,
+			openflow.FieldMPLSBOS: dMPLSBOS}[o.Field]
 	case openflow.FieldIPv6NDTarget, openflow.FieldIPv6NDSLL, openflow.FieldIPv6NDTLL:
 		// Only an NS or NA (code 0) has the field; the fast path's
 		// parser found it there, so the key's ND bytes are the packet's.
@@ -554,6 +746,25 @@ func (x *xlate) commit() {
 	if d&dECN != 0 {
 		x.acts = append(x.acts, flow.SetECN{ECN: k.NwTOS & 3})
 	}
+	if m := d & (dMPLSLabel | dMPLSTC | dMPLSBOS); m != 0 {
+		var bits uint32
+		for _, f := range []struct {
+			d uint16
+			f openflow.Field
+		}{{dMPLSLabel, openflow.FieldMPLSLabel}, {dMPLSTC, openflow.FieldMPLSTC}, {dMPLSBOS, openflow.FieldMPLSBOS}} {
+			if m&f.d != 0 {
+				sh, b := lseField(f.f)
+				bits |= b << sh
+			}
+		}
+		x.acts = append(x.acts, flow.SetMPLS{LSE: k.MPLSLSE() & bits, Mask: bits})
+	}
+	if d&dTTL != 0 {
+		x.acts = append(x.acts, flow.SetTTL{TTL: k.NwTTL})
+	}
+	if d&dMPLSTTL != 0 {
+		x.acts = append(x.acts, flow.SetMPLSTTL{TTL: uint8(k.MPLSLSE())})
+	}
 	if d&dNDTarget != 0 {
 		x.acts = append(x.acts, flow.SetNDTarget{Addr: netip.AddrFrom16(k.NDTarget)})
 	}
@@ -565,9 +776,15 @@ func (x *xlate) commit() {
 		x.acts = append(x.acts, flow.SetNDLL{MAC: net.HardwareAddr(append([]byte(nil), lla[:]...))})
 	}
 	dp := &x.dp
-	dp.NDTarget, dp.ArpSHA, dp.ArpTHA = k.NDTarget, k.ArpSHA, k.ArpTHA
 	dp.EthSrc, dp.EthDst, dp.VlanTCI = k.EthSrc, k.EthDst, k.VlanTCI
-	dp.IPSrc, dp.IPDst, dp.TpSrc, dp.TpDst, dp.NwTOS = k.IPSrc, k.IPDst, k.TpSrc, k.TpDst, k.NwTOS
+	if mplsType(k.EthType) {
+		// The label covers the IP header: the datapath's copy of it
+		// is what it was before the push.
+		x.dpLSE = k.MPLSLSE()
+	} else {
+		dp.NDTarget, dp.ArpSHA, dp.ArpTHA = k.NDTarget, k.ArpSHA, k.ArpTHA
+		dp.IPSrc, dp.IPDst, dp.TpSrc, dp.TpDst, dp.NwTOS = k.IPSrc, k.IPDst, k.TpSrc, k.TpDst, k.NwTOS
+	}
 	x.emitted |= d
 	x.dirty = 0
 }
@@ -597,17 +814,27 @@ func (x *xlate) differs(bits uint16) uint16 {
 	check(dDSCP, &maskDSCP, k.NwTOS>>2 == dp.NwTOS>>2)
 	check(dECN, &maskECN, k.NwTOS&3 == dp.NwTOS&3)
 	check(dNDTarget, &maskNDTarget, k.NDTarget == dp.NDTarget)
+	check(dMPLSLabel, &maskMPLSLabel, k.MPLSLSE()>>12 == x.dpLSE>>12)
+	check(dMPLSTC, &maskMPLSTC, k.MPLSLSE()>>9&7 == x.dpLSE>>9&7)
+	check(dMPLSBOS, &maskMPLSBOS, k.MPLSLSE()>>8&1 == x.dpLSE>>8&1)
 	check(dNDLL, &maskNDLL, k.ArpSHA == dp.ArpSHA && k.ArpTHA == dp.ArpTHA)
 	return out
 }
 
 var (
-	maskDSCP     = fieldMask(openflow.FieldIPDSCP)
-	maskECN      = fieldMask(openflow.FieldIPECN)
-	maskIPv4Src  = fieldMask(openflow.FieldIPv4Src)
-	maskIPv4Dst  = fieldMask(openflow.FieldIPv4Dst)
-	maskNDTarget = fieldMask(openflow.FieldIPv6NDTarget)
-	maskNDLL     = func() words {
+	maskDSCP      = fieldMask(openflow.FieldIPDSCP)
+	maskECN       = fieldMask(openflow.FieldIPECN)
+	maskIPv4Src   = fieldMask(openflow.FieldIPv4Src)
+	maskIPv4Dst   = fieldMask(openflow.FieldIPv4Dst)
+	maskNDTarget  = fieldMask(openflow.FieldIPv6NDTarget)
+	maskMPLSLabel = fieldMask(openflow.FieldMPLSLabel)
+	maskMPLSTC    = fieldMask(openflow.FieldMPLSTC)
+	maskMPLSBOS   = fieldMask(openflow.FieldMPLSBOS)
+	maskNwTTL     = func() words { k := flow.Key{NwTTL: 0xff}; return keyWords(&k) }()
+	// maskLSE is the whole top label stack entry, TTL included.
+	maskLSE    = func() words { var k flow.Key; k.SetMPLSLSE(^uint32(0)); return keyWords(&k) }()
+	maskLSETTL = func() words { var k flow.Key; k.SetMPLSLSE(0xff); return keyWords(&k) }()
+	maskNDLL   = func() words {
 		m := fieldMask(openflow.FieldIPv6NDSLL)
 		o := fieldMask(openflow.FieldIPv6NDTLL)
 		m.or(&o)
@@ -618,7 +845,9 @@ var (
 		mask, v6 *words
 	}{{dEthSrc, &maskEthSrc, nil}, {dEthDst, &maskEthDst, nil}, {dIPSrc, &maskIPv4Src, &maskIPSrc},
 		{dIPDst, &maskIPv4Dst, &maskIPDst}, {dTpSrc, &maskTpSrc, nil}, {dTpDst, &maskTpDst, nil},
-		{dDSCP, &maskDSCP, nil}, {dECN, &maskECN, nil}, {dNDTarget, &maskNDTarget, nil}, {dNDLL, &maskNDLL, nil}}
+		{dDSCP, &maskDSCP, nil}, {dECN, &maskECN, nil}, {dNDTarget, &maskNDTarget, nil}, {dNDLL, &maskNDLL, nil},
+		{dMPLSLabel, &maskMPLSLabel, nil}, {dMPLSTC, &maskMPLSTC, nil}, {dMPLSBOS, &maskMPLSBOS, nil},
+		{dTTL, &maskNwTTL, nil}, {dMPLSTTL, &maskLSETTL, nil}}
 )
 
 // branch is the pipeline packet's state, saved around a group bucket or
@@ -634,12 +863,18 @@ type branch struct {
 	table   uint8
 	cookie  uint64
 	miss    bool
+
+	mplsPushes, branchPushes, popLen   int
+	popped, ttlTouched, mplsTTLTouched bool
 }
 
 func (x *xlate) save() branch {
 	b := branch{cur: x.cur, curW: x.curW, stale: x.stale, written: x.written, dirty: x.dirty,
-		emitted: x.emitted, tpid: x.tpid, table: x.tableID, cookie: x.cookie, miss: x.miss}
+		emitted: x.emitted, tpid: x.tpid, table: x.tableID, cookie: x.cookie, miss: x.miss,
+		mplsPushes: x.mplsPushes, branchPushes: x.branchPushes, popLen: len(x.popLSE), popped: x.popped,
+		ttlTouched: x.ttlTouched, mplsTTLTouched: x.mplsTTLTouched}
 	x.emitted = 0
+	x.branchPushes, x.ttlTouched, x.mplsTTLTouched = x.mplsPushes, false, false
 	return b
 }
 
@@ -647,29 +882,79 @@ func (x *xlate) save() branch {
 // the datapath's copy, so they are marked pending again: the next output
 // re-emits the saved values.
 func (x *xlate) restore(b branch) {
+	x.undoStructure(b)
 	x.cur, x.curW, x.stale, x.written = b.cur, b.curW, b.stale, b.written
 	// Pending before and untouched: still pending. Emitted in the branch:
 	// pending again unless the datapath already has the saved value.
 	x.dirty = b.dirty&^x.emitted | x.differs(x.emitted)
 	x.emitted = b.emitted | x.emitted
 	x.tpid, x.tableID, x.cookie, x.miss = b.tpid, b.table, b.cookie, b.miss
+	// TTLs the branch changed go back to the saved packet's: values
+	// from the packet, so they join the mask (commit).
+	if x.ttlTouched {
+		x.dirty |= dTTL
+	}
+	if x.mplsTTLTouched {
+		x.dirty |= dMPLSTTL
+	}
+	x.ttlTouched, x.mplsTTLTouched = x.ttlTouched || b.ttlTouched, x.mplsTTLTouched || b.mplsTTLTouched
+	x.branchPushes = b.branchPushes
+}
+
+// undoStructure emits the pops and pushes that give the datapath back the
+// label stack the saved packet had: entries the branch pushed are popped,
+// entries it popped are pushed back (known only for the one that was on
+// top: a deeper one makes the translation fail with errRecirc).
+func (x *xlate) undoStructure(b branch) {
+	for x.mplsPushes > b.mplsPushes {
+		et := uint16(0x8847)
+		if x.mplsPushes == b.mplsPushes+1 {
+			et = b.cur.EthType
+		}
+		x.acts = append(x.acts, flow.PopMPLS{EthType: et})
+		x.mplsPushes--
+	}
+	for x.mplsPushes < b.mplsPushes {
+		lse := x.popLSE[len(x.popLSE)-1]
+		x.popLSE = x.popLSE[:len(x.popLSE)-1]
+		if lse == unknownLSE {
+			x.err = errRecirc
+			return
+		}
+		x.acts = append(x.acts, flow.PushMPLS{EthType: b.cur.EthType, LSE: lse})
+		x.mplsPushes++
+	}
+	x.popLSE = x.popLSE[:b.popLen]
+	x.popped = b.popped
+	x.dp.EthType = b.cur.EthType
+	if mplsType(b.cur.EthType) {
+		x.dpLSE = b.cur.MPLSLSE()
+	}
 }
 
 // actionSet is the OpenFlow action set, executed at the end of the
-// pipeline in the spec's order (5.10): pop, push, dec_ttl, set (set_nw_ttl, then set_field),
+// pipeline in the spec's order (5.10): copy_ttl_in, pop (VLAN, MPLS), push (MPLS, VLAN),
+// copy_ttl_out, dec_ttl (IP, MPLS), set (set_mpls_ttl, set_nw_ttl, then set_field),
 // qos, group, output (output is ignored when a group is set).
 type actionSet struct {
-	pop    bool
-	push   *openflow.ActionPushVLAN
-	decTTL bool
-	setTTL *openflow.ActionSetNWTTL
-	sets   []openflow.ActionSetField // one per field, in the order written
-	group  *openflow.ActionGroup
-	output *openflow.ActionOutput
+	copyIn     bool
+	popMPLS    *openflow.ActionPopMPLS
+	pushMPLS   *openflow.ActionPushMPLS
+	copyOut    bool
+	decMPLSTTL bool
+	setMPLSTTL *openflow.ActionSetMPLSTTL
+	pop        bool
+	push       *openflow.ActionPushVLAN
+	decTTL     bool
+	setTTL     *openflow.ActionSetNWTTL
+	sets       []openflow.ActionSetField // one per field, in the order written
+	group      *openflow.ActionGroup
+	output     *openflow.ActionOutput
 }
 
 func (s *actionSet) empty() bool {
-	return !s.pop && s.push == nil && !s.decTTL && s.setTTL == nil && len(s.sets) == 0 && s.group == nil && s.output == nil
+	return !s.pop && s.push == nil && !s.decTTL && s.setTTL == nil && len(s.sets) == 0 && s.group == nil && s.output == nil &&
+		!s.copyIn && s.popMPLS == nil && s.pushMPLS == nil && !s.copyOut && !s.decMPLSTTL && s.setMPLSTTL == nil
 }
 
 // write merges actions into the set: one action per type, and per field
@@ -685,6 +970,18 @@ func (s *actionSet) write(as openflow.Actions) {
 			s.decTTL = true
 		case openflow.ActionSetNWTTL:
 			s.setTTL = &a
+		case openflow.ActionCopyTTLIn:
+			s.copyIn = true
+		case openflow.ActionCopyTTLOut:
+			s.copyOut = true
+		case openflow.ActionPopMPLS:
+			s.popMPLS = &a
+		case openflow.ActionPushMPLS:
+			s.pushMPLS = &a
+		case openflow.ActionDecMPLSTTL:
+			s.decMPLSTTL = true
+		case openflow.ActionSetMPLSTTL:
+			s.setMPLSTTL = &a
 		case openflow.ActionSetField:
 			i := 0
 			for ; i < len(s.sets); i++ {
@@ -707,14 +1004,32 @@ func (s *actionSet) write(as openflow.Actions) {
 // actions lists the set in execution order.
 func (s *actionSet) actions() openflow.Actions {
 	var as openflow.Actions
+	if s.copyIn {
+		as = append(as, openflow.ActionCopyTTLIn{})
+	}
 	if s.pop {
 		as = append(as, openflow.ActionPopVLAN{})
+	}
+	if s.popMPLS != nil {
+		as = append(as, *s.popMPLS)
+	}
+	if s.pushMPLS != nil {
+		as = append(as, *s.pushMPLS)
 	}
 	if s.push != nil {
 		as = append(as, *s.push)
 	}
+	if s.copyOut {
+		as = append(as, openflow.ActionCopyTTLOut{})
+	}
 	if s.decTTL {
 		as = append(as, openflow.ActionDecNWTTL{})
+	}
+	if s.decMPLSTTL {
+		as = append(as, openflow.ActionDecMPLSTTL{})
+	}
+	if s.setMPLSTTL != nil {
+		as = append(as, *s.setMPLSTTL)
 	}
 	if s.setTTL != nil {
 		as = append(as, *s.setTTL)

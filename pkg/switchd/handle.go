@@ -216,9 +216,10 @@ func (s *Switch) tableFeatures() []openflow.TableFeatures {
 	for _, t := range []uint16{1, 2, 3, 4, 5} {
 		insts = append(insts, openflow.TypeID{Type: t})
 	}
-	// output, push/pop_vlan, group, set_nw_ttl, dec_nw_ttl, set_field (no
+	// output, copy_ttl_out/in, set/dec_mpls_ttl, push/pop_vlan,
+	// push/pop_mpls, group, set_nw_ttl, dec_nw_ttl, set_field (no
 	// set_queue: ports have no queues)
-	for _, t := range []uint16{0, 17, 18, 22, 23, 24, 25} {
+	for _, t := range []uint16{0, 11, 12, 15, 16, 17, 18, 19, 20, 22, 23, 24, 25} {
 		acts = append(acts, openflow.TypeID{Type: t})
 	}
 	var oxms []uint32
@@ -260,7 +261,8 @@ func tableName(i int) string {
 // fast path's key carries, plus metadata).
 var supportedFields = []openflow.Field{
 	openflow.FieldInPort, openflow.FieldMetadata, openflow.FieldEthDst, openflow.FieldEthSrc,
-	openflow.FieldEthType, openflow.FieldVLANVID, openflow.FieldVLANPCP, openflow.FieldIPDSCP,
+	openflow.FieldEthType, openflow.FieldVLANVID, openflow.FieldVLANPCP, openflow.FieldMPLSLabel,
+	openflow.FieldMPLSTC, openflow.FieldMPLSBOS, openflow.FieldIPDSCP,
 	openflow.FieldIPECN, openflow.FieldIPProto, openflow.FieldIPv4Src, openflow.FieldIPv4Dst,
 	openflow.FieldTCPSrc, openflow.FieldTCPDst, openflow.FieldUDPSrc, openflow.FieldUDPDst,
 	openflow.FieldSCTPSrc, openflow.FieldSCTPDst, openflow.FieldICMPv4Type, openflow.FieldICMPv4Code,
