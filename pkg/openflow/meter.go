@@ -2,8 +2,7 @@ package openflow
 
 import "fmt"
 
-// METER_MOD with its bands. nagare does not offload meters yet; the codec
-// lets the switch decode the request and refuse it precisely.
+// METER_MOD with its bands, and the METER / METER_CONFIG multipart bodies.
 
 // Meter-mod commands (ofp_meter_mod_command).
 const (
@@ -36,8 +35,7 @@ type MeterBand struct {
 	Data         []byte // EXPERIMENTER, or the tail of an unknown band type
 }
 
-// MeterMod is OFPT_METER_MOD. nagare decodes it so that it can answer
-// with a precise error (meters are not offloaded yet).
+// MeterMod is OFPT_METER_MOD.
 //
 //	8 bytes: ofp_header
 //	2 bytes: command (Meter*)
@@ -61,7 +59,16 @@ func (m *MeterMod) MarshalBinary() ([]byte, error) {
 	be.PutUint16(b[8:], m.Command)
 	be.PutUint16(b[10:], m.Flags)
 	be.PutUint32(b[12:], m.MeterID)
-	for _, band := range m.Bands {
+	b, err := appendBands(b, m.Bands)
+	if err != nil {
+		return nil, err
+	}
+	return finish(b)
+}
+
+// appendBands encodes bands after b.
+func appendBands(b []byte, bands []MeterBand) ([]byte, error) {
+	for _, band := range bands {
 		o := len(b)
 		b = append(b, make([]byte, 16)...)
 		be.PutUint16(b[o:], band.Type)
@@ -79,7 +86,7 @@ func (m *MeterMod) MarshalBinary() ([]byte, error) {
 		}
 		be.PutUint16(b[o+2:], uint16(len(b)-o))
 	}
-	return finish(b)
+	return b, nil
 }
 
 // UnmarshalBinary decodes a METER_MOD. Band lengths below 16 are
@@ -95,16 +102,24 @@ func (m *MeterMod) UnmarshalBinary(b []byte) error {
 	m.Command, m.Flags, m.MeterID = be.Uint16(body), be.Uint16(body[2:]), be.Uint32(body[4:])
 	m.Bands = nil
 	p := body[8:]
+	bands, err := parseBands(p)
+	m.Bands = bands
+	return err
+}
+
+// parseBands decodes a list of meter bands.
+func parseBands(p []byte) ([]MeterBand, error) {
+	var bands []MeterBand
 	for len(p) > 0 {
 		if len(p) < 4 {
-			return short(ErrTypeMeterModFailed, MeterModBadBand, "meter band header")
+			return nil, short(ErrTypeMeterModFailed, MeterModBadBand, "meter band header")
 		}
 		n := int(be.Uint16(p[2:]))
 		if n < 16 {
-			return bad(ErrTypeMeterModFailed, MeterModBadBand, "band length %d", n)
+			return nil, bad(ErrTypeMeterModFailed, MeterModBadBand, "band length %d", n)
 		}
 		if n > len(p) {
-			return short(ErrTypeMeterModFailed, MeterModBadBand, "meter band")
+			return nil, short(ErrTypeMeterModFailed, MeterModBadBand, "meter band")
 		}
 		band := MeterBand{Type: be.Uint16(p), Rate: be.Uint32(p[4:]), BurstSize: be.Uint32(p[8:])}
 		switch band.Type {
@@ -116,10 +131,10 @@ func (m *MeterMod) UnmarshalBinary(b []byte) error {
 		if n > 16 {
 			band.Data = append([]byte{}, p[16:n]...)
 		}
-		m.Bands = append(m.Bands, band)
+		bands = append(bands, band)
 		p = p[n:]
 	}
-	return nil
+	return bands, nil
 }
 
 // Meter flags (ofp_meter_flags).
@@ -165,6 +180,168 @@ func (m *MeterMod) Validate() error {
 		if b.Rate == 0 {
 			return bad(ErrTypeMeterModFailed, MeterModBadRate, "rate 0")
 		}
+	}
+	return nil
+}
+
+// MeterRequest is ofp_meter_multipart_request, the body of METER and
+// METER_CONFIG requests (8 bytes: 4 bytes meter_id, MeterAll for all; 4
+// bytes pad).
+type MeterRequest struct {
+	Type    MultipartType // MPMeter or MPMeterConfig
+	MeterID uint32
+}
+
+// MultipartType returns r.Type.
+func (r *MeterRequest) MultipartType() MultipartType { return r.Type }
+
+// MarshalBinary encodes the request body.
+func (r *MeterRequest) MarshalBinary() ([]byte, error) {
+	b := make([]byte, 8)
+	be.PutUint32(b, r.MeterID)
+	return b, nil
+}
+
+// UnmarshalBinary decodes the request body.
+func (r *MeterRequest) UnmarshalBinary(b []byte) error {
+	if len(b) < 8 {
+		return short(ErrTypeBadRequest, BadRequestBadLen, "meter request")
+	}
+	r.MeterID = be.Uint32(b)
+	return nil
+}
+
+// MeterBandStats is ofp_meter_band_stats (16 bytes: 8 packet_band_count,
+// 8 byte_band_count): what the band acted on.
+type MeterBandStats struct{ PacketCount, ByteCount uint64 }
+
+// MeterStats is one ofp_meter_stats.
+//
+//	4 bytes: meter_id
+//	2 bytes: len of this entry
+//	6 bytes: pad
+//	4 bytes: flow_count
+//	8 bytes: packet_in_count
+//	8 bytes: byte_in_count
+//	4 bytes: duration_sec
+//	4 bytes: duration_nsec
+//	16 bytes per band: MeterBandStats
+type MeterStats struct {
+	MeterID                    uint32
+	FlowCount                  uint32
+	PacketInCount, ByteInCount uint64
+	DurationSec, DurationNsec  uint32
+	Bands                      []MeterBandStats
+}
+
+// MeterStatsReply is the body of a METER reply.
+type MeterStatsReply struct{ Stats []MeterStats }
+
+// MultipartType returns MPMeter.
+func (*MeterStatsReply) MultipartType() MultipartType { return MPMeter }
+
+// MarshalBinary encodes the entries.
+func (r *MeterStatsReply) MarshalBinary() ([]byte, error) {
+	var b []byte
+	for _, s := range r.Stats {
+		o := len(b)
+		n := 40 + 16*len(s.Bands)
+		if n > 0xffff {
+			return nil, errTooLong("meter stats entry")
+		}
+		b = append(b, make([]byte, n)...)
+		be.PutUint32(b[o:], s.MeterID)
+		be.PutUint16(b[o+4:], uint16(n))
+		be.PutUint32(b[o+12:], s.FlowCount)
+		be.PutUint64(b[o+16:], s.PacketInCount)
+		be.PutUint64(b[o+24:], s.ByteInCount)
+		be.PutUint32(b[o+32:], s.DurationSec)
+		be.PutUint32(b[o+36:], s.DurationNsec)
+		for i, bs := range s.Bands {
+			be.PutUint64(b[o+40+16*i:], bs.PacketCount)
+			be.PutUint64(b[o+48+16*i:], bs.ByteCount)
+		}
+	}
+	return b, nil
+}
+
+// UnmarshalBinary decodes the entries.
+func (r *MeterStatsReply) UnmarshalBinary(b []byte) error {
+	r.Stats = nil
+	for len(b) > 0 {
+		if len(b) < 40 {
+			return short(ErrTypeBadRequest, BadRequestBadLen, "meter stats")
+		}
+		n := int(be.Uint16(b[4:]))
+		if n < 40 || n > len(b) || (n-40)%16 != 0 {
+			return bad(ErrTypeBadRequest, BadRequestBadLen, "meter stats entry of %d bytes", n)
+		}
+		s := MeterStats{MeterID: be.Uint32(b), FlowCount: be.Uint32(b[12:]), PacketInCount: be.Uint64(b[16:]),
+			ByteInCount: be.Uint64(b[24:]), DurationSec: be.Uint32(b[32:]), DurationNsec: be.Uint32(b[36:])}
+		for p := b[40:n]; len(p) >= 16; p = p[16:] {
+			s.Bands = append(s.Bands, MeterBandStats{be.Uint64(p), be.Uint64(p[8:])})
+		}
+		r.Stats = append(r.Stats, s)
+		b = b[n:]
+	}
+	return nil
+}
+
+// MeterConfig is one ofp_meter_config.
+//
+//	2 bytes: length of this entry
+//	2 bytes: flags (OFPMF_*)
+//	4 bytes: meter_id
+//	rest:    bands
+type MeterConfig struct {
+	Flags   uint16
+	MeterID uint32
+	Bands   []MeterBand
+}
+
+// MeterConfigReply is the body of a METER_CONFIG reply.
+type MeterConfigReply struct{ Configs []MeterConfig }
+
+// MultipartType returns MPMeterConfig.
+func (*MeterConfigReply) MultipartType() MultipartType { return MPMeterConfig }
+
+// MarshalBinary encodes the entries.
+func (r *MeterConfigReply) MarshalBinary() ([]byte, error) {
+	var b []byte
+	for _, c := range r.Configs {
+		o := len(b)
+		b = append(b, make([]byte, 8)...)
+		be.PutUint16(b[o+2:], c.Flags)
+		be.PutUint32(b[o+4:], c.MeterID)
+		var err error
+		if b, err = appendBands(b, c.Bands); err != nil {
+			return nil, err
+		}
+		if len(b)-o > 0xffff {
+			return nil, errTooLong("meter config entry")
+		}
+		be.PutUint16(b[o:], uint16(len(b)-o))
+	}
+	return b, nil
+}
+
+// UnmarshalBinary decodes the entries.
+func (r *MeterConfigReply) UnmarshalBinary(b []byte) error {
+	r.Configs = nil
+	for len(b) > 0 {
+		if len(b) < 8 {
+			return short(ErrTypeBadRequest, BadRequestBadLen, "meter config")
+		}
+		n := int(be.Uint16(b))
+		if n < 8 || n > len(b) {
+			return bad(ErrTypeBadRequest, BadRequestBadLen, "meter config entry of %d bytes", n)
+		}
+		bands, err := parseBands(b[8:n])
+		if err != nil {
+			return err
+		}
+		r.Configs = append(r.Configs, MeterConfig{Flags: be.Uint16(b[2:]), MeterID: be.Uint32(b[4:]), Bands: bands})
+		b = b[n:]
 	}
 	return nil
 }

@@ -128,6 +128,8 @@ func (m *MultipartRequest) UnmarshalBinary(b []byte) error {
 		mb = &PortStatsRequest{}
 	case MPGroup:
 		mb = &GroupStatsRequest{}
+	case MPMeter, MPMeterConfig:
+		mb = &MeterRequest{Type: m.Type}
 	default:
 		mb = &RawBody{Type: m.Type}
 	}
@@ -173,6 +175,10 @@ func (m *MultipartReply) UnmarshalBinary(b []byte) error {
 		mb = &GroupFeaturesReply{}
 	case MPMeterFeatures:
 		mb = &MeterFeaturesReply{}
+	case MPMeter:
+		mb = &MeterStatsReply{}
+	case MPMeterConfig:
+		mb = &MeterConfigReply{}
 	case MPTableFeatures:
 		mb = &TableFeaturesBody{Reply: true}
 	default:
@@ -198,8 +204,8 @@ func (t MultipartType) String() string {
 	return fmt.Sprintf("MULTIPART_%d", uint16(t))
 }
 
-// RawBody is a multipart body this package does not decode (QUEUE, METER,
-// METER_CONFIG, EXPERIMENTER): the bytes are kept verbatim. A switch answers
+// RawBody is a multipart body this package does not decode (QUEUE,
+// EXPERIMENTER): the bytes are kept verbatim. A switch answers
 // such requests with OFPBRC_BAD_MULTIPART.
 type RawBody struct {
 	Type MultipartType
@@ -817,7 +823,7 @@ func (r *GroupFeaturesReply) UnmarshalBinary(b []byte) error {
 }
 
 // MeterFeaturesReply is ofp_meter_features (16 bytes); all zero means "no
-// meters", which is what nagare reports today.
+// meters".
 //
 //	4 bytes: max_meter
 //	4 bytes: band_types, bitmap of MeterBand* types
@@ -899,6 +905,10 @@ func SplitReply(m *MultipartReply) ([]*MultipartReply, error) {
 		n, part = len(b.Stats), func(i, j int) MultipartBody { return &GroupStatsReply{Stats: b.Stats[i:j]} }
 	case *GroupDescReply:
 		n, part = len(b.Groups), func(i, j int) MultipartBody { return &GroupDescReply{Groups: b.Groups[i:j]} }
+	case *MeterStatsReply:
+		n, part = len(b.Stats), func(i, j int) MultipartBody { return &MeterStatsReply{Stats: b.Stats[i:j]} }
+	case *MeterConfigReply:
+		n, part = len(b.Configs), func(i, j int) MultipartBody { return &MeterConfigReply{Configs: b.Configs[i:j]} }
 	case *TableFeaturesBody:
 		n, part = len(b.Tables), func(i, j int) MultipartBody {
 			return &TableFeaturesBody{Tables: b.Tables[i:j], Reply: b.Reply}
