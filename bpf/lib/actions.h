@@ -24,6 +24,7 @@
 #include "upcall.h"
 #include "crc32c.h"
 #include "mpls.h"
+#include "meter.h"
 
 enum exec_mode { MODE_PATH = 0, MODE_EXECUTE = 1 };
 
@@ -270,6 +271,13 @@ static __always_inline int set_nd(struct __sk_buff *skb, struct parse_state *ps,
 	return bpf_skb_store_bytes(skb, off, new, len, 0);
 }
 
+/* meter_remark applies a DSCP_REMARK band to an IP packet (others are
+ * left alone: set_tos ignores them). */
+static __always_inline int meter_remark(struct __sk_buff *skb, struct parse_state *ps, __u32 prec)
+{
+	return set_tos(skb, ps, af_remark(packet_tos(skb, ps, 0) >> 2, prec) << 2, 0xfc);
+}
+
 static __always_inline int set_tunnel(struct __sk_buff *skb, struct parse_state *ps, const struct action *a,
 				      const struct flow_key *key)
 {
@@ -432,6 +440,16 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 				err = set_nd(skb, ps, ps->nd_lla_off, opt, 8);
 			}
 			break;
+		case ACT_METER: {
+			__u32 prec = 0;
+			int v = meter_apply(a->arg32, skb->len, &prec);
+
+			if (v == METER_DROP)
+				return drop(DROP_METER);
+			if (v == METER_REMARK)
+				err = meter_remark(skb, ps, prec);
+			break;
+		}
 		case ACT_PUSH_MPLS:
 			if (mpls_push(skb, ps, a->arg16, a->arg32) < 0)
 				return drop(DROP_MPLS);

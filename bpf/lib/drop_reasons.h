@@ -28,6 +28,7 @@ enum drop_reason {
 	DROP_MISS_NO_UPCALL = 18,    /* miss while upcalls are disabled */
 	DROP_SHORT_MPLS = 19,        /* MPLS label stack entry cut off */
 	DROP_MPLS = 20,              /* push/pop MPLS failed, or popped a non-MPLS packet */
+	DROP_METER = 21,             /* a meter band (or a meter being deleted) dropped it */
 	DROP__MAX = 32,
 };
 

@@ -99,6 +99,7 @@ enum action_type {
 	ACT_DEC_MPLS_TTL = 26,
 	ACT_COPY_TTL_OUT = 27, /* inner header's TTL → top LSE */
 	ACT_COPY_TTL_IN = 28,  /* top LSE's TTL → inner header */
+	ACT_METER = 29,       /* arg32 = meter id (meter.h) */
 	ACT__MAX,
 };
 

@@ -49,6 +49,7 @@ const (
 	actDecMPLSTTL = 26
 	actCopyTTLOut = 27
 	actCopyTTLIn  = 28
+	actMeter      = 29
 
 	outPeer    = 1 << 0
 	outIngress = 1 << 1
@@ -174,6 +175,9 @@ func (d *Datapath) compileActions(acts []flow.Action) ([]rawAction, error) {
 			r[0] = actCopyTTLOut
 		case flow.CopyTTLIn:
 			r[0] = actCopyTTLIn
+		case flow.Meter:
+			r[0] = actMeter
+			binary.NativeEndian.PutUint32(r[4:], a.ID)
 		case flow.PushVLAN:
 			tpid := a.TPID
 			if tpid == 0 {
@@ -308,6 +312,8 @@ func (d *Datapath) decodeActions(raw []rawAction) []flow.Action {
 			out = append(out, flow.CopyTTLOut{})
 		case actCopyTTLIn:
 			out = append(out, flow.CopyTTLIn{})
+		case actMeter:
+			out = append(out, flow.Meter{ID: binary.NativeEndian.Uint32(r[4:])})
 		case actPushVLAN:
 			be := uint16(binary.NativeEndian.Uint32(r[4:]))
 			out = append(out, flow.PushVLAN{TPID: be>>8 | be<<8, TCI: binary.NativeEndian.Uint16(r[2:])})

@@ -28,6 +28,7 @@ var dropNames = []string{
 	18: "miss-upcalls-off",
 	19: "short-mpls",
 	20: "mpls-failed",
+	21: "meter",
 }
 
 func (r DropReason) String() string {
@@ -52,6 +53,7 @@ const (
 	DropMissNoUpcall   DropReason = 18
 	DropShortMPLS      DropReason = 19
 	DropMPLS           DropReason = 20
+	DropMeter          DropReason = 21
 )
 
 // counterNames lists enum counter in bpf/lib/maps.h.

@@ -81,6 +81,10 @@ type CopyTTLOut struct{}
 // CopyTTLIn copies the top label stack entry's TTL inwards.
 type CopyTTLIn struct{}
 
+// Meter runs the packet through an OpenFlow meter: a band whose rate it
+// exceeds drops it, or remarks its DSCP to a higher drop precedence.
+type Meter struct{ ID uint32 }
+
 // DecTTL decrements the IPv4 TTL or IPv6 hop limit; a packet whose TTL
 // would reach zero is dropped and counted.
 type DecTTL struct{}
@@ -135,6 +139,7 @@ func (SetMPLSTTL) isAction()  {}
 func (DecMPLSTTL) isAction()  {}
 func (CopyTTLOut) isAction()  {}
 func (CopyTTLIn) isAction()   {}
+func (Meter) isAction()       {}
 func (SetTTL) isAction()      {}
 func (PushVLAN) isAction()    {}
 func (PopVLAN) isAction()     {}
@@ -164,6 +169,7 @@ func (a SetMPLSTTL) String() string { return fmt.Sprintf("set(mpls(ttl=%d))", a.
 func (DecMPLSTTL) String() string   { return "dec_mpls_ttl" }
 func (CopyTTLOut) String() string   { return "copy_ttl_out" }
 func (CopyTTLIn) String() string    { return "copy_ttl_in" }
+func (a Meter) String() string      { return fmt.Sprintf("meter(%d)", a.ID) }
 
 // lseString names the fields of an MPLS label stack entry under mask.
 func lseString(lse, mask uint32) string {

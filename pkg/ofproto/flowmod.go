@@ -48,7 +48,8 @@ func removedOf(r *rule, reason uint8, now time.Time) Removed {
 //   - table beyond NumTables: FLOW_MOD_FAILED/BAD_TABLE_ID; goto_table
 //     beyond it: BAD_INSTRUCTION/BAD_TABLE_ID;
 //   - a match field the datapath key lacks: BAD_MATCH/BAD_FIELD;
-//   - meter instruction: METER_MOD_FAILED/UNKNOWN_METER (no meters);
+//   - meter instruction naming a meter that does not exist:
+//     METER_MOD_FAILED/UNKNOWN_METER;
 //   - an action the fast path cannot do (set_nw_ttl, MPLS, PBB, copy TTL):
 //     BAD_ACTION/BAD_TYPE; set_field of a field it cannot rewrite:
 //     BAD_ACTION/BAD_SET_TYPE; output:TABLE outside PACKET_OUT:
@@ -130,10 +131,12 @@ func (p *Pipeline) addFlow(fm *openflow.FlowMod, cm *compiledMatch) error {
 
 func (r *rule) setInstructions(is openflow.Instructions) {
 	r.insts = is
-	r.groups, r.outPorts = nil, nil
+	r.groups, r.outPorts, r.meter = nil, nil, 0
 	for _, in := range is {
 		var as openflow.Actions
 		switch in := in.(type) {
+		case openflow.InstMeter:
+			r.meter = in.MeterID
 		case openflow.InstApplyActions:
 			as = in.Actions
 		case openflow.InstWriteActions:
@@ -247,7 +250,9 @@ func (p *Pipeline) checkInstructions(fm *openflow.FlowMod) error {
 				return ofErr(openflow.ErrTypeBadInstruction, openflow.BadInstBadTableID, "goto_table:%d of %d tables", in.TableID, p.cfg.NumTables)
 			}
 		case openflow.InstMeter:
-			return ofErr(openflow.ErrTypeMeterModFailed, openflow.MeterModUnknownMeter, "meter %d: no meters", in.MeterID)
+			if p.meters[in.MeterID] == nil {
+				return ofErr(openflow.ErrTypeMeterModFailed, openflow.MeterModUnknownMeter, "meter %d does not exist", in.MeterID)
+			}
 		case openflow.InstApplyActions:
 			if err := p.checkActions(in.Actions, false); err != nil {
 				return err

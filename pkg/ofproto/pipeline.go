@@ -112,6 +112,7 @@ type Pipeline struct {
 	tables    []*table
 	nrules    int
 	groups    map[uint32]*group
+	meters    map[uint32]*Meter
 	ports     map[uint32]*Port
 	portOrder []uint32 // sorted port numbers, for FLOOD/ALL
 	pending   []Removed
@@ -148,7 +149,7 @@ func New(cfg Config) *Pipeline {
 	if cfg.MaxRulesPerTable <= 0 {
 		cfg.MaxRulesPerTable = 1 << 20
 	}
-	p := &Pipeline{cfg: cfg, groups: map[uint32]*group{}, ports: map[uint32]*Port{}}
+	p := &Pipeline{cfg: cfg, groups: map[uint32]*group{}, meters: map[uint32]*Meter{}, ports: map[uint32]*Port{}}
 	p.tables = make([]*table, cfg.NumTables)
 	for i := range p.tables {
 		p.tables[i] = newTable(uint8(i))

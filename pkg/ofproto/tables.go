@@ -44,6 +44,7 @@ type rule struct {
 	flags    uint16
 	insts    openflow.Instructions
 	groups   []uint32 // groups the instructions refer to
+	meter    uint32   // the meter instruction's meter, 0 for none
 	outPorts []uint32 // ports the instructions output to
 	miss     bool     // the table-miss entry: priority 0, empty match
 	seq      uint64

@@ -227,6 +227,14 @@ func (x *xlate) pipeline(id uint8) {
 		var clearSet bool
 		var meta *openflow.InstWriteMetadata
 		for _, in := range r.insts {
+			if m, ok := in.(openflow.InstMeter); ok {
+				// The meter runs first (spec 5.9), on the packet as the
+				// datapath has it now.
+				x.commit()
+				x.acts = append(x.acts, flow.Meter{ID: m.MeterID})
+			}
+		}
+		for _, in := range r.insts {
 			switch in := in.(type) {
 			case openflow.InstApplyActions:
 				apply = in.Actions

@@ -94,8 +94,9 @@ func (s *Switch) handle(oc *ofConn, msg openflow.Message, raw []byte) {
 			fail(err)
 		}
 	case *openflow.MeterMod:
-		// No meters: the fast path has no policer yet.
-		fail(&openflow.Error{Type: openflow.ErrTypeMeterModFailed, Code: 0 /* UNKNOWN */, Reason: "meters are not supported"})
+		if err := s.meterMod(m); err != nil {
+			fail(err)
+		}
 	case *openflow.PacketOut:
 		if err := s.packetOut(m); err != nil {
 			fail(err)
@@ -186,7 +187,9 @@ func (s *Switch) multipart(oc *ofConn, m *openflow.MultipartRequest, raw []byte)
 		}
 		body = &openflow.TableFeaturesBody{Tables: s.tableFeatures(), Reply: true}
 	case openflow.MPMeterFeatures:
-		body = &openflow.MeterFeaturesReply{}
+		body = meterFeatures()
+	case openflow.MPMeter, openflow.MPMeterConfig:
+		body, err = s.meterMultipart(m)
 	default:
 		body, err = s.pipelineMultipart(m)
 	}
@@ -212,8 +215,8 @@ func (s *Switch) multipart(oc *ofConn, m *openflow.MultipartRequest, raw []byte)
 func (s *Switch) tableFeatures() []openflow.TableFeatures {
 	n := s.numTables
 	var insts, acts []openflow.TypeID
-	// goto_table, write_metadata, write/apply/clear_actions (no meters)
-	for _, t := range []uint16{1, 2, 3, 4, 5} {
+	// goto_table, write_metadata, write/apply/clear_actions, meter
+	for _, t := range []uint16{1, 2, 3, 4, 5, 6} {
 		insts = append(insts, openflow.TypeID{Type: t})
 	}
 	// output, copy_ttl_out/in, set/dec_mpls_ttl, push/pop_vlan,
