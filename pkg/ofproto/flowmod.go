@@ -314,6 +314,10 @@ func (p *Pipeline) checkActions(as openflow.Actions, packetOut bool) error {
 	return nil
 }
 
+// Settable reports whether set_field may rewrite f (what table features
+// advertise for the set-field properties).
+func Settable(f openflow.Field) bool { return settable(f) }
+
 // settable reports whether set_field may rewrite f.
 func settable(f openflow.Field) bool {
 	switch f {

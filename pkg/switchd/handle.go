@@ -3,6 +3,7 @@ package switchd
 import (
 	"strconv"
 
+	"github.com/nagare-net/nagare/pkg/ofproto"
 	"github.com/nagare-net/nagare/pkg/openflow"
 )
 
@@ -225,9 +226,17 @@ func (s *Switch) tableFeatures() []openflow.TableFeatures {
 	for _, t := range []uint16{0, 11, 12, 15, 16, 17, 18, 19, 20, 22, 23, 24, 25} {
 		acts = append(acts, openflow.TypeID{Type: t})
 	}
-	var oxms []uint32
+	// Match: a field the spec makes maskable is advertised with its mask
+	// (Open vSwitch does the same), so controllers know they may mask
+	// it; every field can be wildcarded; set-field lists what set_field
+	// can rewrite.
+	var match, wild, sets []uint32
 	for _, f := range supportedFields {
-		oxms = append(oxms, openflow.OXMHeader(f, false))
+		match = append(match, openflow.OXMHeader(f, f.Maskable()))
+		wild = append(wild, openflow.OXMHeader(f, false))
+		if ofproto.Settable(f) {
+			sets = append(sets, openflow.OXMHeader(f, false))
+		}
 	}
 	out := make([]openflow.TableFeatures, n)
 	for i := range out {
@@ -243,10 +252,10 @@ func (s *Switch) tableFeatures() []openflow.TableFeatures {
 				{Type: openflow.TFPNextTables, Tables: next},
 				{Type: openflow.TFPWriteActions, IDs: acts},
 				{Type: openflow.TFPApplyActions, IDs: acts},
-				{Type: openflow.TFPMatch, OXMs: oxms},
-				{Type: openflow.TFPWildcards, OXMs: oxms},
-				{Type: openflow.TFPWriteSetField, OXMs: oxms},
-				{Type: openflow.TFPApplySetField, OXMs: oxms},
+				{Type: openflow.TFPMatch, OXMs: match},
+				{Type: openflow.TFPWildcards, OXMs: wild},
+				{Type: openflow.TFPWriteSetField, OXMs: sets},
+				{Type: openflow.TFPApplySetField, OXMs: sets},
 			},
 		}
 	}
