@@ -4,14 +4,20 @@
  * A record carries up to UPCALL_SNAP bytes of the packet: enough for any
  * packet userspace can execute again (BPF_PROG_RUN takes at most a page
  * of packet data), so a first packet up to that size is delivered, not
- * lost. Larger ones (GSO super-packets after their flow expired) arrive
- * with cap_len < pkt_len; userspace installs their flow and counts them. */
+ * lost. A larger missed packet is a GSO super-packet (a pod with TSO, or
+ * UDP_SEGMENT, whose flow expired mid-connection): its record carries all
+ * of it, up to UPCALL_GSO bytes, and its gso_size, so that userspace can
+ * cut it into the segments the device would have sent and deliver those.
+ * Past UPCALL_GSO (BIG TCP) and for userspace actions (a PACKET_IN needs
+ * no more) the record is cut at UPCALL_SNAP, cap_len < pkt_len;
+ * userspace installs the flow and counts the packet as truncated. */
 #ifndef NAGARE_UPCALL_H
 #define NAGARE_UPCALL_H
 
 #include "maps.h"
 
 #define UPCALL_SNAP 3072
+#define UPCALL_GSO 65536
 
 enum upcall_reason {
 	UPCALL_MISS = 1,   /* no cached flow */
@@ -30,7 +36,7 @@ struct upcall {
 	 * packet, so that every slow-path delivery (PACKET_IN, the first
 	 * packet's execution) carries the packet as it arrived. */
 	__u32 vlan;
-	__u32 pad;
+	__u32 gso_size; /* the skb's MSS when it is a GSO packet, else 0 */
 	struct flow_key key;
 	__u8 pkt[UPCALL_SNAP];
 };
@@ -56,13 +62,13 @@ static __always_inline int send_upcall_snap(struct __sk_buff *skb, const struct 
 	u->pkt_len = skb->len;
 	u->cookie = cookie;
 	u->vlan = skb->vlan_present ? (__u32)bpf_ntohs((__u16)skb->vlan_proto) << 16 | (skb->vlan_tci & 0xffff) : 0;
-	u->pad = 0;
+	u->gso_size = skb->gso_size;
 	__builtin_memcpy(&u->key, key, sizeof(*key));
 	if (cap > snap)
 		cap = snap;
 	/* Keep the bounds check and the use on one register for the verifier. */
 	asm volatile("" : "+r"(cap));
-	if (cap < 1 || bpf_skb_load_bytes(skb, 0, u->pkt, cap) < 0)
+	if (cap < 1 || bpf_skb_load_bytes(skb, 0, (void *)u + offsetof(struct upcall, pkt), cap) < 0)
 		cap = 0;
 	u->cap_len = cap;
 	bpf_ringbuf_submit(u, 0);
@@ -76,7 +82,9 @@ static __always_inline int send_upcall(struct __sk_buff *skb, const struct flow_
 {
 	if (skb->len <= UPCALL_SMALL)
 		return send_upcall_snap(skb, key, reason, cookie, UPCALL_SMALL);
-	return send_upcall_snap(skb, key, reason, cookie, UPCALL_SNAP);
+	if (skb->len <= UPCALL_SNAP || reason != UPCALL_MISS)
+		return send_upcall_snap(skb, key, reason, cookie, UPCALL_SNAP);
+	return send_upcall_snap(skb, key, reason, cookie, UPCALL_GSO);
 }
 
 #endif

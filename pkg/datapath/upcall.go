@@ -39,6 +39,9 @@ type Upcall struct {
 	Cookie  uint64 // Userspace action argument
 	Len     int    // length of the packet on the wire
 	Packet  []byte // its first bytes; shorter than Len for packets over the snapshot
+	// GSOSize is the segment size of a GSO packet (a super-packet from a
+	// sender with TSO or UDP_SEGMENT), 0 for others: see Segment.
+	GSOSize int
 }
 
 // Truncated reports whether Packet misses part of the packet (it then cannot
@@ -48,8 +51,8 @@ func (u *Upcall) Truncated() bool { return len(u.Packet) < u.Len }
 // struct upcall header (bpf/lib/upcall.h):
 //
 //	0 reason u32, 4 ifindex u32, 8 pkt_len u32, 12 cap_len u32,
-//	16 cookie u64, 24 vlan u32 (proto<<16 | tci, 0: none), 28 pad,
-//	32 key [112], 144 pkt [3072]
+//	16 cookie u64, 24 vlan u32 (proto<<16 | tci, 0: none), 28 gso_size u32,
+//	32 key [112], 144 pkt [up to 65536]
 const upcallHeader = 32 + flow.KeySize
 
 // UnmarshalBinary decodes one upcall record.
@@ -63,6 +66,7 @@ func (u *Upcall) UnmarshalBinary(b []byte) error {
 	capLen := int(binary.NativeEndian.Uint32(b[12:]))
 	u.Cookie = binary.NativeEndian.Uint64(b[16:])
 	vlan := binary.NativeEndian.Uint32(b[24:])
+	u.GSOSize = int(binary.NativeEndian.Uint32(b[28:]))
 	if err := u.Key.UnmarshalBinary(b[32:]); err != nil {
 		return err
 	}

@@ -67,3 +67,27 @@ func FuzzUpcallUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSegment feeds arbitrary frames and segment sizes to Segment: it
+// must not panic, and whatever it returns must be whole frames no longer
+// than the super-packet's headers plus gsoSize. No root.
+func FuzzSegment(f *testing.F) {
+	tcp := make([]byte, 14+20+20+3000)
+	copy(tcp[12:], []byte{0x08, 0x00, 0x45})
+	binary.BigEndian.PutUint16(tcp[16:], uint16(len(tcp)-14))
+	tcp[14+9], tcp[14+20+12] = 6, 5<<4
+	f.Add(tcp, 1448)
+	f.Add(tcp[:40], 100)
+	f.Add([]byte{1, 2, 3}, 0)
+	f.Fuzz(func(t *testing.T, b []byte, gsoSize int) {
+		segs, err := Segment(b, gsoSize)
+		if err != nil {
+			return
+		}
+		for _, s := range segs {
+			if len(s) > len(b) || len(s) > 14+4+60+60+gsoSize {
+				t.Fatalf("segment of %d bytes from %d with gso_size %d", len(s), len(b), gsoSize)
+			}
+		}
+	})
+}

@@ -51,18 +51,24 @@ func TestUpcalls(t *testing.T) {
 		t.Fatalf("upcall %+v\nkey %s", u, flow.Format(u.Key, flow.ExactMask()))
 	}
 
-	// Records come in two sizes; both carry the whole packet up to the
-	// snapshot length, and a longer packet is cut there.
+	// Records come in three sizes; a miss carries the whole packet (a
+	// larger one is a GSO packet that userspace segments).
 	for _, size := range []int{upcallSmall, upcallSmall + 1, 1514, upcallSnap, upcallSnap + 100} {
 		p := udpPkt(t, "10.0.0.1", "10.0.0.2", 1001, 3333, strings.Repeat("x", size-42))
 		if v := d.run(p, "lo"); v.verdict != tcActShot {
 			t.Fatalf("%d B: miss verdict %d", size, v.verdict)
 		}
 		u := readUpcall(t, r)
-		want := p[:min(size, upcallSnap)]
-		if u.Len != size || !bytes.Equal(u.Packet, want) || u.Truncated() != (size > upcallSnap) {
-			t.Fatalf("%d B: upcall len %d, %d bytes captured (want %d)", size, u.Len, len(u.Packet), len(want))
+		if u.Len != size || !bytes.Equal(u.Packet, p) || u.Truncated() {
+			t.Fatalf("%d B: upcall len %d, %d bytes captured (want all)", size, u.Len, len(u.Packet))
 		}
+	}
+	// A userspace action's copy (a PACKET_IN) is cut at the snapshot.
+	big := udpPkt(t, "10.0.0.1", "10.0.0.2", 1001, 3334, strings.Repeat("y", upcallSnap+100-42))
+	d.put(flow.Flow{Key: exactKeyUDP4("10.0.0.1", "10.0.0.2", 1001, 3334), Mask: flow.ExactMask(), Actions: []flow.Action{flow.Userspace{Cookie: 1}, flow.Output{Port: portOut}}})
+	d.run(big, "lo")
+	if u := readUpcall(t, r); u.Reason != UpcallAction || len(u.Packet) != upcallSnap || !u.Truncated() {
+		t.Fatalf("action upcall of %d B: %d bytes captured, want %d", len(big), len(u.Packet), upcallSnap)
 	}
 
 	// A userspace action sends a copy with its cookie; forwarding goes on.

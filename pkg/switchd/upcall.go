@@ -20,6 +20,7 @@ type slowStats struct {
 	upcalls, misses, actionUpcalls  atomic.Uint64
 	installed, installErrs, limited atomic.Uint64
 	executed, execErrs, truncated   atomic.Uint64
+	segmented                       atomic.Uint64 // GSO first packets delivered as segments
 	xlateErrs, packetIns            atomic.Uint64
 	badUpcalls                      atomic.Uint64 // ring records that did not decode
 }
@@ -253,13 +254,29 @@ func (h *upcallHandler) flush() {
 			acts, pins = x.actions, nil
 		}
 		if len(acts) > 0 {
-			if u.Truncated() {
-				s.stats.truncated.Add(1)
-			} else if err := h.eb.Add(u.Packet, u.Key.InPort, acts); err != nil {
-				s.stats.execErrs.Add(1)
-				s.log.Debug("execute", "err", err)
-			} else {
-				s.stats.executed.Add(1)
+			segs := [][]byte{u.Packet}
+			if u.GSOSize > 0 && !u.Truncated() {
+				// A GSO super-packet (a pod with TSO): no device takes
+				// it whole, so it goes out as the segments the pod's
+				// device would have sent.
+				var err error
+				if segs, err = datapath.Segment(u.Packet, u.GSOSize); err != nil {
+					s.stats.execErrs.Add(1)
+					s.log.Debug("segment", "err", err)
+					segs = nil
+				} else {
+					s.stats.segmented.Add(1)
+				}
+			}
+			for _, seg := range segs {
+				if u.Truncated() {
+					s.stats.truncated.Add(1)
+				} else if err := h.eb.Add(seg, u.Key.InPort, acts); err != nil {
+					s.stats.execErrs.Add(1)
+					s.log.Debug("execute", "err", err)
+				} else {
+					s.stats.executed.Add(1)
+				}
 			}
 		}
 		for _, pi := range pins {

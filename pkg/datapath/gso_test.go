@@ -1,0 +1,90 @@
+package datapath
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+)
+
+// TestSegment cuts TCP and UDP super-packets over IPv4 and IPv6 (and
+// behind a VLAN tag) and checks what the segments carry with gopacket:
+// the payload in order, sequence numbers, flags on the right segment,
+// lengths and checksums.
+func TestSegment(t *testing.T) {
+	data := make([]byte, 10000)
+	for i := range data {
+		data[i] = byte(i * 13)
+	}
+	for _, tc := range []struct {
+		name string
+		v6   bool
+		udp  bool
+		vlan bool
+	}{{"tcp4", false, false, false}, {"tcp6", true, false, false}, {"udp4", false, true, false}, {"udp6", true, true, false},
+		{"tcp4-vlan", false, false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ls []gopacket.SerializableLayer
+			l3 := layers.EthernetTypeIPv4
+			if tc.v6 {
+				l3 = layers.EthernetTypeIPv6
+			}
+			if tc.vlan {
+				ls = append(ls, eth(layers.EthernetTypeDot1Q), &layers.Dot1Q{VLANIdentifier: 5, Type: l3})
+			} else {
+				ls = append(ls, eth(l3))
+			}
+			proto := layers.IPProtocolTCP
+			if tc.udp {
+				proto = layers.IPProtocolUDP
+			}
+			if tc.v6 {
+				ls = append(ls, ip6(proto, "fd00::1", "fd00::2"))
+			} else {
+				ip := ip4(proto, "10.0.0.1", "10.0.0.2")
+				ip.Id = 100
+				ls = append(ls, ip)
+			}
+			if tc.udp {
+				ls = append(ls, &layers.UDP{SrcPort: 40000, DstPort: 9})
+			} else {
+				ls = append(ls, &layers.TCP{SrcPort: 40000, DstPort: 9, Seq: 1000, ACK: true, PSH: true, FIN: true, CWR: true, Window: 100,
+					Options: []layers.TCPOption{{OptionType: layers.TCPOptionKindNop}, {OptionType: layers.TCPOptionKindNop},
+						{OptionType: layers.TCPOptionKindTimestamps, OptionLength: 10, OptionData: make([]byte, 8)}}})
+			}
+			super := serialize(t, append(ls, gopacket.Payload(data))...)
+			segs, err := Segment(super, 1448)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := (len(data) + 1447) / 1448; len(segs) != want {
+				t.Fatalf("%d segments, want %d", len(segs), want)
+			}
+			var got []byte
+			for i, s := range segs {
+				checksumsOK(t, s)
+				p := decode(t, s)
+				if tcp, ok := p.Layer(layers.LayerTypeTCP).(*layers.TCP); ok {
+					last := i == len(segs)-1
+					if tcp.Seq != 1000+uint32(len(got)) || tcp.FIN != last || tcp.PSH != last || tcp.CWR != (i == 0) || !tcp.ACK {
+						t.Fatalf("segment %d: seq %d fin %v psh %v cwr %v", i, tcp.Seq, tcp.FIN, tcp.PSH, tcp.CWR)
+					}
+				}
+				if ip, ok := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ok && ip.Id != 100+uint16(i) {
+					t.Fatalf("segment %d: IP id %d", i, ip.Id)
+				}
+				if len(s) > 14+4+40+32+1448 {
+					t.Fatalf("segment %d is %d bytes", i, len(s))
+				}
+				got = append(got, p.ApplicationLayer().Payload()...)
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatal("the segments' payloads are not the super-packet's")
+			}
+		})
+	}
+	if _, err := Segment(udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, "x")[:20], 100); err == nil {
+		t.Fatal("a cut-off packet was segmented")
+	}
+}
