@@ -25,6 +25,7 @@
 #include "crc32c.h"
 #include "mpls.h"
 #include "meter.h"
+#include "pbb.h"
 
 enum exec_mode { MODE_PATH = 0, MODE_EXECUTE = 1 };
 
@@ -450,6 +451,17 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 				err = meter_remark(skb, ps, prec);
 			break;
 		}
+		case ACT_PUSH_PBB:
+			if (pbb_push(skb, ps, a->arg32) < 0)
+				return drop(DROP_PBB);
+			break;
+		case ACT_POP_PBB:
+			if (pbb_pop(skb, ps) < 0)
+				return drop(DROP_PBB);
+			break;
+		case ACT_SET_PBB_ISID:
+			err = pbb_set_isid(skb, a->arg32);
+			break;
 		case ACT_PUSH_MPLS:
 			if (mpls_push(skb, ps, a->arg16, a->arg32) < 0)
 				return drop(DROP_MPLS);

@@ -29,6 +29,8 @@ enum drop_reason {
 	DROP_SHORT_MPLS = 19,        /* MPLS label stack entry cut off */
 	DROP_MPLS = 20,              /* push/pop MPLS failed, or popped a non-MPLS packet */
 	DROP_METER = 21,             /* a meter band (or a meter being deleted) dropped it */
+	DROP_PBB = 22,               /* push/pop PBB failed */
+	DROP_SHORT_PBB = 23,         /* PBB I-TAG cut off */
 	DROP__MAX = 32,
 };
 

@@ -21,7 +21,8 @@
  *     the target link-layer option of an advertisement in arp_tha.
  *   - MPLS (eth_type 0x8847/0x8848): the top label stack entry, as on the
  *     wire (label 20 bits, TC 3, BOS 1, TTL 8), in ip_src[0]; nothing past
- *     the label stack is parsed.
+ *     the label stack is parsed. PBB (0x88e7): the I-TAG (flags, 24-bit
+ *     I-SID) in ip_src[0]; the customer frame is not parsed.
  *
  * Overlaid fields are sound for megaflows: a rule on them also matches
  * their prerequisites (eth_type, ip_proto, ICMPv6 type), and the

@@ -100,6 +100,9 @@ enum action_type {
 	ACT_COPY_TTL_OUT = 27, /* inner header's TTL → top LSE */
 	ACT_COPY_TTL_IN = 28,  /* top LSE's TTL → inner header */
 	ACT_METER = 29,       /* arg32 = meter id (meter.h) */
+	ACT_PUSH_PBB = 30,    /* arg32 = I-SID (pbb.h) */
+	ACT_POP_PBB = 31,
+	ACT_SET_PBB_ISID = 32, /* arg32 = I-SID */
 	ACT__MAX,
 };
 

@@ -349,6 +349,15 @@ static __always_inline int parse_packet(struct __sk_buff *skb, struct flow_key *
 		return parse_ipv6(data, data_end, off, key, ps);
 	case bpf_htons(ETH_P_ARP):
 		return parse_arp(data, data_end, off, key, ps);
+	case bpf_htons(0x88e7): {
+		/* PBB: the I-TAG (flags, I-SID) only, like an MPLS entry. */
+		__be32 *itag = data + off;
+
+		if ((void *)(itag + 1) > data_end)
+			return -DROP_SHORT_PBB;
+		key->ip_src[0] = *itag;
+		return 0;
+	}
 	case ETH_P_MPLS_UC_BE:
 	case ETH_P_MPLS_MC_BE: {
 		/* The top label stack entry only; what it carries is not

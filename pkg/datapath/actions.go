@@ -50,6 +50,9 @@ const (
 	actCopyTTLOut = 27
 	actCopyTTLIn  = 28
 	actMeter      = 29
+	actPushPBB    = 30
+	actPopPBB     = 31
+	actSetPBBISID = 32
 
 	outPeer    = 1 << 0
 	outIngress = 1 << 1
@@ -178,6 +181,14 @@ func (d *Datapath) compileActions(acts []flow.Action) ([]rawAction, error) {
 		case flow.Meter:
 			r[0] = actMeter
 			binary.NativeEndian.PutUint32(r[4:], a.ID)
+		case flow.PushPBB:
+			r[0] = actPushPBB
+			binary.NativeEndian.PutUint32(r[4:], a.ISID&0xffffff)
+		case flow.PopPBB:
+			r[0] = actPopPBB
+		case flow.SetPBBISID:
+			r[0] = actSetPBBISID
+			binary.NativeEndian.PutUint32(r[4:], a.ISID&0xffffff)
 		case flow.PushVLAN:
 			tpid := a.TPID
 			if tpid == 0 {
@@ -314,6 +325,12 @@ func (d *Datapath) decodeActions(raw []rawAction) []flow.Action {
 			out = append(out, flow.CopyTTLIn{})
 		case actMeter:
 			out = append(out, flow.Meter{ID: binary.NativeEndian.Uint32(r[4:])})
+		case actPushPBB:
+			out = append(out, flow.PushPBB{ISID: binary.NativeEndian.Uint32(r[4:])})
+		case actPopPBB:
+			out = append(out, flow.PopPBB{})
+		case actSetPBBISID:
+			out = append(out, flow.SetPBBISID{ISID: binary.NativeEndian.Uint32(r[4:])})
 		case actPushVLAN:
 			be := uint16(binary.NativeEndian.Uint32(r[4:]))
 			out = append(out, flow.PushVLAN{TPID: be>>8 | be<<8, TCI: binary.NativeEndian.Uint16(r[2:])})

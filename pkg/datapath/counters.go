@@ -29,6 +29,8 @@ var dropNames = []string{
 	19: "short-mpls",
 	20: "mpls-failed",
 	21: "meter",
+	22: "pbb-failed",
+	23: "short-pbb",
 }
 
 func (r DropReason) String() string {

@@ -85,6 +85,16 @@ type CopyTTLIn struct{}
 // exceeds drops it, or remarks its DSCP to a higher drop precedence.
 type Meter struct{ ID uint32 }
 
+// PushPBB encapsulates the frame in an 802.1ah I-TAG with ISID (the
+// backbone addresses start as copies of the frame's).
+type PushPBB struct{ ISID uint32 }
+
+// PopPBB removes the backbone addresses and I-TAG of a PBB frame.
+type PopPBB struct{}
+
+// SetPBBISID rewrites the I-SID of a PBB frame.
+type SetPBBISID struct{ ISID uint32 }
+
 // DecTTL decrements the IPv4 TTL or IPv6 hop limit; a packet whose TTL
 // would reach zero is dropped and counted.
 type DecTTL struct{}
@@ -140,6 +150,9 @@ func (DecMPLSTTL) isAction()  {}
 func (CopyTTLOut) isAction()  {}
 func (CopyTTLIn) isAction()   {}
 func (Meter) isAction()       {}
+func (PushPBB) isAction()     {}
+func (PopPBB) isAction()      {}
+func (SetPBBISID) isAction()  {}
 func (SetTTL) isAction()      {}
 func (PushVLAN) isAction()    {}
 func (PopVLAN) isAction()     {}
@@ -170,6 +183,9 @@ func (DecMPLSTTL) String() string   { return "dec_mpls_ttl" }
 func (CopyTTLOut) String() string   { return "copy_ttl_out" }
 func (CopyTTLIn) String() string    { return "copy_ttl_in" }
 func (a Meter) String() string      { return fmt.Sprintf("meter(%d)", a.ID) }
+func (a PushPBB) String() string    { return fmt.Sprintf("push_pbb(isid=%d)", a.ISID) }
+func (PopPBB) String() string       { return "pop_pbb" }
+func (a SetPBBISID) String() string { return fmt.Sprintf("set(pbb(isid=%d))", a.ISID) }
 
 // lseString names the fields of an MPLS label stack entry under mask.
 func lseString(lse, mask uint32) string {

@@ -37,7 +37,8 @@ const VLANCFI = 0x1000
 // SHA/THA in ArpSHA/ArpTHA; IPv4 addresses use the first 4 bytes of IPSrc/IPDst.
 // IPv6 ND keeps its target in NDTarget and the source (solicitation) or
 // target (advertisement) link-layer address in ArpSHA / ArpTHA; MPLS its
-// top label stack entry in IPSrc[0:4] (MPLSLSE / SetMPLSLSE).
+// top label stack entry in IPSrc[0:4] (MPLSLSE / SetMPLSLSE), PBB its
+// I-TAG there (flags in IPSrc[0], I-SID in IPSrc[1:4]).
 type Key struct {
 	InPort    uint32   // OpenFlow port number of the ingress port
 	TunID     uint32   // tunnel VNI

@@ -36,6 +36,11 @@ func ParsePacket(pkt []byte) (Key, error) {
 		return k, parseIPv6(pkt, off, &k)
 	case 0x0806:
 		return k, parseARP(pkt, off, &k)
+	case 0x88e7:
+		if len(pkt) < off+4 {
+			return k, errors.New("short PBB I-TAG")
+		}
+		copy(k.IPSrc[:4], pkt[off:])
 	case 0x8847, 0x8848:
 		if len(pkt) < off+4 {
 			return k, errors.New("short MPLS label stack entry")

@@ -300,13 +300,9 @@ func (p *Pipeline) checkActions(as openflow.Actions, packetOut bool) error {
 			// No port has queues: accepting set_queue and ignoring it
 			// would hide that its traffic gets no QoS class.
 			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadQueue, "set_queue:%d: ports have no queues", a.QueueID)
-		case openflow.ActionPushMPLS:
-			if a.EtherType != 0x8847 && a.EtherType != 0x8848 {
-				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadArgument, "push_mpls:0x%04x is not an MPLS EtherType", a.EtherType)
-			}
-		case openflow.ActionPushVLAN, openflow.ActionPopVLAN, openflow.ActionDecNWTTL, openflow.ActionSetNWTTL,
-			openflow.ActionPopMPLS, openflow.ActionSetMPLSTTL, openflow.ActionDecMPLSTTL, openflow.ActionCopyTTLIn,
-			openflow.ActionCopyTTLOut:
+		case openflow.ActionPushVLAN, openflow.ActionPushMPLS, openflow.ActionPushPBB, // EtherTypes: checked by the codec
+			openflow.ActionPopVLAN, openflow.ActionDecNWTTL, openflow.ActionSetNWTTL, openflow.ActionPopMPLS, openflow.ActionSetMPLSTTL, openflow.ActionDecMPLSTTL, openflow.ActionCopyTTLIn,
+			openflow.ActionCopyTTLOut, openflow.ActionPopPBB:
 		default:
 			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadType, "%s: not supported by the fast path", a)
 		}
@@ -326,7 +322,7 @@ func settable(f openflow.Field) bool {
 		openflow.FieldIPv6Src, openflow.FieldIPv6Dst, openflow.FieldTCPSrc, openflow.FieldTCPDst,
 		openflow.FieldUDPSrc, openflow.FieldUDPDst, openflow.FieldSCTPSrc, openflow.FieldSCTPDst, openflow.FieldTunnelID,
 		openflow.FieldIPv6NDTarget, openflow.FieldIPv6NDSLL, openflow.FieldIPv6NDTLL,
-		openflow.FieldMPLSLabel, openflow.FieldMPLSTC, openflow.FieldMPLSBOS:
+		openflow.FieldMPLSLabel, openflow.FieldMPLSTC, openflow.FieldMPLSBOS, openflow.FieldPBBISID:
 		return true
 	}
 	return false

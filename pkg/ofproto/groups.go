@@ -370,7 +370,8 @@ func (p *Pipeline) GroupFeatures() openflow.GroupFeaturesReply {
 		openflow.ActionTypePopVLAN, openflow.ActionTypeGroup,
 		openflow.ActionTypeSetNWTTL, openflow.ActionTypeDecNWTTL, openflow.ActionTypeSetField,
 		openflow.ActionTypeCopyTTLOut, openflow.ActionTypeCopyTTLIn, openflow.ActionTypeSetMPLSTTL,
-		openflow.ActionTypeDecMPLSTTL, openflow.ActionTypePushMPLS, openflow.ActionTypePopMPLS} {
+		openflow.ActionTypeDecMPLSTTL, openflow.ActionTypePushMPLS, openflow.ActionTypePopMPLS,
+		openflow.ActionTypePushPBB, openflow.ActionTypePopPBB} {
 		acts |= 1 << t
 	}
 	r := openflow.GroupFeaturesReply{

@@ -142,8 +142,8 @@ func TestGroupModErrorsAndDelete(t *testing.T) {
 	wantErr(t, gm(openflow.GroupAdd, 3, openflow.GroupTypeFF, bucket(t, 0, anyP, 8, "output:1")),
 		openflow.ErrTypeGroupModFailed, openflow.GroupModBadWatch)
 	wantErr(t, gm(openflow.GroupAdd, 3, openflow.GroupTypeIndirect), openflow.ErrTypeGroupModFailed, openflow.GroupModBadBucket)
-	wantErr(t, gm(openflow.GroupAdd, 3, openflow.GroupTypeAll, bucket(t, 0, anyP, anyG, "push_pbb:0x88e7")),
-		openflow.ErrTypeBadAction, openflow.BadActionBadType)
+	wantErr(t, gm(openflow.GroupAdd, 3, openflow.GroupTypeAll, bucket(t, 0, anyP, anyG, "push_pbb:0x8100")),
+		openflow.ErrTypeBadAction, openflow.BadActionBadArgument)
 	wantErr(t, gm(openflow.GroupAdd, 3, openflow.GroupTypeAll, bucket(t, 0, anyP, anyG, "set_queue:1,output:2")),
 		openflow.ErrTypeBadAction, openflow.BadActionBadQueue)
 	if acts := p.GroupFeatures().Actions[openflow.GroupTypeAll]; acts&(1<<openflow.ActionTypeSetQueue) != 0 || acts&(1<<openflow.ActionTypeSetNWTTL) == 0 {

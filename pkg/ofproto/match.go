@@ -72,7 +72,7 @@ func newFieldBits(f openflow.Field, m *words) fieldBits {
 // supported reports whether the datapath key carries field f.
 func supported(f openflow.Field) bool {
 	switch f {
-	case openflow.FieldInPhyPort, openflow.FieldPBBISID, openflow.FieldIPv6ExtHdr:
+	case openflow.FieldInPhyPort, openflow.FieldIPv6ExtHdr:
 		return false
 	}
 	return f < openflow.FieldIPv6ExtHdr
@@ -133,6 +133,8 @@ func place(k *flow.Key, meta *uint64, f openflow.Field, b []byte) bool {
 		copy(k.ArpTHA[:], b)
 	case openflow.FieldIPv6NDTarget:
 		copy(k.NDTarget[:], b)
+	case openflow.FieldPBBISID:
+		copy(k.IPSrc[1:4], b) // the I-TAG's I-SID
 	case openflow.FieldMPLSLabel, openflow.FieldMPLSTC, openflow.FieldMPLSBOS:
 		sh, bits := lseField(f)
 		k.SetMPLSLSE(k.MPLSLSE()&^(bits<<sh) | uint32(u())&bits<<sh)
@@ -217,7 +219,7 @@ type compiledMatch struct {
 // fields first.
 var matchFieldOrder = []openflow.Field{
 	openflow.FieldInPort, openflow.FieldMetadata, openflow.FieldEthType, openflow.FieldVLANVID,
-	openflow.FieldMPLSLabel, openflow.FieldMPLSBOS, openflow.FieldMPLSTC,
+	openflow.FieldMPLSLabel, openflow.FieldMPLSBOS, openflow.FieldMPLSTC, openflow.FieldPBBISID,
 	openflow.FieldIPProto, openflow.FieldARPOp, openflow.FieldTunnelID, openflow.FieldEthDst, openflow.FieldEthSrc,
 	openflow.FieldVLANPCP, openflow.FieldIPv4Dst, openflow.FieldIPv6Dst, openflow.FieldIPv4Src, openflow.FieldIPv6Src,
 	openflow.FieldTCPDst, openflow.FieldUDPDst, openflow.FieldSCTPDst, openflow.FieldICMPv4Code, openflow.FieldICMPv6Code,

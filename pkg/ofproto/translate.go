@@ -100,6 +100,7 @@ type xlate struct {
 	// mplsPushes counts entries pushed minus popped, and popLSE the
 	// entries popped, so a group bucket's can be undone (restore).
 	mplsPushes int
+	pbbPushes  int // I-TAGs pushed minus popped, idem
 	popLSE     []uint32
 	dpLSE      uint32 // the datapath's copy of the top label stack entry
 	// branchPushes is mplsPushes at the innermost save.
@@ -295,6 +296,10 @@ func (x *xlate) apply(as openflow.Actions) {
 			x.ttlTouched = true
 		case openflow.ActionSetNWTTL:
 			x.setNWTTL(a.TTL)
+		case openflow.ActionPushPBB:
+			x.pushPBB()
+		case openflow.ActionPopPBB:
+			x.popPBB()
 		case openflow.ActionPushMPLS:
 			x.pushMPLS(a.EtherType)
 		case openflow.ActionPopMPLS:
@@ -410,6 +415,46 @@ func (x *xlate) pushMPLS(ethType uint16) {
 	x.written.or(&maskEthType)
 	x.written.or(&maskLSE)
 	x.mplsPushes++
+	x.stale = true
+}
+
+// pushPBB encapsulates the frame in an 802.1ah I-TAG with I-SID 0; the
+// backbone addresses start as the frame's (a set_field on eth_dst/eth_src
+// after it rewrites them). The customer frame is payload from then on.
+func (x *xlate) pushPBB() {
+	if x.l3Unknown("push_pbb") {
+		return
+	}
+	x.commit()
+	k := &x.cur
+	*k = flow.Key{InPort: k.InPort, EthSrc: k.EthSrc, EthDst: k.EthDst, VlanTCI: k.VlanTCI, TunID: k.TunID, TunSrc: k.TunSrc,
+		TunDst: k.TunDst, TunTOS: k.TunTOS, TunTTL: k.TunTTL, TunFlags: k.TunFlags, EthType: 0x88e7}
+	x.written.or(&maskL3L4)
+	x.written.or(&maskEthType)
+	x.acts = append(x.acts, flow.PushPBB{})
+	x.dp.EthType = 0x88e7
+	x.pbbPushes++
+	x.stale = true
+}
+
+// popPBB decapsulates a PBB frame; the customer frame's addresses and
+// EtherType are not in the key (popped, as after pop_mpls).
+func (x *xlate) popPBB() {
+	x.need(&maskEthType)
+	if x.cur.EthType != 0x88e7 {
+		x.tracef(TraceNote, x.tableID, "pop_pbb ignored: not a PBB frame")
+		return
+	}
+	x.commit()
+	x.acts = append(x.acts, flow.PopPBB{})
+	k := &x.cur
+	k.EthType = 0
+	k.SetMPLSLSE(0)
+	x.dp.EthType = 0
+	x.written.or(&maskEthType)
+	x.written.or(&maskLSE)
+	x.pbbPushes--
+	x.popped = true
 	x.stale = true
 }
 
@@ -616,6 +661,17 @@ func (x *xlate) setField(o openflow.OXM) {
 			k.TpDst, m = uint16(v), maskTpDst
 			x.dirty |= dTpDst
 		}
+	case openflow.FieldPBBISID:
+		x.need(&maskEthType)
+		if k.EthType != 0x88e7 {
+			x.tracef(TraceNote, x.tableID, "set_field pbb_isid ignored: not a PBB frame")
+			return
+		}
+		var meta uint64
+		place(k, &meta, o.Field, o.Value)
+		m = fieldMask(o.Field)
+		// Emitted at once: the I-SID is written whole, whatever the frame had.
+		x.acts = append(x.acts, flow.SetPBBISID{ISID: uint32(v)})
 	case openflow.FieldMPLSLabel, openflow.FieldMPLSTC, openflow.FieldMPLSBOS:
 		x.need(&maskEthType)
 		if !mplsType(k.EthType) {
@@ -873,13 +929,14 @@ type branch struct {
 	miss    bool
 
 	mplsPushes, branchPushes, popLen   int
+	pbbPushes                          int
 	popped, ttlTouched, mplsTTLTouched bool
 }
 
 func (x *xlate) save() branch {
 	b := branch{cur: x.cur, curW: x.curW, stale: x.stale, written: x.written, dirty: x.dirty,
 		emitted: x.emitted, tpid: x.tpid, table: x.tableID, cookie: x.cookie, miss: x.miss,
-		mplsPushes: x.mplsPushes, branchPushes: x.branchPushes, popLen: len(x.popLSE), popped: x.popped,
+		mplsPushes: x.mplsPushes, branchPushes: x.branchPushes, popLen: len(x.popLSE), popped: x.popped, pbbPushes: x.pbbPushes,
 		ttlTouched: x.ttlTouched, mplsTTLTouched: x.mplsTTLTouched}
 	x.emitted = 0
 	x.branchPushes, x.ttlTouched, x.mplsTTLTouched = x.mplsPushes, false, false
@@ -914,6 +971,11 @@ func (x *xlate) restore(b branch) {
 // entries it popped are pushed back (known only for the one that was on
 // top: a deeper one makes the translation fail with errRecirc).
 func (x *xlate) undoStructure(b branch) {
+	if x.pbbPushes != b.pbbPushes && x.mplsPushes != b.mplsPushes {
+		// Which went on first is not recorded: not worth guessing.
+		x.err = errRecirc
+		return
+	}
 	for x.mplsPushes > b.mplsPushes {
 		et := uint16(0x8847)
 		if x.mplsPushes == b.mplsPushes+1 {
@@ -932,6 +994,16 @@ func (x *xlate) undoStructure(b branch) {
 		x.acts = append(x.acts, flow.PushMPLS{EthType: b.cur.EthType, LSE: lse})
 		x.mplsPushes++
 	}
+	for x.pbbPushes > b.pbbPushes {
+		x.acts = append(x.acts, flow.PopPBB{})
+		x.pbbPushes--
+	}
+	if x.pbbPushes < b.pbbPushes {
+		// The backbone addresses and I-SID of a popped I-TAG could be
+		// pushed back, but not a B-VLAN: not worth guessing.
+		x.err = errRecirc
+		return
+	}
 	x.popLSE = x.popLSE[:b.popLen]
 	x.popped = b.popped
 	x.dp.EthType = b.cur.EthType
@@ -947,7 +1019,9 @@ func (x *xlate) undoStructure(b branch) {
 type actionSet struct {
 	copyIn     bool
 	popMPLS    *openflow.ActionPopMPLS
+	popPBB     bool
 	pushMPLS   *openflow.ActionPushMPLS
+	pushPBB    bool
 	copyOut    bool
 	decMPLSTTL bool
 	setMPLSTTL *openflow.ActionSetMPLSTTL
@@ -962,7 +1036,7 @@ type actionSet struct {
 
 func (s *actionSet) empty() bool {
 	return !s.pop && s.push == nil && !s.decTTL && s.setTTL == nil && len(s.sets) == 0 && s.group == nil && s.output == nil &&
-		!s.copyIn && s.popMPLS == nil && s.pushMPLS == nil && !s.copyOut && !s.decMPLSTTL && s.setMPLSTTL == nil
+		!s.copyIn && s.popMPLS == nil && s.pushMPLS == nil && !s.popPBB && !s.pushPBB && !s.copyOut && !s.decMPLSTTL && s.setMPLSTTL == nil
 }
 
 // write merges actions into the set: one action per type, and per field
@@ -986,6 +1060,10 @@ func (s *actionSet) write(as openflow.Actions) {
 			s.popMPLS = &a
 		case openflow.ActionPushMPLS:
 			s.pushMPLS = &a
+		case openflow.ActionPopPBB:
+			s.popPBB = true
+		case openflow.ActionPushPBB:
+			s.pushPBB = true
 		case openflow.ActionDecMPLSTTL:
 			s.decMPLSTTL = true
 		case openflow.ActionSetMPLSTTL:
@@ -1021,8 +1099,14 @@ func (s *actionSet) actions() openflow.Actions {
 	if s.popMPLS != nil {
 		as = append(as, *s.popMPLS)
 	}
+	if s.popPBB {
+		as = append(as, openflow.ActionPopPBB{})
+	}
 	if s.pushMPLS != nil {
 		as = append(as, *s.pushMPLS)
+	}
+	if s.pushPBB {
+		as = append(as, openflow.ActionPushPBB{EtherType: 0x88e7})
 	}
 	if s.push != nil {
 		as = append(as, *s.push)

@@ -581,6 +581,7 @@ func ValidateActions(as Actions, m Match) error {
 			if a.EtherType != 0x88e7 {
 				return bad(ErrTypeBadAction, BadActionBadArgument, "push_pbb ethertype %#04x", a.EtherType)
 			}
+			m = m.retyped(a.EtherType)
 		case ActionSetField:
 			if err := validateSetField(a.Field, m, pushedVLAN); err != nil {
 				return err

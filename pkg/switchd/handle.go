@@ -221,9 +221,9 @@ func (s *Switch) tableFeatures() []openflow.TableFeatures {
 		insts = append(insts, openflow.TypeID{Type: t})
 	}
 	// output, copy_ttl_out/in, set/dec_mpls_ttl, push/pop_vlan,
-	// push/pop_mpls, group, set_nw_ttl, dec_nw_ttl, set_field (no
-	// set_queue: ports have no queues)
-	for _, t := range []uint16{0, 11, 12, 15, 16, 17, 18, 19, 20, 22, 23, 24, 25} {
+	// push/pop_mpls, group, set_nw_ttl, dec_nw_ttl, set_field,
+	// push/pop_pbb (no set_queue: ports have no queues)
+	for _, t := range []uint16{0, 11, 12, 15, 16, 17, 18, 19, 20, 22, 23, 24, 25, 26, 27} {
 		acts = append(acts, openflow.TypeID{Type: t})
 	}
 	// Match: a field the spec makes maskable is advertised with its mask
@@ -274,7 +274,7 @@ func tableName(i int) string {
 var supportedFields = []openflow.Field{
 	openflow.FieldInPort, openflow.FieldMetadata, openflow.FieldEthDst, openflow.FieldEthSrc,
 	openflow.FieldEthType, openflow.FieldVLANVID, openflow.FieldVLANPCP, openflow.FieldMPLSLabel,
-	openflow.FieldMPLSTC, openflow.FieldMPLSBOS, openflow.FieldIPDSCP,
+	openflow.FieldMPLSTC, openflow.FieldMPLSBOS, openflow.FieldPBBISID, openflow.FieldIPDSCP,
 	openflow.FieldIPECN, openflow.FieldIPProto, openflow.FieldIPv4Src, openflow.FieldIPv4Dst,
 	openflow.FieldTCPSrc, openflow.FieldTCPDst, openflow.FieldUDPSrc, openflow.FieldUDPDst,
 	openflow.FieldSCTPSrc, openflow.FieldSCTPDst, openflow.FieldICMPv4Type, openflow.FieldICMPv4Code,
