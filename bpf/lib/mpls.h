@@ -29,6 +29,16 @@ static __always_inline __u32 l2_len(const struct parse_state *ps)
 	return ps->vlan_in_data ? ETH_HLEN + 4 : ETH_HLEN;
 }
 
+/* ps_at records where the L3 header is after a push or pop; the L4 and ND
+ * offsets of the old headers no longer apply. */
+static __always_inline void ps_at(struct parse_state *ps, __u8 l3, __u16 off)
+{
+	ps->l3 = l3;
+	ps->l3_off = off;
+	ps->l4_off = 0;
+	ps->nd_lla_off = 0;
+}
+
 /* mpls_push puts lse (network order, computed by userspace) in front of
  * the L3 header and sets the EtherType to ethertype (0x8847/0x8848). */
 static __always_inline int mpls_push(struct __sk_buff *skb, struct parse_state *ps, __be16 ethertype, __be32 lse)
@@ -50,10 +60,7 @@ static __always_inline int mpls_push(struct __sk_buff *skb, struct parse_state *
 	if (bpf_skb_store_bytes(skb, n - 2, &ethertype, 2, BPF_F_RECOMPUTE_CSUM) < 0 ||
 	    bpf_skb_store_bytes(skb, n, &lse, 4, BPF_F_RECOMPUTE_CSUM) < 0)
 		return -1;
-	ps->l3 = L3_MPLS;
-	ps->l3_off = n;
-	ps->l4_off = 0;
-	ps->nd_lla_off = 0;
+	ps_at(ps, L3_MPLS, n);
 	return 0;
 }
 
@@ -143,9 +150,7 @@ static __always_inline int mpls_pop(struct __sk_buff *skb, struct parse_state *p
 	if (tag && bpf_skb_vlan_push(skb, tpid, tci) < 0)
 		return -1;
 	ps->vlan_in_data = 0;
-	ps->l3_off = ETH_HLEN;
-	ps->l4_off = 0;
-	ps->nd_lla_off = 0;
+	ps_at(ps, L3_NONE, ETH_HLEN);
 	return mpls_reparse(skb, ps, ethertype);
 }
 

@@ -38,10 +38,7 @@ static __always_inline int pbb_push(struct __sk_buff *skb, struct parse_state *p
 	    bpf_skb_store_bytes(skb, 0, addrs, 12, BPF_F_RECOMPUTE_CSUM) < 0 ||
 	    bpf_skb_store_bytes(skb, 12, itag, 6, BPF_F_RECOMPUTE_CSUM) < 0)
 		return -1;
-	ps->l3 = L3_NONE;
-	ps->l3_off = ETH_HLEN;
-	ps->l4_off = 0;
-	ps->nd_lla_off = 0;
+	ps_at(ps, L3_NONE, ETH_HLEN);
 	return 0;
 }
 
@@ -88,10 +85,7 @@ static __always_inline int pbb_pop(struct __sk_buff *skb, struct parse_state *ps
 	}
 	if (tag && bpf_skb_vlan_push(skb, tpid, tci) < 0)
 		return -1;
-	ps->l3 = L3_NONE;
-	ps->l3_off = ETH_HLEN;
-	ps->l4_off = 0;
-	ps->nd_lla_off = 0;
+	ps_at(ps, L3_NONE, ETH_HLEN);
 	return 0;
 }
 

@@ -71,16 +71,8 @@ func TestMPLSActions(t *testing.T) {
 		{"mpls-actions-leave-ipv4-alone", ip, []flow.Action{flow.DecMPLSTTL{}, flow.SetMPLS{LSE: 1 << 12, Mask: 0xfffff000}, flow.CopyTTLIn{}}, ip},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := d.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			d.put(inPortFlow(append(tc.acts, flow.Output{Port: portOut})...))
-			r := d.run(tc.in, "lo")
-			if r.verdict != tcActRedirect {
-				t.Fatalf("verdict %d, drops %v", r.verdict, d.drops())
-			}
-			if !bytes.Equal(r.out, tc.want) {
-				t.Fatalf("out\n got %x\nwant %x", r.out, tc.want)
+			if out := d.forward(t, tc.in, tc.acts...); !bytes.Equal(out, tc.want) {
+				t.Fatalf("out\n got %x\nwant %x", out, tc.want)
 			}
 		})
 	}
@@ -118,4 +110,20 @@ func TestMPLSPopFindsIPAgain(t *testing.T) {
 		t.Fatalf("out\n got %x\nwant %x", r.out, want)
 	}
 	checksumsOK(t, r.out)
+}
+
+// forward replaces every flow with one running acts and an output on
+// packets from portIn, runs pkt and returns what leaves (failing the test
+// unless it is forwarded).
+func (d *testDP) forward(t *testing.T, pkt []byte, acts ...flow.Action) []byte {
+	t.Helper()
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	d.put(inPortFlow(append(acts, flow.Output{Port: portOut})...))
+	r := d.run(pkt, "lo")
+	if r.verdict != tcActRedirect {
+		t.Fatalf("verdict %d, drops %v", r.verdict, d.drops())
+	}
+	return r.out
 }

@@ -64,14 +64,7 @@ func TestNDRewrites(t *testing.T) {
 			if !icmp6ChecksumOK(tc.pkt) {
 				t.Fatal("test packet's ICMPv6 checksum is wrong")
 			}
-			if err := d.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			d.put(inPortFlow(append(tc.acts, flow.Output{Port: portOut})...))
-			r := d.run(tc.pkt, "lo")
-			if r.verdict != tcActRedirect {
-				t.Fatalf("verdict %d, drops %v", r.verdict, d.drops())
-			}
+			r := runResult{out: d.forward(t, tc.pkt, tc.acts...)}
 			if got := netip.AddrFrom16([16]byte(r.out[14+40+8:])); got.String() != tc.target {
 				t.Errorf("target %v, want %s", got, tc.target)
 			}

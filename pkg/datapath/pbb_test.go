@@ -35,16 +35,8 @@ func TestPBBActions(t *testing.T) {
 		{"pop-leaves-non-pbb-alone", inner, []flow.Action{flow.PopPBB{}, flow.SetPBBISID{ISID: 1}}, inner},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := d.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			d.put(inPortFlow(append(tc.acts, flow.Output{Port: portOut})...))
-			r := d.run(tc.in, "lo")
-			if r.verdict != tcActRedirect {
-				t.Fatalf("verdict %d, drops %v", r.verdict, d.drops())
-			}
-			if !bytes.Equal(r.out, tc.want) {
-				t.Fatalf("out\n got %x\nwant %x", r.out, tc.want)
+			if out := d.forward(t, tc.in, tc.acts...); !bytes.Equal(out, tc.want) {
+				t.Fatalf("out\n got %x\nwant %x", out, tc.want)
 			}
 		})
 	}

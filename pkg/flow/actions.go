@@ -187,16 +187,20 @@ func (a PushPBB) String() string    { return fmt.Sprintf("push_pbb(isid=%d)", a.
 func (PopPBB) String() string       { return "pop_pbb" }
 func (a SetPBBISID) String() string { return fmt.Sprintf("set(pbb(isid=%d))", a.ISID) }
 
+// LSEFields are the fields of an MPLS label stack entry (as on the wire:
+// label 20 bits, TC 3, BOS 1, TTL 8), for printing.
+var LSEFields = []struct {
+	Name  string
+	Shift uint
+	Bits  uint32
+}{{"label", 12, 0xfffff}, {"tc", 9, 7}, {"bos", 8, 1}, {"ttl", 0, 0xff}}
+
 // lseString names the fields of an MPLS label stack entry under mask.
 func lseString(lse, mask uint32) string {
 	var s []string
-	for _, f := range []struct {
-		name  string
-		shift uint
-		bits  uint32
-	}{{"label", 12, 0xfffff}, {"tc", 9, 7}, {"bos", 8, 1}, {"ttl", 0, 0xff}} {
-		if mask>>f.shift&f.bits != 0 {
-			s = append(s, fmt.Sprintf("%s=%d", f.name, lse>>f.shift&f.bits))
+	for _, f := range LSEFields {
+		if mask>>f.Shift&f.Bits != 0 {
+			s = append(s, fmt.Sprintf("%s=%d", f.Name, lse>>f.Shift&f.Bits))
 		}
 	}
 	return strings.Join(s, ",")

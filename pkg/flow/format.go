@@ -84,13 +84,9 @@ func Format(k Key, m Mask) string {
 		// MPLS: the top label stack entry lives in IPSrc[0:4].
 		if lse, ml := k.MPLSLSE(), m.MPLSLSE(); ml != 0 {
 			var f []string
-			for _, x := range []struct {
-				name  string
-				shift uint
-				bits  uint32
-			}{{"label", 12, 0xfffff}, {"tc", 9, 7}, {"bos", 8, 1}, {"ttl", 0, 0xff}} {
-				if mv := ml >> x.shift & x.bits; mv != 0 {
-					f = append(f, num(x.name, uint64(lse>>x.shift&x.bits), uint64(mv), uint64(x.bits), false))
+			for _, x := range LSEFields {
+				if mv := ml >> x.Shift & x.Bits; mv != 0 {
+					f = append(f, num(x.Name, uint64(lse>>x.Shift&x.Bits), uint64(mv), uint64(x.Bits), false))
 				}
 			}
 			group("mpls", f)

@@ -402,11 +402,7 @@ func (x *xlate) pushMPLS(ethType uint16) {
 			}
 		}
 		lse = label<<12 | tc<<9 | 1<<8 | ttl
-		// The L3/L4 header is now payload: no field of it is left.
-		ethSrc, ethDst, vlan, in, tun := k.EthSrc, k.EthDst, k.VlanTCI, k.InPort, *k
-		*k = flow.Key{InPort: in, EthSrc: ethSrc, EthDst: ethDst, VlanTCI: vlan, TunID: tun.TunID, TunSrc: tun.TunSrc,
-			TunDst: tun.TunDst, TunTOS: tun.TunTOS, TunTTL: tun.TunTTL, TunFlags: tun.TunFlags}
-		x.written.or(&maskL3L4)
+		x.encapsulated()
 	}
 	x.acts = append(x.acts, flow.PushMPLS{EthType: ethType, LSE: lse})
 	k.EthType = ethType
@@ -418,6 +414,15 @@ func (x *xlate) pushMPLS(ethType uint16) {
 	x.stale = true
 }
 
+// encapsulated clears the key's L3/L4 fields: after a push the header
+// they came from is payload.
+func (x *xlate) encapsulated() {
+	k := &x.cur
+	*k = flow.Key{InPort: k.InPort, EthSrc: k.EthSrc, EthDst: k.EthDst, VlanTCI: k.VlanTCI, EthType: k.EthType, TunID: k.TunID,
+		TunSrc: k.TunSrc, TunDst: k.TunDst, TunTOS: k.TunTOS, TunTTL: k.TunTTL, TunFlags: k.TunFlags}
+	x.written.or(&maskL3L4)
+}
+
 // pushPBB encapsulates the frame in an 802.1ah I-TAG with I-SID 0; the
 // backbone addresses start as the frame's (a set_field on eth_dst/eth_src
 // after it rewrites them). The customer frame is payload from then on.
@@ -426,10 +431,8 @@ func (x *xlate) pushPBB() {
 		return
 	}
 	x.commit()
-	k := &x.cur
-	*k = flow.Key{InPort: k.InPort, EthSrc: k.EthSrc, EthDst: k.EthDst, VlanTCI: k.VlanTCI, TunID: k.TunID, TunSrc: k.TunSrc,
-		TunDst: k.TunDst, TunTOS: k.TunTOS, TunTTL: k.TunTTL, TunFlags: k.TunFlags, EthType: 0x88e7}
-	x.written.or(&maskL3L4)
+	x.encapsulated()
+	x.cur.EthType = 0x88e7
 	x.written.or(&maskEthType)
 	x.acts = append(x.acts, flow.PushPBB{})
 	x.dp.EthType = 0x88e7
@@ -447,13 +450,18 @@ func (x *xlate) popPBB() {
 	}
 	x.commit()
 	x.acts = append(x.acts, flow.PopPBB{})
-	k := &x.cur
-	k.EthType = 0
-	k.SetMPLSLSE(0)
-	x.dp.EthType = 0
+	x.pbbPushes--
+	x.poppedTo(0)
+}
+
+// poppedTo leaves the current packet with EtherType ethType after a pop:
+// what the popped header covered is not in the key (popped).
+func (x *xlate) poppedTo(ethType uint16) {
+	x.cur.EthType = ethType
+	x.cur.SetMPLSLSE(0)
+	x.dp.EthType, x.dpLSE = ethType, 0
 	x.written.or(&maskEthType)
 	x.written.or(&maskLSE)
-	x.pbbPushes--
 	x.popped = true
 	x.stale = true
 }
@@ -475,15 +483,8 @@ func (x *xlate) popMPLS(ethType uint16) {
 	}
 	x.popLSE = append(x.popLSE, lse)
 	x.acts = append(x.acts, flow.PopMPLS{EthType: ethType})
-	k := &x.cur
-	k.EthType = ethType
-	k.SetMPLSLSE(0)
-	x.dp.EthType, x.dpLSE = ethType, 0
-	x.written.or(&maskEthType)
-	x.written.or(&maskLSE)
 	x.mplsPushes--
-	x.popped = true
-	x.stale = true
+	x.poppedTo(ethType)
 }
 
 // setNWTTL sets the IPv4 TTL or IPv6 hop limit. On other packets it
