@@ -95,3 +95,17 @@ func TestGroupBucketsUndoStructureAndTTL(t *testing.T) {
 		t.Fatalf("mpls: actions %s\nwant %s\ntrace:\n%s", got, want, FormatTrace(tr.Trace))
 	}
 }
+
+// After pop_mpls to IPv4 the key holds no IP fields: a set_field on one,
+// or NORMAL after pop_pbb (customer addresses unknown), stops the
+// translation instead of acting on zeros.
+func TestActionsAfterPopNeedRecirculation(t *testing.T) {
+	p, _ := newTestPipeline(t, 3)
+	mustAdd(t, p, "in_port=1,mpls,actions=pop_mpls:0x0800,set_field:10.0.0.9->ip_dst,output:2",
+		"in_port=2,dl_type=0x88e7,actions=pop_pbb,NORMAL")
+	for _, k := range []flow.Key{mplsKey(1, 5, 0, 1, 9), {InPort: 2, EthType: 0x88e7}} {
+		if tr, err := p.Translate(k, TranslateOptions{}); !errors.Is(err, errRecirc) || !tr.NoCache {
+			t.Fatalf("in_port %d: err %v, actions %s", k.InPort, err, actions(tr))
+		}
+	}
+}

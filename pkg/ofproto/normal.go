@@ -306,6 +306,11 @@ func (p *Pipeline) MACDepsHold(deps []MACDep) bool {
 
 // normal forwards the current packet as a learning switch.
 func (x *xlate) normal() {
+	if x.l2Unknown {
+		x.tracef(TraceNote, x.tableID, "NORMAL after pop_pbb: the customer addresses are not known: drop")
+		x.err = errRecirc
+		return
+	}
 	k := &x.cur
 	x.need(&maskInPort)
 	x.need(&maskEthSrc)

@@ -124,6 +124,9 @@ type xlate struct {
 	// popped is set once pop_mpls ran: what follows the popped entry
 	// is not in the key (errRecirc).
 	popped bool
+	// l2Unknown is set once pop_pbb ran: the frame's addresses are the
+	// customer ones, not in the key (NORMAL cannot learn or look up).
+	l2Unknown bool
 
 	depth int
 	err   error
@@ -452,6 +455,7 @@ func (x *xlate) popPBB() {
 	x.acts = append(x.acts, flow.PopPBB{})
 	x.pbbPushes--
 	x.poppedTo(0)
+	x.l2Unknown = true // the customer addresses are now the frame's
 }
 
 // poppedTo leaves the current packet with EtherType ethType after a pop:
@@ -588,6 +592,14 @@ func (x *xlate) setField(o openflow.OXM) {
 	k := &x.cur
 	v := o.Uint()
 	var m words
+	switch o.Field {
+	case openflow.FieldEthSrc, openflow.FieldEthDst, openflow.FieldVLANVID, openflow.FieldVLANPCP, openflow.FieldTunnelID,
+		openflow.FieldMPLSLabel, openflow.FieldMPLSTC, openflow.FieldMPLSBOS, openflow.FieldPBBISID:
+	default:
+		if x.l3Unknown("set_field " + o.Field.String()) {
+			return
+		}
+	}
 	switch o.Field {
 	case openflow.FieldEthSrc:
 		copy(k.EthSrc[:], o.Value)
@@ -932,13 +944,14 @@ type branch struct {
 	mplsPushes, branchPushes, popLen   int
 	pbbPushes                          int
 	popped, ttlTouched, mplsTTLTouched bool
+	l2Unknown                          bool
 }
 
 func (x *xlate) save() branch {
 	b := branch{cur: x.cur, curW: x.curW, stale: x.stale, written: x.written, dirty: x.dirty,
 		emitted: x.emitted, tpid: x.tpid, table: x.tableID, cookie: x.cookie, miss: x.miss,
 		mplsPushes: x.mplsPushes, branchPushes: x.branchPushes, popLen: len(x.popLSE), popped: x.popped, pbbPushes: x.pbbPushes,
-		ttlTouched: x.ttlTouched, mplsTTLTouched: x.mplsTTLTouched}
+		ttlTouched: x.ttlTouched, mplsTTLTouched: x.mplsTTLTouched, l2Unknown: x.l2Unknown}
 	x.emitted = 0
 	x.branchPushes, x.ttlTouched, x.mplsTTLTouched = x.mplsPushes, false, false
 	return b
@@ -1006,7 +1019,7 @@ func (x *xlate) undoStructure(b branch) {
 		return
 	}
 	x.popLSE = x.popLSE[:b.popLen]
-	x.popped = b.popped
+	x.popped, x.l2Unknown = b.popped, b.l2Unknown
 	x.dp.EthType = b.cur.EthType
 	if mplsType(b.cur.EthType) {
 		x.dpLSE = b.cur.MPLSLSE()
