@@ -8,7 +8,8 @@
  *                        OpenFlow PACKET_OUT)
  *
  * One packet's way: port lookup → parse → exact-match cache → megaflow
- * search → stats → actions; a miss goes to userspace on the upcall ring.
+ * search → stats → actions; a miss goes to userspace on the upcall ring,
+ * a packet of an onloaded flow on the onload ring (lib/onload.h).
  * Everything the fast path does is decided by userspace: it replays flows,
  * it never makes policy. */
 #include "lib/common.h"
@@ -18,6 +19,7 @@
 #include "lib/megaflow.h"
 #include "lib/upcall.h"
 #include "lib/actions.h"
+#include "lib/onload.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -183,6 +185,12 @@ int nagare_port_ingress(struct __sk_buff *skb)
 	}
 
 	update_stats(fid, skb->len, key.tcp_flags);
+	switch (onload_packet(skb, &key, fe, fid)) {
+	case ONLOAD_TAKEN:
+		return TC_ACT_SHOT; /* userspace sends it on */
+	case ONLOAD_DROP:
+		return TC_ACT_SHOT; /* counted */
+	}
 	return run_actions(skb, fe, &ps, &key, MODE_PATH);
 }
 

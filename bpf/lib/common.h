@@ -21,6 +21,8 @@
 #ifndef likely
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
+/* A load the compiler must do now, once: memory another CPU or userspace writes. */
+#define READ_ONCE(x) (*(const volatile typeof(x) *)&(x))
 #endif
 
 #define ETH_P_8021Q_BE bpf_htons(ETH_P_8021Q)

@@ -31,6 +31,8 @@ enum drop_reason {
 	DROP_METER = 21,             /* a meter band (or a meter being deleted) dropped it */
 	DROP_PBB = 22,               /* push/pop PBB failed */
 	DROP_SHORT_PBB = 23,         /* PBB I-TAG cut off */
+	DROP_ONLOAD_RING_FULL = 24,  /* onloaded flow, and the onload ring had no room */
+	DROP_ONLOAD_OVERSIZE = 25,   /* onloaded flow's packet larger than ONLOAD_SNAP (GSO) while earlier ones wait in userspace */
 	DROP__MAX = 32,
 };
 

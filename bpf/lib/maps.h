@@ -16,6 +16,9 @@
  *                the exact-match cache: one array slot per hash, no locks,
  *                a copy of the actions so a hit needs no second lookup
  *   upcalls      ring buffer of misses and userspace actions
+ *   onload       ring buffer of the packets of onloaded flows
+ *   onload_seqs  [flow id] → {enqueued, done}: packets of the flow in
+ *                userspace (mmapped by userspace, which counts done)
  *   exec_actions [slot] → action list for packets userspace executes
  *   drops        [reason] → per-CPU count
  *   counters     [event] → per-CPU count (hits, misses, upcalls)
@@ -148,10 +151,13 @@ struct output_set {
 	} port[MAX_SET_PORTS];
 };
 
+/* flow_entry.flags */
+#define FLOW_ONLOAD (1 << 0) /* placement onload: packets go to userspace (onload.h) */
+
 struct flow_entry {
 	__u32 gen;        /* 0 = unused */
 	__u16 n_actions;
-	__u16 flags;
+	__u16 flags;      /* FLOW_* */
 	struct action actions[MAX_ACTIONS];
 };
 
@@ -178,6 +184,8 @@ enum counter {
 	CTR_EXECUTED = 4,     /* packets executed for userspace */
 	CTR_MASK_PROBES = 5,  /* hash map lookups done by the megaflow search */
 	CTR_EMC_INSERT = 6,   /* exact-match cache entries written */
+	CTR_ONLOAD = 10,      /* packets of onloaded flows handed to userspace */
+	CTR_ONLOAD_GSO = 11,  /* GSO packets of onloaded flows run here: too big for the ring */
 	CTR__MAX = 16,
 };
 
@@ -288,6 +296,35 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, UPCALL_RING_BYTES);
 } upcalls SEC(".maps");
+
+/* The packets of onloaded flows: a ring of their own, so a busy onloaded
+ * flow cannot crowd first packets (misses) out of the upcall ring, and
+ * userspace reads it on a thread of its own. */
+#define ONLOAD_RING_BYTES (16 << 20)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, ONLOAD_RING_BYTES);
+} onload SEC(".maps");
+
+/* Per flow id: packets handed to userspace (the fast path counts, atomic
+ * across CPUs) and packets userspace has sent on (userspace counts, in
+ * the mmapped array). While they differ, packets of that flow id are
+ * still in userspace, and a later packet must follow them there even if
+ * the flow is offloaded again, or it would overtake them (onload.h). The
+ * counts never reset: a reused flow id inherits them, still consistent. */
+struct onload_seq {
+	__u64 enq;
+	__u64 done;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DEFAULT_MAX_FLOWS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct onload_seq);
+} onload_seqs SEC(".maps");
 
 static __always_inline void count(__u32 ctr)
 {

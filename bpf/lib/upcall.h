@@ -22,6 +22,7 @@
 enum upcall_reason {
 	UPCALL_MISS = 1,   /* no cached flow */
 	UPCALL_ACTION = 2, /* a flow's userspace action */
+	UPCALL_ONLOAD = 3, /* a packet of an onloaded flow (onload ring): cookie = gen << 32 | flow id */
 };
 
 struct upcall {
@@ -48,13 +49,16 @@ struct upcall {
  * hence two sizes. */
 #define UPCALL_SMALL 256
 
-static __always_inline int send_upcall_snap(struct __sk_buff *skb, const struct flow_key *key,
-					    __u32 reason, __u64 cookie, const __u32 snap)
+/* ring_packet writes one record to ring (a ring buffer map) with up to
+ * snap bytes of the packet; with seq, it counts the record in seq->enq
+ * before userspace can see it. Returns 0, or -1 when the ring is full. */
+static __always_inline int ring_packet(void *ring, struct __sk_buff *skb, const struct flow_key *key,
+				       __u32 reason, __u64 cookie, const __u32 snap, __u64 *seq)
 {
 	struct upcall *u;
 	__u64 cap = skb->len;
 
-	u = bpf_ringbuf_reserve(&upcalls, offsetof(struct upcall, pkt) + snap, 0);
+	u = bpf_ringbuf_reserve(ring, offsetof(struct upcall, pkt) + snap, 0);
 	if (!u)
 		return -1;
 	u->reason = reason;
@@ -71,8 +75,10 @@ static __always_inline int send_upcall_snap(struct __sk_buff *skb, const struct 
 	if (cap < 1 || bpf_skb_load_bytes(skb, 0, (void *)u + offsetof(struct upcall, pkt), cap) < 0)
 		cap = 0;
 	u->cap_len = cap;
+	if (seq)
+		__sync_fetch_and_add(seq, 1);
 	bpf_ringbuf_submit(u, 0);
-	count(CTR_UPCALL);
+	count(seq ? CTR_ONLOAD : CTR_UPCALL);
 	return 0;
 }
 
@@ -81,10 +87,10 @@ static __always_inline int send_upcall(struct __sk_buff *skb, const struct flow_
 				       __u32 reason, __u64 cookie)
 {
 	if (skb->len <= UPCALL_SMALL)
-		return send_upcall_snap(skb, key, reason, cookie, UPCALL_SMALL);
+		return ring_packet(&upcalls, skb, key, reason, cookie, UPCALL_SMALL, NULL);
 	if (skb->len <= UPCALL_SNAP || reason != UPCALL_MISS)
-		return send_upcall_snap(skb, key, reason, cookie, UPCALL_SNAP);
-	return send_upcall_snap(skb, key, reason, cookie, UPCALL_GSO);
+		return ring_packet(&upcalls, skb, key, reason, cookie, UPCALL_SNAP, NULL);
+	return ring_packet(&upcalls, skb, key, reason, cookie, UPCALL_GSO, NULL);
 }
 
 #endif

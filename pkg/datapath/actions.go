@@ -359,11 +359,17 @@ func (d *Datapath) decodeActions(raw []rawAction) []flow.Action {
 	return out
 }
 
+// flow_entry.flags (bpf/lib/maps.h).
+const flowOnload = 1 << 0
+
 // encodeEntry builds a struct flow_entry.
-func encodeEntry(gen uint32, acts []rawAction) []byte {
+func encodeEntry(gen uint32, acts []rawAction, onload bool) []byte {
 	b := make([]byte, flowEntrySize)
 	binary.NativeEndian.PutUint32(b[0:], gen)
 	binary.NativeEndian.PutUint16(b[4:], uint16(len(acts)))
+	if onload {
+		binary.NativeEndian.PutUint16(b[6:], flowOnload)
+	}
 	for i, a := range acts {
 		copy(b[8+i*actionSize:], a[:])
 	}
@@ -371,8 +377,9 @@ func encodeEntry(gen uint32, acts []rawAction) []byte {
 }
 
 // decodeEntry splits a struct flow_entry.
-func decodeEntry(b []byte) (gen uint32, acts []rawAction) {
+func decodeEntry(b []byte) (gen uint32, acts []rawAction, onload bool) {
 	gen = binary.NativeEndian.Uint32(b[0:])
+	onload = binary.NativeEndian.Uint16(b[6:])&flowOnload != 0
 	n := int(binary.NativeEndian.Uint16(b[4:]))
 	if n > MaxActions {
 		n = MaxActions
@@ -381,5 +388,5 @@ func decodeEntry(b []byte) (gen uint32, acts []rawAction) {
 	for i := range acts {
 		copy(acts[i][:], b[8+i*actionSize:])
 	}
-	return gen, acts
+	return gen, acts, onload
 }

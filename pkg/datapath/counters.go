@@ -31,6 +31,8 @@ var dropNames = []string{
 	21: "meter",
 	22: "pbb-failed",
 	23: "short-pbb",
+	24: "onload-ring-full",
+	25: "onload-oversize",
 }
 
 func (r DropReason) String() string {
@@ -56,10 +58,13 @@ const (
 	DropShortMPLS      DropReason = 19
 	DropMPLS           DropReason = 20
 	DropMeter          DropReason = 21
+	DropOnloadRingFull DropReason = 24
+	DropOnloadOversize DropReason = 25
 )
 
 // counterNames lists enum counter in bpf/lib/maps.h.
-var counterNames = []string{"emc-hit", "megaflow-hit", "miss", "upcall", "executed", "mask-probe", "emc-insert"}
+var counterNames = []string{0: "emc-hit", 1: "megaflow-hit", 2: "miss", 3: "upcall", 4: "executed", 5: "mask-probe", 6: "emc-insert",
+	10: "onload", 11: "onload-gso"}
 
 // Drops returns the non-zero drop counters, summed over CPUs.
 func (d *Datapath) Drops() (map[DropReason]uint64, error) {
@@ -80,6 +85,9 @@ func (d *Datapath) Drops() (map[DropReason]uint64, error) {
 func (d *Datapath) Counters() (map[string]uint64, error) {
 	out := map[string]uint64{}
 	for i, name := range counterNames {
+		if name == "" {
+			continue
+		}
 		v, err := d.percpuSum(d.objs.Counters.Lookup, uint32(i))
 		if err != nil {
 			return nil, err

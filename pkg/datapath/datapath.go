@@ -112,6 +112,12 @@ type Datapath struct {
 	filter   map[uint32]uint32 // mask_filter counts, as written (see setFilters)
 	gen      uint32
 	nMasks   uint32
+
+	// Onload (onload.go): the mmapped onload_seqs array, and the action
+	// lists of flow generations replaced while packets of theirs were
+	// still on their way through userspace.
+	seqs    []byte
+	retired map[uint32]retiredFlow // by generation
 }
 
 type maskSlot struct {
@@ -132,6 +138,7 @@ type installed struct {
 	sets    []uint32 // output sets its actions refer to
 	filter  uint32   // filter slot index raised for this flow
 	idx     int      // its index in the DeleteBatch under way
+	onload  bool     // placement: packets executed in userspace (onload.go)
 }
 
 // Open loads the fast path for cfg.Name, reusing its pinned maps and port
@@ -161,6 +168,7 @@ func Open(cfg Config) (*Datapath, error) {
 		filter:    make(map[uint32]uint32),
 		execCache: make(map[string]uint32),
 		sets:      newOutputSetTable(),
+		retired:   make(map[uint32]retiredFlow),
 		ns:        -1,
 		slots:     make(chan uint32, execSlots),
 		nsStop:    make(chan struct{}),
@@ -196,7 +204,7 @@ func (d *Datapath) load() error {
 	if err != nil {
 		return err
 	}
-	for _, name := range []string{"megaflows", "flows", "flow_gens", "stats"} {
+	for _, name := range []string{"megaflows", "flows", "flow_gens", "stats", "onload_seqs"} {
 		spec.Maps[name].MaxEntries = uint32(d.cfg.MaxFlows)
 	}
 	for _, m := range spec.Maps {
@@ -219,12 +227,13 @@ func (d *Datapath) load() error {
 		}
 		return fmt.Errorf("datapath: loading the fast path: %w", err)
 	}
-	return nil
+	return d.mapOnloadSeqs()
 }
 
 // Close releases this process's handles. Pinned maps and port attachments
 // stay: traffic keeps flowing through the installed flows.
 func (d *Datapath) Close() error {
+	d.unmapOnloadSeqs()
 	err := d.objs.Close()
 	d.closeOnce.Do(func() { close(d.nsStop) })
 	if d.ns >= 0 {

@@ -87,7 +87,7 @@ func (d *Datapath) execute(pkt []byte, inPort uint32, actions []flow.Action, run
 	if err != nil {
 		return err
 	}
-	slot, err := d.execSlot(encodeEntry(1, raw))
+	slot, err := d.execSlot(encodeEntry(1, raw, false))
 	if err != nil {
 		return err
 	}
@@ -197,14 +197,16 @@ func (d *Datapath) NewExecBatch() (*ExecBatch, error) {
 // Add executes pkt through actions as if it arrived on inPort, now or at
 // the next Flush. pkt must stay unchanged until then.
 func (b *ExecBatch) Add(pkt []byte, inPort uint32, actions []flow.Action) error {
-	if err := checkExecuteSize(pkt); err != nil {
-		return err
-	}
 	var devs [MaxActions]int
 	n, ok := b.d.outputDevices(actions, devs[:])
 	if !ok || b.fd < 0 {
 		b.send()
-		return b.d.ExecuteLocal(pkt, inPort, actions)
+		return b.d.ExecuteLocal(pkt, inPort, actions) // checks the size BPF_PROG_RUN takes
+	}
+	// The packet socket takes frames up to the device's MTU (onloaded
+	// jumbo frames); the device refuses what is too long.
+	if len(pkt) < 14 {
+		return fmt.Errorf("datapath: execute %d bytes: %w", len(pkt), ErrPacketSize)
 	}
 	if len(b.keep)+n > execBatchMax {
 		b.send()

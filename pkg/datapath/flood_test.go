@@ -124,7 +124,7 @@ func TestOutputSetsAreReused(t *testing.T) {
 	if err := d.objs.Flows.Lookup(id, &entry); err != nil {
 		t.Fatal(err)
 	}
-	_, raw := decodeEntry(entry)
+	_, raw, _ := decodeEntry(entry)
 	sets := setsOf(raw)
 	if len(sets) != 1 {
 		t.Fatalf("live flood's actions refer to sets %v", sets)

@@ -238,10 +238,10 @@ func (d *Datapath) claim(f flow.Flow) (*installed, flowEntryBytes, error) {
 		d.releaseMask(slot, false)
 		return nil, entry, fmt.Errorf("datapath: %w (%d flows)", ErrFlowLimit, d.cfg.MaxFlows)
 	}
-	in := &installed{id: id, gen: d.nextGen(), slot: slot, key: f.Key, actions: f.Actions, sets: setsOf(raw)}
+	in := &installed{id: id, gen: d.nextGen(), slot: slot, key: f.Key, actions: f.Actions, sets: setsOf(raw), onload: f.Onload}
 	kw, mw := f.Key.Words(), d.masks[slot].mask.Words()
 	in.filter = uint32(slot)<<filterBits | filterHash(&kw, &mw, d.masks[slot].words)
-	entry = flowEntryBytes(encodeEntry(in.gen, raw))
+	entry = flowEntryBytes(encodeEntry(in.gen, raw, f.Onload))
 	d.track(mid, in)
 	return in, entry, nil
 }
@@ -325,10 +325,11 @@ func eachBatch(n int, call func(off int) (int, error), failed func(i int, err er
 	}
 }
 
-// Modify replaces the actions of an installed megaflow in place. Packets
-// see the old or the new list, never a mix (a hash map update swaps the
-// whole element). The flow gets a new generation, which retires the copies
-// of its old actions in the exact-match cache.
+// Modify replaces the actions (and the placement, f.Onload) of an
+// installed megaflow in place. Packets see the old or the new list, never
+// a mix (a hash map update swaps the whole element). The flow gets a new
+// generation, which retires the copies of its old actions in the
+// exact-match cache.
 func (d *Datapath) Modify(f flow.Flow) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -345,13 +346,14 @@ func (d *Datapath) Modify(f flow.Flow) error {
 		return err
 	}
 	gen := d.nextGen()
-	if err := d.objs.Flows.Update(in.id, encodeEntry(gen, raw), ebpf.UpdateExist); err != nil {
+	if err := d.objs.Flows.Update(in.id, encodeEntry(gen, raw, f.Onload), ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("datapath: modifying %s: %w", f, err)
 	}
+	d.retire(in)
 	if err := d.objs.FlowGens.Put(in.id, gen); err != nil {
 		return fmt.Errorf("datapath: modifying %s: %w", f, err)
 	}
-	in.gen, in.actions, in.sets = gen, f.Actions, setsOf(raw)
+	in.gen, in.actions, in.sets, in.onload = gen, f.Actions, setsOf(raw), f.Onload
 	return nil
 }
 
@@ -390,6 +392,7 @@ func (d *Datapath) deleteBatch(fs []flow.Flow, errs []error, final []Stats) {
 		// Untracked at once, so a repeat in the batch is not found again.
 		mid := makeMegaflowID(in.slot, &in.key)
 		d.untrack(mid, in)
+		d.retire(in)
 		in.idx = i
 		ins, mids, ids = append(ins, in), append(mids, mid), append(ids, in.id)
 	}
@@ -594,7 +597,7 @@ func (d *Datapath) Flows() []flow.Flow {
 	defer d.mu.Unlock()
 	out := make([]flow.Flow, 0, len(d.flows))
 	for _, in := range d.flows {
-		out = append(out, flow.Flow{Key: in.key, Mask: d.masks[in.slot].mask, Actions: in.actions})
+		out = append(out, flow.Flow{Key: in.key, Mask: d.masks[in.slot].mask, Actions: in.actions, Onload: in.onload})
 	}
 	return out
 }
@@ -623,7 +626,7 @@ func (d *Datapath) Dump() ([]FlowStats, error) {
 		if in == nil {
 			continue
 		}
-		f := FlowStats{Flow: flow.Flow{Key: in.key, Mask: d.masks[in.slot].mask, Actions: in.actions}, ID: in.id}
+		f := FlowStats{Flow: flow.Flow{Key: in.key, Mask: d.masks[in.slot].mask, Actions: in.actions, Onload: in.onload}, ID: in.id}
 		if int(in.id) < len(all) {
 			f.Stats = all[in.id] // else installed after the walk: nothing counted yet
 		}
@@ -703,7 +706,7 @@ func (d *Datapath) FlowByID(id uint32) (flow.Flow, bool) {
 		return flow.Flow{}, false
 	}
 	in := d.byID[id]
-	return flow.Flow{Key: in.key, Mask: d.masks[in.slot].mask, Actions: in.actions}, true
+	return flow.Flow{Key: in.key, Mask: d.masks[in.slot].mask, Actions: in.actions, Onload: in.onload}, true
 }
 
 // batchThreshold: below this many flows, one lookup per flow is cheaper

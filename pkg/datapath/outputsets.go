@@ -127,7 +127,7 @@ func (d *Datapath) sweepOutputSets() {
 	}
 	d.execMu.Lock()
 	for entry := range d.execCache {
-		_, raw := decodeEntry([]byte(entry))
+		_, raw, _ := decodeEntry([]byte(entry))
 		for _, i := range setsOf(raw) {
 			live[i] = true
 		}

@@ -153,7 +153,7 @@ func (d *Datapath) restore() error {
 			}
 			return err
 		}
-		gen, raw := decodeEntry(entry)
+		gen, raw, onload := decodeEntry(entry)
 		slot := int(binary.NativeEndian.Uint32(mk[:]))
 		if slot >= MaxMasks || !d.maskValid(slot) {
 			continue
@@ -162,7 +162,7 @@ func (d *Datapath) restore() error {
 		if err := key.UnmarshalBinary(mk[8:]); err != nil {
 			return err
 		}
-		in := &installed{id: id, gen: gen, slot: slot, key: key, actions: d.decodeActions(raw), sets: setsOf(raw)}
+		in := &installed{id: id, gen: gen, slot: slot, key: key, actions: d.decodeActions(raw), sets: setsOf(raw), onload: onload}
 		kw, mw := key.Words(), d.masks[slot].mask.Words()
 		in.filter = uint32(slot)<<filterBits | filterHash(&kw, &mw, d.masks[slot].words)
 		d.track(mk, in)

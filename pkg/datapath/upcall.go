@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/nagare-net/nagare/pkg/flow"
@@ -25,6 +26,8 @@ func (r UpcallReason) String() string {
 		return "miss"
 	case UpcallAction:
 		return "action"
+	case UpcallOnload:
+		return "onload"
 	}
 	return fmt.Sprintf("reason(%d)", uint32(r))
 }
@@ -113,8 +116,10 @@ func (r *UpcallReader) waiting() bool {
 }
 
 // Upcalls opens the upcall ring for reading.
-func (d *Datapath) Upcalls() (*UpcallReader, error) {
-	r, err := ringbuf.NewReader(d.objs.Upcalls)
+func (d *Datapath) Upcalls() (*UpcallReader, error) { return d.newUpcallReader(d.objs.Upcalls) }
+
+func (d *Datapath) newUpcallReader(m *ebpf.Map) (*UpcallReader, error) {
+	r, err := ringbuf.NewReader(m)
 	if err != nil {
 		return nil, err
 	}

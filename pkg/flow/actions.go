@@ -247,11 +247,13 @@ func FormatActions(acts []Action) string {
 }
 
 // Flow is one cached flow: packets whose key matches Key under Mask get
-// Actions.
+// Actions. An Onload flow's packets are classified and counted by the fast
+// path, then executed with Actions in userspace (its placement).
 type Flow struct {
 	Key     Key
 	Mask    Mask
 	Actions []Action
+	Onload  bool
 }
 
 // Normalize returns f with Key masked, so equal flows compare equal.

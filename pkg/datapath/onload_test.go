@@ -1,0 +1,169 @@
+package datapath
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nagare-net/nagare/internal/nstest"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+)
+
+// TestOnloadToRingAndBack: an onloaded flow's packet is counted and goes
+// to the onload ring, not through the actions; offloaded again while one
+// of its packets is still in userspace, the next packet follows it up;
+// once userspace has sent it on, packets take the fast path again.
+func TestOnloadToRingAndBack(t *testing.T) {
+	d := newTestDP(t)
+	f := flow.Flow{Key: flow.Key{InPort: portIn}, Mask: flow.Mask{InPort: 0xffffffff},
+		Actions: []flow.Action{flow.Output{Port: portOut}}, Onload: true}
+	id, err := d.Install(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.newUpcallReader(d.objs.Onload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1000, 2000, "onload")
+
+	res := d.run(pkt, "lo")
+	if res.verdict != tcActShot || len(res.outputs) != 0 {
+		t.Fatalf("onloaded packet: verdict %d outputs %v, want shot and no output", res.verdict, res.outputs)
+	}
+	if c := d.counters(); c["onload"] != 1 {
+		t.Fatalf("counters %v: want onload 1", c)
+	}
+	if len(d.drops()) != 0 {
+		t.Fatalf("handing a packet up counted as a drop: %v", d.drops())
+	}
+	u, err := r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := d.byID[id].gen
+	if u.Reason != UpcallOnload || uint32(u.Cookie) != id || uint32(u.Cookie>>32) != gen || string(u.Packet) != string(pkt) {
+		t.Fatalf("ring record %v cookie %#x (want id %d gen %d), %d bytes", u.Reason, u.Cookie, id, gen, len(u.Packet))
+	}
+	fs, _ := d.Dump()
+	if len(fs) != 1 || fs[0].Stats.Packets != 1 || !fs[0].Onload {
+		t.Fatalf("dump %+v: the onloaded packet must count in its flow", fs)
+	}
+	if n := d.OnloadPending(id); n != 1 {
+		t.Fatalf("pending %d, want 1", n)
+	}
+
+	// Offload again while that packet is still "in userspace".
+	f.Onload = false
+	if err := d.Modify(f); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.retired[gen]; !ok {
+		t.Fatal("the onloaded generation's actions were not kept for its packets in the ring")
+	}
+	if res := d.run(pkt, "lo"); res.verdict != tcActShot || len(res.outputs) != 0 {
+		t.Fatalf("offloaded flow with a packet in userspace: verdict %d outputs %v, want it sent up too", res.verdict, res.outputs)
+	}
+	if n := d.OnloadPending(id); n != 2 {
+		t.Fatalf("pending %d, want 2", n)
+	}
+	acts, ok := d.onloadActions(id, gen)
+	if !ok || len(acts) != 1 {
+		t.Fatalf("actions of the retired generation: %v %v", acts, ok)
+	}
+	// Userspace sends both on.
+	_, done := d.seqCounters(id)
+	atomic.AddUint64(done, 2)
+	if res := d.run(pkt, "lo"); res.verdict != tcActRedirect || len(res.outputs) != 1 || res.outputs[0].ifindex != d.ifindex["dummy0"] {
+		t.Fatalf("drained flow: verdict %d outputs %v, want the fast path's redirect", res.verdict, res.outputs)
+	}
+	d.pruneRetired()
+	if len(d.retired) != 0 {
+		t.Fatalf("retired generations kept after the drain: %v", d.retired)
+	}
+}
+
+// TestOnloadForwards: pods whose flows are onloaded reach each other
+// through the Onloader (ping, UDP, a TCP stream), and the fast path's
+// counters still see every packet.
+func TestOnloadForwards(t *testing.T) {
+	_, a, b, d := podPair(t)
+	for _, ns := range []nstest.NS{a, b} {
+		// No TSO: onloaded packets must fit the ring (as for Open
+		// vSwitch's userspace datapath).
+		if err := ns.Sh(t, "ethtool", "-K", "eth0", "tx", "off"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []flow.Flow{
+		{Key: flow.Key{InPort: 1}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{flow.Output{Port: 2}}, Onload: true},
+		{Key: flow.Key{InPort: 2}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{flow.Output{Port: 1}}, Onload: true},
+	} {
+		if err := d.Put(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := startOnloader(t, d)
+	if err := a.Sh(t, "ping", "-c", "3", "-i", "0.2", "-W", "2", "10.1.0.2"); err != nil {
+		t.Fatal(err)
+	}
+	nstest.UDPEcho(t, b, "10.1.0.2:7000")
+	if n := nstest.UDPRoundTrips(t, a, "10.1.0.2:7000", 50); n != 50 {
+		t.Fatalf("%d of 50 UDP round trips", n)
+	}
+	nstest.TCPTransfer(t, b, a, "10.1.0.2:7001", 8<<20)
+	c, _ := d.Counters()
+	fs, _ := d.Dump()
+	var pkts uint64
+	for _, f := range fs {
+		pkts += f.Stats.Packets
+	}
+	if c["onload"] < 100 || o.Stats.Packets.Load() < c["onload"]-pkts/100 || pkts < c["onload"] {
+		t.Fatalf("counters %v, onloader %d packets, flows %d packets: the onload path did not carry the traffic", c, o.Stats.Packets.Load(), pkts)
+	}
+	if dr, _ := d.Drops(); len(dr) != 0 {
+		t.Fatalf("drops %v", dr)
+	}
+}
+
+// startOnloader runs an Onloader for d until the test ends.
+func startOnloader(t *testing.T, d *Datapath) *Onloader {
+	t.Helper()
+	ready := make(chan *Onloader)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		restore, err := d.LockToNetns()
+		if err != nil {
+			t.Error(err)
+			close(ready)
+			return
+		}
+		defer restore()
+		o, err := d.NewOnloader()
+		if err != nil {
+			t.Error(err)
+			close(ready)
+			return
+		}
+		ready <- o
+		if err := o.Run(); err != nil {
+			t.Error(err)
+		}
+	}()
+	o := <-ready
+	if o == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() {
+		o.Close()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			t.Error("onloader did not stop")
+		}
+	})
+	return o
+}
