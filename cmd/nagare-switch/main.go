@@ -109,6 +109,9 @@ func run(args []string) error {
 	})
 	fs.DurationVar(&cfg.SteerPeriod, "steer-period", time.Second, "VS-extend: CPU load sampling period (/proc/stat)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this TCP address (e.g. 127.0.0.1:9475)")
+	fs.IntVar(&cfg.FastpathCapacity, "fastpath-capacity", 0, "flows the fast path runs at once, emulating a NIC or DPU flow table (0: unlimited); the rest are onloaded, the highest-rate flows hold the fast path")
+	fs.Float64Var(&cfg.PlacementHysteresis, "placement-hysteresis", 0.25, "an onloaded flow takes an offloaded one's place only when its rate is this fraction higher ...")
+	fs.Float64Var(&cfg.PlacementMinPPS, "placement-min-pps", 100, "... and at least this many packets per second higher")
 	fs.BoolVar(&destroy, "destroy", false, "remove the bridge's fast path (detach ports, delete flows and pins) and exit")
 	if err := fs.Parse(args); err != nil {
 		return err

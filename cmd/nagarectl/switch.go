@@ -19,6 +19,8 @@ import (
 //	nagarectl [--switch unix:PATH] dump-flows | dump-ports | dump-cache | show | flush-cache
 //	nagarectl [--switch unix:PATH] revalidate [--change]
 //	nagarectl [--switch unix:PATH] trace 'in_port=1,tcp,nw_dst=10.0.0.2,tp_dst=80' [--hex FRAME]
+//	nagarectl [--switch unix:PATH] placement set PORT|cookie=V[/M] offload|onload|auto
+//	nagarectl [--switch unix:PATH] placement show
 
 // switchTarget is the global --switch flag (taken out of the arguments
 // before the subcommand runs).
@@ -34,7 +36,7 @@ func init() {
 	for _, c := range []struct{ name, summary string }{
 		{"dump-flows", "the OpenFlow rules with their counters"},
 		{"dump-ports", "the switch ports with their counters"},
-		{"dump-cache", "the fast path's cached flows: masks, actions, counters"},
+		{"dump-cache", "the fast path's cached flows: masks, actions, counters, placement and rate"},
 		{"show", "switch summary: fast path, slow path and revalidator counters, drops"},
 		{"flush-cache", "delete every cached flow (they are set up again on demand)"},
 	} {
@@ -57,6 +59,17 @@ func init() {
 				return usagef("%v", err)
 			}
 			return ctlPrint(stdout, switchd.CtlRequest{Cmd: "revalidate", Change: *change})
+		}})
+	register(&command{name: "placement", summary: "where flows run: fast path (offload) or userspace (onload)",
+		usage: "nagarectl [--switch unix:PATH] placement set PORT|cookie=VALUE[/MASK] offload|onload|auto | placement show   (PORT: name or OpenFlow number)",
+		run: func(args []string, stdout, _ io.Writer) error {
+			switch {
+			case len(args) == 3 && args[0] == "set":
+				return ctlPrint(stdout, switchd.CtlRequest{Cmd: "placement-set", Target: args[1], Mode: args[2]})
+			case len(args) == 1 && args[0] == "show":
+				return ctlPrint(stdout, switchd.CtlRequest{Cmd: "placement-show"})
+			}
+			return usagef("want set TARGET MODE or show")
 		}})
 	register(&command{name: "trace", summary: "show how a packet goes through the OpenFlow tables",
 		usage: "nagarectl [--switch unix:PATH] trace PACKET [--hex FRAME]   (PACKET in ovs-ofctl match syntax, e.g. in_port=1,udp,nw_dst=10.0.0.2,tp_dst=53)",

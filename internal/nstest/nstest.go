@@ -245,8 +245,11 @@ func UDPOnce(t testing.TB, from, to NS, addr, msg string) string {
 type Stream struct {
 	total    int
 	received atomic.Int64
-	sent     chan struct{}
-	Reached  chan struct{} // closed once the stream has sent its first `at` datagrams
+	// OutOfOrder counts datagrams that arrived after a later one (each
+	// datagram carries its number).
+	OutOfOrder atomic.Int64
+	sent       chan struct{}
+	Reached    chan struct{} // closed once the stream has sent its first `at` datagrams
 }
 
 // StartUDPStream sends total datagrams, one every gap, from `from` to addr
@@ -269,9 +272,17 @@ func StartUDPStream(t testing.TB, from, to NS, addr string, total, at int, gap t
 	s := &Stream{total: total, sent: make(chan struct{}), Reached: make(chan struct{})}
 	go func() {
 		b := make([]byte, 64)
+		last := -1
 		for {
-			if _, _, err := srv.ReadFrom(b); err != nil {
+			k, _, err := srv.ReadFrom(b)
+			if err != nil {
 				return
+			}
+			if n, err := strconv.Atoi(string(b[:k])); err == nil {
+				if n < last {
+					s.OutOfOrder.Add(1)
+				}
+				last = max(last, n)
 			}
 			s.received.Add(1)
 		}

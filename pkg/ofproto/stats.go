@@ -186,3 +186,12 @@ func (p *Pipeline) TableStats() []openflow.TableStats {
 	}
 	return out
 }
+
+// Cookie returns the cookie of the rule r refers to (false for table
+// misses, groups and learning entries).
+func (r RuleRef) Cookie() (uint64, bool) {
+	if r.kind != refRule || r.rule == nil {
+		return 0, false
+	}
+	return r.rule.cookie, true
+}

@@ -7,6 +7,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/datapath"
 	"github.com/nagare-net/nagare/pkg/flow"
 	"github.com/nagare-net/nagare/pkg/ofproto"
+	"github.com/nagare-net/nagare/pkg/placement"
 )
 
 // ukey is the slow path's record of one megaflow it installed (Open
@@ -24,14 +25,20 @@ type ukey struct {
 	created time.Time
 	orphan  bool   // inherited from a previous process: no rules known
 	id      uint32 // fast-path flow id (set by flowCache.set)
+	// Placement (placement.go): where its packets are handled, what it
+	// asks for, and its packet rate as the revalidator measures it.
+	onload bool
+	mode   placement.Mode
+	meter  placement.Meter
 }
 
 // flowCache holds the ukeys of the megaflows in the fast path, indexed by
 // the fast path's flow id (ids are dense: the smallest free one is reused).
 type flowCache struct {
-	mu    sync.Mutex
-	ukeys []*ukey
-	n     int
+	mu       sync.Mutex
+	ukeys    []*ukey
+	n        int
+	onloaded int // ukeys with onload set
 }
 
 func newFlowCache() *flowCache { return &flowCache{} }
@@ -54,8 +61,13 @@ func (c *flowCache) set(id uint32, uk *ukey) {
 	if int(id) >= len(c.ukeys) {
 		c.ukeys = append(c.ukeys, make([]*ukey, int(id)+1-len(c.ukeys))...)
 	}
-	if c.ukeys[id] == nil {
+	if old := c.ukeys[id]; old == nil {
 		c.n++
+	} else if old.onload {
+		c.onloaded--
+	}
+	if uk.onload {
+		c.onloaded++
 	}
 	uk.id = id
 	c.ukeys[id] = uk
@@ -63,8 +75,23 @@ func (c *flowCache) set(id uint32, uk *ukey) {
 
 func (c *flowCache) del(id uint32) {
 	if int(id) < len(c.ukeys) && c.ukeys[id] != nil {
+		if c.ukeys[id].onload {
+			c.onloaded--
+		}
 		c.ukeys[id] = nil
 		c.n--
+	}
+}
+
+// setOnload records a placement change of a cached flow.
+func (c *flowCache) setOnload(uk *ukey, onload bool) {
+	if uk.onload != onload {
+		if onload {
+			c.onloaded++
+		} else {
+			c.onloaded--
+		}
+		uk.onload = onload
 	}
 }
 
@@ -80,7 +107,7 @@ func (c *flowCache) adopt(dp *datapath.Datapath) error {
 	defer c.mu.Unlock()
 	for _, f := range fs {
 		c.set(f.ID, &ukey{packet: f.Key, mask: f.Mask, actions: f.Actions, created: time.Now(), orphan: true,
-			packets: f.Stats.Packets, bytes: f.Stats.Bytes})
+			packets: f.Stats.Packets, bytes: f.Stats.Bytes, onload: f.Onload})
 	}
 	return nil
 }
@@ -92,6 +119,13 @@ func (s *Switch) flushCache() error {
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
 	err := s.dp.Flush()
-	s.cache.ukeys, s.cache.n = nil, 0
+	s.cache.ukeys, s.cache.n, s.cache.onloaded = nil, 0, 0
 	return err
+}
+
+// offloaded is the number of cached flows in the fast path.
+func (c *flowCache) offloaded() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n - c.onloaded
 }

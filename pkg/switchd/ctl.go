@@ -14,6 +14,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/flow"
 	"github.com/nagare-net/nagare/pkg/ofproto"
 	"github.com/nagare-net/nagare/pkg/openflow"
+	"github.com/nagare-net/nagare/pkg/placement"
 )
 
 // The control protocol nagarectl speaks on the same Unix socket as
@@ -39,6 +40,8 @@ type CtlRequest struct {
 	Workload uint32 `json:"workload,omitempty"`
 	Tenant   uint32 `json:"tenant,omitempty"`
 	PinCPU   uint32 `json:"pin_cpu,omitempty"`
+	Target   string `json:"target,omitempty"` // placement-set: a port (name or number) or cookie=V[/M]
+	Mode     string `json:"mode,omitempty"`   // placement-set: offload, onload or auto
 }
 
 // CtlResponse is the answer: text lines for people, Data for programs.
@@ -192,6 +195,15 @@ func (s *Switch) controlDo(req CtlRequest) ([]string, any, error) {
 			map[string]any{"flows": st.LastFlows, "duration_ns": st.LastDuration.Nanoseconds(), "wall_ns": time.Since(start).Nanoseconds()}, nil
 	case "steering-show", "steering-add", "steering-del", "steering-pin":
 		return s.steeringControl(req)
+	case "placement-set":
+		line, err := s.setPlacement(req.Target, req.Mode)
+		if err != nil {
+			return nil, nil, err
+		}
+		return []string{line}, nil, nil
+	case "placement-show":
+		st := s.placementStats()
+		return append([]string{placementSummary(st)}, s.placementLines()...), st, nil
 	case "flush-cache":
 		n := s.cache.len()
 		if err := s.flushCache(); err != nil {
@@ -199,7 +211,7 @@ func (s *Switch) controlDo(req CtlRequest) ([]string, any, error) {
 		}
 		return []string{fmt.Sprintf("deleted %d cached flows", n)}, nil, nil
 	}
-	return nil, nil, fmt.Errorf("unknown command %q (port-add, port-del, list-ports, dump-ports, dump-flows, dump-cache, trace, show, revalidate, flush-cache, steering-show, steering-add, steering-del, steering-pin)", req.Cmd)
+	return nil, nil, fmt.Errorf("unknown command %q (port-add, port-del, list-ports, dump-ports, dump-flows, dump-cache, trace, show, revalidate, flush-cache, steering-show, steering-add, steering-del, steering-pin, placement-set, placement-show)", req.Cmd)
 }
 
 func (s *Switch) dumpPorts() ([]string, any, error) {
@@ -278,7 +290,21 @@ func (s *Switch) dumpCache() ([]string, any, error) {
 	sort.Slice(fs, func(i, j int) bool { return fs[i].Stats.Packets > fs[j].Stats.Packets })
 	now := time.Now()
 	var lines []string
+	out := make([]CachedFlow, 0, len(fs))
+	s.cache.mu.Lock()
 	for _, f := range fs {
+		cf := CachedFlow{Flow: flow.Format(f.Key, f.Mask), Actions: flow.FormatActions(f.Actions), Packets: f.Stats.Packets, Bytes: f.Stats.Bytes,
+			Placement: "offload", Mode: placement.Auto}
+		if f.Onload {
+			cf.Placement = "onload"
+		}
+		if uk := s.cache.get(f.ID); uk != nil {
+			cf.Mode, cf.Rate = uk.mode, uk.meter.Rate
+		}
+		out = append(out, cf)
+	}
+	s.cache.mu.Unlock()
+	for i, f := range fs {
 		used := "never"
 		if !f.Stats.Used.IsZero() {
 			used = fmt.Sprintf("%.3fs", now.Sub(f.Stats.Used).Seconds())
@@ -287,10 +313,31 @@ func (s *Switch) dumpCache() ([]string, any, error) {
 		if f.Stats.TCPFlags != 0 {
 			flags = fmt.Sprintf(", tcp_flags:0x%03x", f.Stats.TCPFlags)
 		}
-		lines = append(lines, fmt.Sprintf("%s, packets:%d, bytes:%d, used:%s%s, actions:%s",
-			flow.Format(f.Key, f.Mask), f.Stats.Packets, f.Stats.Bytes, used, flags, flow.FormatActions(f.Actions)))
+		cf := &out[i]
+		lines = append(lines, fmt.Sprintf("%s, packets:%d, bytes:%d, used:%s%s, placement:%s(%s), rate:%.0fpps, actions:%s",
+			cf.Flow, f.Stats.Packets, f.Stats.Bytes, used, flags, cf.Placement, cf.Mode, cf.Rate, cf.Actions))
 	}
-	return lines, nil, nil
+	return lines, out, nil
+}
+
+// CachedFlow is one cached flow as dump-cache reports it to programs.
+type CachedFlow struct {
+	Flow      string         `json:"flow"`
+	Actions   string         `json:"actions"`
+	Packets   uint64         `json:"packets"`
+	Bytes     uint64         `json:"bytes"`
+	Placement string         `json:"placement"` // offload or onload: where its packets are handled now
+	Mode      placement.Mode `json:"mode"`      // what it asks for (auto, offload, onload)
+	Rate      float64        `json:"rate_pps"`  // measured by the revalidator
+}
+
+func placementSummary(st PlacementStats) string {
+	capacity := "unlimited"
+	if st.Capacity > 0 {
+		capacity = fmt.Sprint(st.Capacity)
+	}
+	return fmt.Sprintf("placement: fast-path capacity %s, offloaded %d, onloaded %d, moved to the fast path %d, to userspace %d; onload path: packets %d, bytes %d, batches %d, failed %d, unknown flow %d",
+		capacity, st.Offloaded, st.Onloaded, st.ToFast, st.ToSlow, st.OnloadPackets, st.OnloadBytes, st.OnloadBatches, st.OnloadFailed, st.OnloadUnknown)
 }
 
 func (s *Switch) show() ([]string, any, error) {
@@ -315,6 +362,7 @@ func (s *Switch) show() ([]string, any, error) {
 			st.executed.Load(), st.execErrs.Load(), st.segmented.Load(), st.truncated.Load(), st.xlateErrs.Load(), st.packetIns.Load(), st.badUpcalls.Load()),
 		fmt.Sprintf("revalidator: %d rounds, last %v over %d flows (max %v), idle-deleted %d, stale-deleted %d, modified %d, revalidated %d, kept after MAC learning without translating %d, rules expired %d",
 			rv.Rounds, rv.LastDuration, rv.LastFlows, rv.MaxDuration, rv.IdleDeleted, rv.StaleDeleted, rv.Modified, rv.Revalidated, rv.MACSkipped, rv.RulesExpired),
+		placementSummary(s.placementStats()),
 		fmt.Sprintf("mac table: %d entries (max %d, %d per port), learned %d, moved %d, aged %d, evicted: port over budget %d, table full %d (of another port's %d)",
 			ms.Entries, ms.Max, ms.PerPort, ms.Learned, ms.Moved, ms.Aged, ms.EvictedPort, ms.EvictedFull, ms.EvictedVictims),
 	}
@@ -324,7 +372,8 @@ func (s *Switch) show() ([]string, any, error) {
 	}
 	sort.Strings(reasons)
 	lines = append(lines, "drops: "+strings.Join(reasons, " "))
-	data := map[string]any{"counters": c, "revalidator": rv, "mac_table": ms, "cached_flows": s.cache.len(), "installed": st.installed.Load()}
+	data := map[string]any{"counters": c, "revalidator": rv, "mac_table": ms, "cached_flows": s.cache.len(), "installed": st.installed.Load(),
+		"placement": s.placementStats()}
 	return lines, data, nil
 }
 

@@ -151,6 +151,7 @@ func (r *revalidator) roundOf(all bool) {
 				continue
 			}
 			st := &stats[i]
+			uk.meter.Sample(st.Packets, start)
 			if st.Packets > uk.packets {
 				dp, db := st.Packets-uk.packets, st.Bytes-uk.bytes
 				uk.packets, uk.bytes = st.Packets, st.Bytes
@@ -185,7 +186,7 @@ func (r *revalidator) roundOf(all bool) {
 		s.cache.mu.Lock()
 		for _, id := range missing {
 			if f, ok := s.dp.FlowByID(id); ok && s.cache.get(id) == nil {
-				s.cache.set(id, &ukey{packet: f.Key, mask: f.Mask, actions: f.Actions, created: start, orphan: true})
+				s.cache.set(id, &ukey{packet: f.Key, mask: f.Mask, actions: f.Actions, created: start, orphan: true, onload: f.Onload})
 			}
 		}
 		s.cache.mu.Unlock()
@@ -232,6 +233,7 @@ func (r *revalidator) roundOf(all bool) {
 	}
 	wg.Wait()
 	r.deleteAll(deletes)
+	r.place()
 	dur := time.Since(start)
 	r.mu.Lock()
 	r.lastVersion = version
@@ -265,7 +267,7 @@ func (r *revalidator) check(uk *ukey, version uint64) verdict {
 	if actionsEqual(x.actions, uk.actions) {
 		return verdictKeep
 	}
-	if err := s.dp.Modify(flow.Flow{Key: uk.packet.And(uk.mask), Mask: uk.mask, Actions: x.actions}); err != nil {
+	if err := s.dp.Modify(flow.Flow{Key: uk.packet.And(uk.mask), Mask: uk.mask, Actions: x.actions, Onload: uk.onload}); err != nil {
 		return verdictDelete
 	}
 	uk.actions = x.actions

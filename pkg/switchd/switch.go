@@ -84,6 +84,14 @@ type Config struct {
 	// MetricsAddr serves Prometheus /metrics over TCP ("127.0.0.1:9475");
 	// empty: none.
 	MetricsAddr string
+	// FastpathCapacity is the most flows offloaded at once (a NIC or DPU
+	// flow table); 0 is unlimited. The rest are onloaded (placement.go).
+	FastpathCapacity int
+	// PlacementHysteresis and PlacementMinPPS: an onloaded flow takes an
+	// offloaded one's place only when its rate is higher by this fraction
+	// and by this many packets per second (placement.Policy).
+	PlacementHysteresis float64
+	PlacementMinPPS     float64
 }
 
 func (c *Config) setDefaults() error {
@@ -133,6 +141,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.SteerPeriod == 0 {
 		c.SteerPeriod = time.Second
+	}
+	if c.FastpathCapacity < 0 || c.PlacementHysteresis < 0 || c.PlacementMinPPS < 0 {
+		return errors.New("switchd: fast-path capacity and placement thresholds must not be negative")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -197,6 +208,8 @@ type Switch struct {
 	cache     *flowCache
 	stats     slowStats
 	rv        *revalidator
+	place     *placements
+	onloader  atomic.Pointer[datapath.Onloader] // set once the onload loop runs
 
 	lock      *os.File // flock on cfg.LockFile(), held until Close or Destroy
 	listeners []net.Listener
@@ -303,6 +316,7 @@ func New(cfg Config) (*Switch, error) {
 	s.numTables = len(s.pl.TableStats())
 	s.ports = newPortTable(s)
 	s.cache = newFlowCache()
+	s.place = newPlacements(&s.cfg)
 	s.rv = newRevalidator(s)
 	if err := s.ports.restore(); err != nil {
 		s.Close()
@@ -356,9 +370,10 @@ func (s *Switch) Run(ctx context.Context) error {
 		s.stopListeners()
 		return err
 	}
-	s.wg.Add(4)
+	s.wg.Add(5)
 	go func() { defer s.wg.Done(); s.runSteering(ctx) }()
 	go func() { defer s.wg.Done(); s.upcallLoop(ctx) }()
+	go func() { defer s.wg.Done(); s.onloadLoop(ctx) }()
 	go func() { defer s.wg.Done(); s.rv.run(ctx) }()
 	go func() { defer s.wg.Done(); s.ports.watch(ctx) }()
 	<-ctx.Done()

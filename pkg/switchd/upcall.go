@@ -13,6 +13,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/flow"
 	"github.com/nagare-net/nagare/pkg/ofproto"
 	"github.com/nagare-net/nagare/pkg/openflow"
+	"github.com/nagare-net/nagare/pkg/placement"
 )
 
 // slowStats are the slow path's counters (nagarectl show).
@@ -154,7 +155,8 @@ type upcallHandler struct {
 type miss struct {
 	u       *datapath.Upcall
 	x       *xlate
-	install int // index in flows, or -1
+	install int            // index in flows, or -1
+	mode    placement.Mode // the placement it asks for
 }
 
 func newUpcallHandler(s *Switch, eb *datapath.ExecBatch) *upcallHandler {
@@ -166,8 +168,11 @@ func newUpcallHandler(s *Switch, eb *datapath.ExecBatch) *upcallHandler {
 // install the flows together, then execute the packets in order.
 func (h *upcallHandler) handle(ups []datapath.Upcall) {
 	s := h.s
+	s.place.seats.Lock() // admissions below count on the seats taken now
+	defer s.place.seats.Unlock()
 	h.misses, h.flows = h.misses[:0], h.flows[:0]
 	room := s.cfg.FlowLimit - s.cache.len()
+	offloaded := s.cache.offloaded()
 	for i := range ups {
 		u := &ups[i]
 		s.stats.upcalls.Add(1)
@@ -178,6 +183,7 @@ func (h *upcallHandler) handle(ups []datapath.Upcall) {
 			s.stats.actionUpcalls.Add(1)
 			h.flush() // keep the packets in order
 			room = s.cfg.FlowLimit - s.cache.len()
+			offloaded = s.cache.offloaded()
 			s.handleActionUpcall(u)
 			continue
 		default:
@@ -197,7 +203,12 @@ func (h *upcallHandler) handle(ups []datapath.Upcall) {
 					mask = exactMask
 				}
 				m.install = len(h.flows)
-				h.flows = append(h.flows, flow.Flow{Key: u.Key.And(mask), Mask: mask, Actions: x.actions})
+				m.mode = s.place.resolve(u.Key.InPort, x.Rules)
+				onload := !s.place.policy.Admit(m.mode, offloaded)
+				if !onload {
+					offloaded++
+				}
+				h.flows = append(h.flows, flow.Flow{Key: u.Key.And(mask), Mask: mask, Actions: x.actions, Onload: onload})
 			} else {
 				s.stats.limited.Add(1)
 			}
@@ -226,7 +237,8 @@ func (h *upcallHandler) flush() {
 			switch err := h.errs[m.install]; {
 			case err == nil:
 				s.stats.installed.Add(1)
-				s.cache.set(h.ids[m.install], &ukey{packet: m.u.Key, mask: f.Mask, actions: m.x.actions, rules: m.x.Rules, macDeps: m.x.MACDeps, version: m.x.version, created: now})
+				s.cache.set(h.ids[m.install], &ukey{packet: m.u.Key, mask: f.Mask, actions: m.x.actions, rules: m.x.Rules, macDeps: m.x.MACDeps, version: m.x.version, created: now,
+					onload: f.Onload, mode: m.mode})
 			case errors.Is(err, datapath.ErrFlowExists):
 				// Another packet of the same megaflow got there first.
 			default:
