@@ -16,7 +16,7 @@ import (
 
 // podPair builds node N with pods A (10.1.0.1) and B (10.1.0.2) attached to
 // a fast-path instance in N as ports 1 and 2.
-func podPair(t *testing.T) (n, a, b nstest.NS, d *Datapath) {
+func podPair(t testing.TB) (n, a, b nstest.NS, d *Datapath) {
 	n, a, b = nstest.New(t, "node"), nstest.New(t, "a"), nstest.New(t, "b")
 	nstest.Veth(t, a, "eth0", n, "va", 1500)
 	nstest.Veth(t, b, "eth0", n, "vb", 1500)

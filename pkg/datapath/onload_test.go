@@ -129,7 +129,7 @@ func TestOnloadForwards(t *testing.T) {
 }
 
 // startOnloader runs an Onloader for d until the test ends.
-func startOnloader(t *testing.T, d *Datapath) *Onloader {
+func startOnloader(t testing.TB, d *Datapath) *Onloader {
 	t.Helper()
 	ready := make(chan *Onloader)
 	stopped := make(chan struct{})
@@ -166,4 +166,85 @@ func startOnloader(t *testing.T, d *Datapath) *Onloader {
 		}
 	})
 	return o
+}
+
+// BenchmarkPlacementSwap measures how long a placement change takes to
+// show on the wire, under a UDP stream between two pods (its rate: stream-pps):
+// to-onload is Modify(Onload) until the Onloader has sent the flow's first
+// packet; to-offload is Modify(offload) until a packet of the flow is
+// counted by the fast path without being handed up (the packets still in
+// userspace drained first). Both include the wait for the stream's next
+// packet (1/stream-pps on average).
+func BenchmarkPlacementSwap(b *testing.B) {
+	_, a, bb, d := podPair(b)
+	for _, ns := range []nstest.NS{a, bb} {
+		if err := ns.Sh(b, "ethtool", "-K", "eth0", "tx", "off"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f := flow.Flow{Key: flow.Key{InPort: 1}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{flow.Output{Port: 2}}}
+	id, err := d.Install(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := d.Put(flow.Flow{Key: flow.Key{InPort: 2}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{flow.Output{Port: 1}}}); err != nil {
+		b.Fatal(err)
+	}
+	o := startOnloader(b, d)
+	s := nstest.StartUDPStream(b, a, bb, "10.1.0.2:7400", 1<<30, 0, 10*time.Microsecond)
+	<-s.Reached
+	onloadCtr := func() uint64 {
+		v, err := d.percpuSum(d.objs.Counters.Lookup, 10)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return v
+	}
+	var toOnload, toOffload time.Duration
+	st0, _ := d.readStats(id)
+	began := time.Now()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		before := o.Stats.Packets.Load()
+		f.Onload = true
+		start := time.Now()
+		if err := d.Modify(f); err != nil {
+			b.Fatal(err)
+		}
+		for o.Stats.Packets.Load() == before {
+			if time.Since(start) > 5*time.Second {
+				b.Fatal("no packet through the onload path")
+			}
+		}
+		toOnload += time.Since(start)
+
+		f.Onload = false
+		start = time.Now()
+		if err := d.Modify(f); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			if time.Since(start) > 5*time.Second {
+				b.Fatal("no packet through the fast path")
+			}
+			if d.OnloadPending(id) != 0 {
+				continue
+			}
+			// Nothing in userspace: the flow's next packet counted
+			// without the onload counter moving took the fast path.
+			c0 := onloadCtr()
+			p0, _ := d.readStats(id)
+			for p, _ := d.readStats(id); p.Packets == p0.Packets; p, _ = d.readStats(id) {
+			}
+			if onloadCtr() == c0 {
+				break
+			}
+		}
+		toOffload += time.Since(start)
+	}
+	b.StopTimer()
+	st1, _ := d.readStats(id)
+	b.ReportMetric(float64(st1.Packets-st0.Packets)/time.Since(began).Seconds(), "stream-pps")
+	b.ReportMetric(float64(toOnload.Microseconds())/float64(b.N), "µs-to-onload")
+	b.ReportMetric(float64(toOffload.Microseconds())/float64(b.N), "µs-to-offload")
 }

@@ -32,9 +32,15 @@ import (
 // not; and it shows the fast path under a plain L2 table, so the agent's
 // pipeline can be compared with it in the same run.
 type nagareSwitchPlane struct {
-	exe string
-	sws []*nagareSwitch // one per node with pods, in NodesWithPods order
-	fs  *nagareSwitch   // the switch of the flow-setup measurements
+	// placement "onload" onloads every pod port; capacity > 0 runs with
+	// --fastpath-capacity (flows beyond it onloaded by rate). Either way
+	// the pods send without TSO, as for ovs-netdev: onloaded packets must
+	// fit the onload ring.
+	placement string
+	capacity  int
+	exe       string
+	sws       []*nagareSwitch // one per node with pods, in NodesWithPods order
+	fs        *nagareSwitch   // the switch of the flow-setup measurements
 	// extraArgs adds arguments to a node's switch command line (the
 	// steering planes' --steer-dev).
 	extraArgs func(*nagareSwitch) []string
@@ -58,15 +64,44 @@ type nagareSwitch struct {
 // Tests replace it with a freshly built binary.
 var NagareSwitchBinary = func() (string, error) { return nagareBinary("nagare-switch") }
 
-func init() { RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{} }) }
+func init() {
+	RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{} })
+	RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{placement: "onload"} })
+	RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{capacity: 1} })
+}
 
-func (*nagareSwitchPlane) Name() string { return "nagare-switch" }
+func (p *nagareSwitchPlane) Name() string {
+	switch {
+	case p.placement != "":
+		return "nagare-switch-" + p.placement
+	case p.capacity > 0:
+		return "nagare-switch-auto"
+	}
+	return "nagare-switch"
+}
 
-func (*nagareSwitchPlane) Description() string {
+func (p *nagareSwitchPlane) Description() string {
+	switch {
+	case p.placement != "":
+		return "nagare-switch, every pod port onloaded: packets classified by the fast path, executed in userspace (batched ring + sendmmsg); pods tx-csum off"
+	case p.capacity > 0:
+		return fmt.Sprintf("nagare-switch with --fastpath-capacity %d: the highest-rate flows offloaded, the rest onloaded; pods tx-csum off", p.capacity)
+	}
 	return "nagare-switch daemon per node (OpenFlow 1.3 via ovs-ofctl, eBPF fast path; NORMAL on one node, per-MAC flows + VXLAN tunnel ports across nodes)"
 }
 
-func (*nagareSwitchPlane) Scope() Scope { return ScopeIntraNode | ScopeInterNode }
+// txOff: onloading planes turn the pods' TSO off (see placement).
+func (p *nagareSwitchPlane) txOff() bool { return p.placement != "" || p.capacity > 0 }
+
+// Scope: the placement variants are measured on one node (their peer,
+// ovs-netdev, is intra-node only; onload across VXLAN is untested in the
+// lab).
+func (p *nagareSwitchPlane) Scope() Scope {
+	if p.txOff() {
+		return ScopeIntraNode
+	}
+	return ScopeIntraNode | ScopeInterNode
+}
 
 func (*nagareSwitchPlane) Available() error {
 	if err := fastPathAvailable("nagare-switch"); err != nil {
@@ -105,7 +140,7 @@ func (p *nagareSwitchPlane) Setup(ctx context.Context, t *Topology) error {
 			if multi {
 				mtu = VXLANPodMTU
 			}
-			if err := t.AddPodLink(ctx, pod, PodLinkOptions{MTU: mtu}); err != nil {
+			if err := t.AddPodLink(ctx, pod, PodLinkOptions{MTU: mtu, TxOff: p.txOff()}); err != nil {
 				return err
 			}
 			sw.ports[pod] = uint32(i + 1)
@@ -157,6 +192,9 @@ func (p *nagareSwitchPlane) start(ctx context.Context, t *Topology, sw *nagareSw
 	if p.extraArgs != nil {
 		args = append(args, p.extraArgs(sw)...)
 	}
+	if p.capacity > 0 {
+		args = append(args, "--fastpath-capacity", strconv.Itoa(p.capacity))
+	}
 	if limit > 0 {
 		n := strconv.Itoa(limit)
 		args = append(args, "--disable-megaflows", "--max-flows", n, "--flow-limit", n, "--idle-timeout", "1h")
@@ -179,6 +217,14 @@ func (p *nagareSwitchPlane) start(ctx context.Context, t *Topology, sw *nagareSw
 			return fmt.Errorf("nagare-switch on %s: tunnel port to %s: %w", sw.node.Name, m.Name, err)
 		}
 		sw.eps[m] = no
+	}
+	if p.placement != "" {
+		for _, pod := range t.NodePods(sw.node) {
+			t.Sh.logf("# %s: control placement-set %s %s", sw.bridge, pod.HostIf, p.placement)
+			if _, err := sw.ctl(ctx, switchd.CtlRequest{Cmd: "placement-set", Target: pod.HostIf, Mode: p.placement}); err != nil {
+				return fmt.Errorf("nagare-switch on %s: %w", sw.node.Name, err)
+			}
+		}
 	}
 	return p.program(ctx, t, sw, nil)
 }
