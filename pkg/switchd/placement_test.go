@@ -400,3 +400,63 @@ func TestFastpathCapacity(t *testing.T) {
 		t.Logf("port %d: %s at %.0f pps", p, f.Placement, f.Rate)
 	}
 }
+
+// TestOnloadedPacketInAndRevalidation: an onloaded flow that rewrites and
+// sends to the controller gives the controller the rewritten packet (the
+// Onloader runs the userspace action like the fast path would); after a
+// table change the revalidator gives the flow its new actions and it stays
+// onloaded.
+func TestOnloadedPacketInAndRevalidation(t *testing.T) {
+	ts := startSwitch(t, 2, nil)
+	ts.setPlacement("v1", "onload")
+	c := dialController(t, ts.Sock)
+	ts.ofctl("add-flow", "cookie=0x7,priority=10,udp,in_port=1,actions=set_field:10.9.9.9->ip_dst,set_field:7777->udp_dst,controller,output:2")
+	ts.ofctl("add-flow", "priority=0,actions=NORMAL")
+	if err := ts.Pods[0].Sh(t, "ip", "neigh", "replace", podIP(2), "lladdr", podMAC(2), "dev", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	var conn net.Conn
+	var err error
+	ts.Pods[0].In(t, func() { conn, err = net.Dial("udp4", podIP(2)+":5000") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	before := ts.placementStats().OnloadPackets
+	for i, what := range []string{"first packet", "onloaded 1", "onloaded 2"} {
+		if _, err := conn.Write([]byte(what)); err != nil {
+			t.Fatal(err)
+		}
+		pi := c.waitPacketIn(t, 10*time.Second)
+		if !strings.Contains(string(pi.Data), what) || pi.Cookie != 0x7 {
+			t.Fatalf("PACKET_IN %d: cookie %#x data %q, want %q", i, pi.Cookie, pi.Data, what)
+		}
+		if !strings.Contains(string(pi.Data), string([]byte{10, 9, 9, 9})) {
+			t.Fatalf("PACKET_IN %d: not rewritten: % x", i, pi.Data)
+		}
+	}
+	if n := ts.placementStats().OnloadPackets - before; n != 2 {
+		t.Fatalf("the onload path executed %d packets, want the 2 after the first", n)
+	}
+	// A table change: plain output, no rewrite, no controller.
+	ts.ofctl("--strict", "mod-flows", "priority=10,udp,in_port=1,actions=output:2")
+	c.barrier(t)
+	if got := nstest.UDPOnce(t, ts.Pods[0], ts.Pods[1], podIP(2)+":5000", "after the change"); got != "after the change" {
+		t.Fatalf("after the table change: received %q", got)
+	}
+	var found bool
+	for _, f := range ts.cached() {
+		if strings.Contains(f.Flow, "in_port=1") && strings.Contains(f.Flow, "proto=17") {
+			found = true
+			if f.Placement != "onload" || f.Actions != "output:2" {
+				t.Fatalf("after revalidation: %+v", f)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no cached UDP flow from port 1: %+v", ts.cached())
+	}
+	if n := ts.placementStats().OnloadPackets - before; n < 3 {
+		t.Fatalf("the datagram after the change did not go through the onload path (%d onloaded)", n)
+	}
+}
