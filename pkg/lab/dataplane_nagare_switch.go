@@ -67,7 +67,7 @@ var NagareSwitchBinary = func() (string, error) { return nagareBinary("nagare-sw
 func init() {
 	RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{} })
 	RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{placement: "onload"} })
-	RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{capacity: 1} })
+	RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{capacity: 4} })
 }
 
 func (p *nagareSwitchPlane) Name() string {

@@ -2,8 +2,10 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -13,6 +15,7 @@ const (
 	sockperfBasePort = 11111
 	iperfBasePort    = 5201
 	loadPort         = 5301
+	alsoBasePort     = 5401 // + 16 × measurement index + extra client
 )
 
 func (r *planeRun) measurementIndex(name string) int {
@@ -68,6 +71,24 @@ func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 		return out
 	}
 	defer srv.Stop()
+	// One more iperf3 server per extra client (one test per server).
+	ports := []string{port}
+	for k := range m.Also {
+		p := strconv.Itoa(alsoBasePort + 16*idx + k)
+		args := []string{"ip", "netns", "exec", server.NS, "taskset", "-c", srvCPU, "iperf3", "-s", "-B", ip, "-p", p, "--forceflush"}
+		s, err := r.sh.Start(t.Cleanup, "Server listening", args...)
+		if err == nil {
+			err = s.WaitReady(ctx, 10*time.Second)
+		}
+		if err != nil {
+			for _, tc := range tests {
+				fail(tc, fmt.Errorf("server for %s: %w", m.Also[k], err))
+			}
+			return out
+		}
+		defer s.Stop()
+		ports = append(ports, p)
+	}
 
 	for _, tc := range tests {
 		if ctx.Err() != nil {
@@ -75,7 +96,7 @@ func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 			continue
 		}
 		r.bar.Describe(fmt.Sprintf("rep %d/%d %-18s %s %s %s", r.rep, r.s.Reps, r.dp.Name(), m.Name, tc.placement, tc.load.Name))
-		s, err := r.runClient(ctx, tc, client, ip, port)
+		s, err := r.runClient(ctx, tc, client, ip, ports)
 		if err != nil {
 			fail(tc, err)
 			continue
@@ -88,7 +109,8 @@ func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 
 // runClient runs one client in one placement and samples host CPU,
 // softirqs and interrupts around it.
-func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port string) (Sample, error) {
+func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip string, ports []string) (Sample, error) {
+	port := ports[0]
 	m := tc.m
 	cpu := r.s.CPUs.Client
 	pids := r.dp.Processes()
@@ -110,6 +132,9 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port
 		args = append(args, "sockperf", "ping-pong", "-i", ip, "-p", port, "-m", strconv.Itoa(m.Size), "-t", secs)
 	case KindTCP:
 		args = append(args, "iperf3", "-c", ip, "-p", port, "-t", secs, "-J")
+		if m.Reverse {
+			args = append(args, "-R")
+		}
 	case KindUDPPPS:
 		args = append(args, "iperf3", "-c", ip, "-p", port, "-t", secs, "-u", "-b", "0", "-l", strconv.Itoa(m.Size), "-J")
 	}
@@ -125,7 +150,29 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port
 	if err != nil {
 		return smp, err
 	}
+	// Extra clients: the same command from their pods, to their servers,
+	// started together.
+	extra := make([]string, len(m.Also))
+	extraErr := make([]error, len(m.Also))
+	var wg sync.WaitGroup
+	for k, name := range m.Also {
+		a := append([]string{"ip", "netns", "exec", r.topo.Pod(name).NS}, args[4:]...)
+		for i := range a {
+			if a[i] == "-p" {
+				a[i+1] = ports[k+1]
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			extra[k], extraErr[k] = r.sh.Run(cctx, a...)
+		}()
+	}
 	output, err := r.sh.Run(cctx, args...)
+	wg.Wait()
+	if err == nil {
+		err = errors.Join(extraErr...)
+	}
 	window := time.Since(smp.Start).Seconds()
 	after, serr := takeSnapshot(pids, dpuPids...)
 	if err != nil {
@@ -147,6 +194,14 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port
 		v, err := ParseIperfTCP(output)
 		if err != nil {
 			return smp, err
+		}
+		for _, o := range extra {
+			w, err := ParseIperfTCP(o)
+			if err != nil {
+				return smp, err
+			}
+			v.Gbps += w.Gbps
+			v.Retransmits += w.Retransmits
 		}
 		smp.TCP = &v
 	case KindUDPPPS:

@@ -143,7 +143,9 @@ func savePlot(p *plot.Plot, leg plot.Legend, w, h vg.Length, file string) (err e
 //     plane (first load step; medians over repetitions);
 //   - <measurement>-<placement>-vs-load.png, when the scenario has more than
 //     one load step: p50 and p99 RTT (or throughput) per data plane across
-//     the load steps.
+//     the load steps;
+//   - tcp-<send|recv>-<gbps|switch-cpu|host-cpu>-vs-pods.png, when TCP
+//     measurements differ in their number of client pods (vsPods).
 func (res *Result) WritePlots(dir string) error {
 	rows := res.Rows()
 	s := res.Scenario
@@ -156,6 +158,9 @@ func (res *Result) WritePlots(dir string) error {
 		return nil
 	}
 	if err := res.flowSetupPlots(dir); err != nil {
+		return err
+	}
+	if err := res.vsPods(dir, find); err != nil {
 		return err
 	}
 	for _, m := range s.Measurements {
@@ -289,4 +294,76 @@ func (res *Result) vsLoad(dir string, m MeasurementSpec, pl string, find rowFind
 	p.Add(plotter.NewGrid())
 	logScaleIfSpread(p, all)
 	return savePlot(p, leg, 22*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("%s-%s-vs-load.png", m.Name, pl)))
+}
+
+// vsPods writes, for scenarios whose TCP measurements differ in the number
+// of client pods (seed 004's 1, 2, 4, 8 VMs), tcp-<send|recv>-<column>-vs-pods.png:
+// throughput, switch CPU and host CPU per data plane against the number
+// of pods, one file per direction and column (the paper's figures).
+func (res *Result) vsPods(dir string, find rowFinder) error {
+	s := res.Scenario
+	for _, reverse := range []bool{false, true} {
+		var ms []MeasurementSpec
+		counts := map[int]bool{}
+		for _, m := range s.Measurements {
+			if m.Kind == KindTCP && m.Reverse == reverse && m.Client != m.Server {
+				ms = append(ms, m)
+				counts[1+len(m.Also)] = true
+			}
+		}
+		if len(counts) < 2 {
+			continue
+		}
+		dirName := "send"
+		if reverse {
+			dirName = "recv"
+		}
+		for _, c := range []struct{ col, label, file string }{
+			{"gbps", "TCP throughput, all pods (Gbit/s)", "gbps"},
+			{"switch cpu", "switch processes' CPU (s per test)", "switch-cpu"},
+			{"host cpu", "whole VM busy (CPU s per test)", "host-cpu"},
+		} {
+			p := plot.New()
+			p.Title.Text = fmt.Sprintf("TCP %s: %s vs pods", dirName, c.col)
+			p.Y.Label.Text = c.label
+			p.X.Label.Text = "pods sending at once"
+			if reverse {
+				p.X.Label.Text = "pods receiving at once"
+			}
+			leg := newLegend()
+			lines := 0
+			for _, pi := range res.Planes {
+				var xys plotter.XYs
+				for _, m := range ms {
+					for _, pl := range m.Placements {
+						if r := find(m.Name, pl, s.Loads[0].Name, pi.Name); r != nil {
+							if v := r.Cell(c.col).Median; !math.IsNaN(v) {
+								xys = append(xys, plotter.XY{X: float64(1 + len(m.Also)), Y: v})
+							}
+						}
+					}
+				}
+				if len(xys) == 0 {
+					continue
+				}
+				l, pts, err := plotter.NewLinePoints(xys)
+				if err != nil {
+					return err
+				}
+				l.Color, pts.Color, pts.Shape = planeColor(pi.Name), planeColor(pi.Name), draw.CircleGlyph{}
+				p.Add(l, pts)
+				leg.Add(pi.Name, l)
+				lines++
+			}
+			if lines == 0 {
+				continue
+			}
+			p.Add(plotter.NewGrid())
+			p.Y.Min = 0
+			if err := savePlot(p, leg, 20*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("tcp-%s-%s-vs-pods.png", dirName, c.file))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

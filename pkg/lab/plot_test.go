@@ -151,3 +151,72 @@ func TestRTTPlotColoursAndLegend(t *testing.T) {
 		}
 	}
 }
+
+// TestVsPodsPlots: TCP measurements with 1, 2 and 4 client pods, each
+// direction, give one plot per direction and column, with each plane's
+// line in its colour; a scenario without such measurements gives none.
+func TestVsPodsPlots(t *testing.T) {
+	s, err := ParseScenario([]byte(`
+name: pods
+nodes: [n1]
+pods: [{name: a, node: n1}, {name: s, node: n1}, {name: b, node: n1}, {name: c, node: n1}, {name: d, node: n1}]
+dataplanes: [ovs-netdev, nagare]
+reps: 1
+measurements:
+  - {name: send-1, kind: tcp, client: a, server: s}
+  - {name: send-2, kind: tcp, client: a, server: s, also: [b]}
+  - {name: send-4, kind: tcp, client: a, server: s, also: [b, c, d]}
+  - {name: recv-1, kind: tcp, client: a, server: s, reverse: true}
+  - {name: recv-4, kind: tcp, client: a, server: s, reverse: true, also: [b, c, d]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &Result{Scenario: s, Planes: []PlaneInfo{{Name: "ovs-netdev"}, {Name: "nagare"}}}
+	for _, m := range s.Measurements {
+		for i, dp := range []string{"ovs-netdev", "nagare"} {
+			res.Samples = append(res.Samples, Sample{DataPlane: dp, Measurement: m.Name, Kind: KindTCP, Placement: CrossCore, Load: "none",
+				Rep: 1, Status: StatusOK, TCP: &TCPResult{Gbps: float64((i + 1) * (1 + len(m.Also)))},
+				CPU: &CPUUsage{SwitchCPUSeconds: float64(2 - i), HostCPUSeconds: float64(2 + i)}})
+		}
+	}
+	dir := t.TempDir()
+	if err := res.WritePlots(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"send", "recv"} {
+		for _, c := range []string{"gbps", "switch-cpu", "host-cpu"} {
+			f, err := os.Open(filepath.Join(dir, "tcp-"+d+"-"+c+"-vs-pods.png"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := png.Decode(f)
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Left of the legend column: the line and its points.
+			found := 0
+			want := planeColors["nagare"]
+			for x := 0; x < img.Bounds().Dx()*2/3; x++ {
+				for y := 0; y < img.Bounds().Dy(); y++ {
+					r, g, b, _ := img.At(x, y).RGBA()
+					near := func(v uint32, w uint8) bool { d := int(v>>8) - int(w); return d > -24 && d < 24 }
+					if near(r, want.R) && near(g, want.G) && near(b, want.B) { // anti-aliased lines too
+						found++
+					}
+				}
+			}
+			if found < 20 {
+				t.Errorf("tcp-%s-%s: nagare's colour on %d pixels of the plot area", d, c, found)
+			}
+		}
+	}
+	empty := t.TempDir()
+	if err := fakeResult(t).WritePlots(empty); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(empty, "*-vs-pods.png")); len(m) != 0 {
+		t.Errorf("vs-pods plots for a scenario without pod counts: %v", m)
+	}
+}

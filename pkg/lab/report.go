@@ -181,6 +181,12 @@ func (res *Result) measurementTitle(m MeasurementSpec, placement string) string 
 		what = fmt.Sprintf("%d B UDP ping-pong (sockperf), RTT µs = 2 × sockperf one-way", m.Size)
 	case KindTCP:
 		what = "TCP throughput, 1 stream (iperf3)"
+		if n := len(m.Also); n > 0 {
+			what = fmt.Sprintf("TCP throughput summed over %d clients (%s and %s), 1 stream each (iperf3)", n+1, m.Client, strings.Join(m.Also, ", "))
+		}
+		if m.Reverse {
+			what += ", server sending (-R)"
+		}
 	case KindUDPPPS:
 		what = fmt.Sprintf("UDP %d B flood packet rate (iperf3 -b 0)", m.Size)
 	case KindFlowSetup, KindRevalidation:

@@ -365,6 +365,9 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 	}
 	for _, tc := range r.tests {
 		addPair(tc.m.Client, tc.m.Server)
+		for _, c := range tc.m.Also {
+			addPair(c, tc.m.Server)
+		}
 		if n := tc.load.Net; n != nil {
 			addPair(n.Client, n.Server)
 		}

@@ -119,6 +119,13 @@ type MeasurementSpec struct {
 	// Rate is the offered rate of a flow-setup measurement in packets/s,
 	// 0 = flat out; for revalidation the fill rate (0 = default).
 	Rate int `yaml:"rate"`
+	// Also lists more client pods (tcp only) that run the same test at
+	// the same time against the server, each with its own iperf3 server:
+	// seed 004's "N VMs". Results are summed.
+	Also []string `yaml:"also"`
+	// Reverse (tcp only) makes the server send (iperf3 -R): the clients
+	// receive.
+	Reverse bool `yaml:"reverse"`
 }
 
 // LoadSpec is one step of background load. All parts given run together.
@@ -376,6 +383,14 @@ func (s *Scenario) Validate() error {
 			if _, ok := pods[role.pod]; !ok {
 				bad("%s: %s %q is not a pod", where, role.name, role.pod)
 			}
+		}
+		for _, p := range m.Also {
+			if _, ok := pods[p]; !ok || p == m.Server || p == m.Client {
+				bad("%s: also %q: want another pod than the client and the server", where, p)
+			}
+		}
+		if (len(m.Also) > 0 || m.Reverse) && m.Kind != KindTCP {
+			bad("%s: also and reverse are for tcp", where)
 		}
 		for _, p := range m.Placements {
 			if p != CrossCore && p != SameCore {
