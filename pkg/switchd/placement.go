@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nagare-net/nagare/pkg/flow"
 	"github.com/nagare-net/nagare/pkg/ofproto"
@@ -32,7 +33,8 @@ type placements struct {
 	// seats is held while flows take or leave fast-path seats: by the
 	// upcall handler for a batch of installs, by the revalidator while it
 	// moves flows, so the capacity holds at every instant.
-	seats sync.Mutex
+	seats   sync.Mutex
+	stopped bool // under seats: the switch is stopping, everything stays offloaded
 
 	mu      sync.Mutex
 	ports   map[uint32]placement.Mode
@@ -188,6 +190,9 @@ func (r *revalidator) place() {
 	p := s.place
 	p.seats.Lock()
 	defer p.seats.Unlock()
+	if p.stopped {
+		return
+	}
 	s.cache.mu.Lock()
 	if p.policy.Capacity <= 0 && !p.any.Load() && s.cache.onloaded == 0 {
 		s.cache.mu.Unlock()
@@ -281,9 +286,51 @@ func (s *Switch) onloadLoop(ctx context.Context) {
 		return
 	}
 	s.onloader.Store(o)
-	stop := context.AfterFunc(ctx, func() { o.Close() })
+	stop := context.AfterFunc(ctx, func() {
+		s.offloadAll()
+		o.Close()
+	})
 	defer stop()
 	if err := o.Run(); err != nil && ctx.Err() == nil {
 		s.log.Error("onload", "err", err)
+	}
+}
+
+// offloadAll moves every onloaded flow to the fast path and waits (up to
+// 2 s) until the Onloader has sent on the packets already handed up. A
+// stopped switch leaves its flows forwarding in the fast path, onloaded
+// ones too, and none waits for a reader that is gone (a flow with packets
+// in userspace keeps sending its packets there). After a crash, the next
+// switch's Onloader drains what was left (packets of flow generations it
+// does not know are dropped and counted as unknown).
+func (s *Switch) offloadAll() {
+	p := s.place
+	p.seats.Lock()
+	defer p.seats.Unlock()
+	p.stopped = true
+	var fs []flow.Flow
+	var uks []*ukey
+	s.cache.mu.Lock()
+	for _, uk := range s.cache.ukeys {
+		if uk != nil && uk.onload {
+			uks = append(uks, uk)
+			fs = append(fs, flow.Flow{Key: uk.packet.And(uk.mask), Mask: uk.mask, Actions: uk.actions})
+		}
+	}
+	s.cache.mu.Unlock()
+	for i, f := range fs {
+		if err := s.dp.Modify(f); err != nil {
+			s.log.Debug("offloading at stop", "flow", f.String(), "err", err)
+			continue
+		}
+		s.cache.mu.Lock()
+		s.cache.setOnload(uks[i], false)
+		s.cache.mu.Unlock()
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for _, uk := range uks {
+		for s.dp.OnloadPending(uk.id) > 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
 	}
 }

@@ -460,3 +460,33 @@ func TestOnloadedPacketInAndRevalidation(t *testing.T) {
 		t.Fatalf("the datagram after the change did not go through the onload path (%d onloaded)", n)
 	}
 }
+
+// TestStopOffloadsOnloadedFlows: a switch that stops leaves its onloaded
+// flows forwarding in the fast path, as it leaves the others.
+func TestStopOffloadsOnloadedFlows(t *testing.T) {
+	ts := placementSwitch(t, nil)
+	ts.setPlacement("v1", "onload")
+	ts.setPlacement("v2", "onload")
+	if err := ts.ping(1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if st := ts.placementStats(); st.Onloaded != 2 || st.OnloadPackets == 0 {
+		t.Fatalf("placement stats %+v: want both flows onloaded and in use", st)
+	}
+	if !ts.stopRun() {
+		t.Fatal("switch was not running")
+	}
+	if err := ts.ping(1, 2); err != nil {
+		t.Fatalf("after the switch stopped: %v", err)
+	}
+	fs, err := ts.dp.Dump()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs {
+		if f.Onload || ts.dp.OnloadPending(f.ID) != 0 {
+			t.Fatalf("after stop: %s onload=%v pending %d", f.Flow, f.Onload, ts.dp.OnloadPending(f.ID))
+		}
+	}
+	_ = ts.Destroy()
+}

@@ -204,7 +204,7 @@ func (h *upcallHandler) handle(ups []datapath.Upcall) {
 				}
 				m.install = len(h.flows)
 				m.mode = s.place.resolve(u.Key.InPort, x.Rules)
-				onload := !s.place.policy.Admit(m.mode, offloaded)
+				onload := !s.place.stopped && !s.place.policy.Admit(m.mode, offloaded)
 				if !onload {
 					offloaded++
 				}
