@@ -253,7 +253,8 @@ func (t *Topology) buildUnderlay(ctx context.Context) error {
 
 // PodLinkOptions tune AddPodLink.
 type PodLinkOptions struct {
-	// MTU of both ends; 0 means 1500.
+	// MTU of both ends; 0 means the underlay's (default 1500): a scenario
+	// with underlay mtu 9000 gets jumbo pods, as seed 004 measured.
 	MTU int
 	// Addr is the address to put on eth0; "" means p.CIDR().
 	Addr string
@@ -265,6 +266,9 @@ type PodLinkOptions struct {
 // AddPodLink gives pod p its eth0, a veth whose peer HostIf ("v-<pod>") is
 // in the node namespace, both up. The host side has no address.
 func (t *Topology) AddPodLink(ctx context.Context, p *Pod, o PodLinkOptions) error {
+	if o.MTU == 0 {
+		o.MTU = t.UnderlayMTU
+	}
 	if o.MTU == 0 {
 		o.MTU = 1500
 	}

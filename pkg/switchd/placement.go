@@ -304,6 +304,10 @@ func (s *Switch) onloadLoop(ctx context.Context) {
 // switch's Onloader drains what was left (packets of flow generations it
 // does not know are dropped and counted as unknown).
 func (s *Switch) offloadAll() {
+	// No revalidator round may re-install a flow onloaded meanwhile
+	// (check() writes the placement it read).
+	s.rv.roundMu.Lock()
+	defer s.rv.roundMu.Unlock()
 	p := s.place
 	p.seats.Lock()
 	defer p.seats.Unlock()
