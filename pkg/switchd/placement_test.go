@@ -126,6 +126,10 @@ func TestPlacementByCookie(t *testing.T) {
 		}
 		return ok
 	})
+	show := ts.mustControl(CtlRequest{Cmd: "placement-show"})
+	if len(show.Lines) != 2 || show.Lines[1] != "cookie=0x1/0xff: onload" || !strings.Contains(show.Lines[0], "onloaded 1") {
+		t.Fatalf("placement show: %q", show.Lines)
+	}
 	if r := ts.control(CtlRequest{Cmd: "placement-set", Target: "cookie=zz", Mode: "onload"}); r.OK {
 		t.Fatal("a bad cookie was accepted")
 	}
