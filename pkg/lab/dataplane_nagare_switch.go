@@ -93,15 +93,7 @@ func (p *nagareSwitchPlane) Description() string {
 // txOff: onloading planes turn the pods' TSO off (see placement).
 func (p *nagareSwitchPlane) txOff() bool { return p.placement != "" || p.capacity > 0 }
 
-// Scope: the placement variants are measured on one node (their peer,
-// ovs-netdev, is intra-node only; onload across VXLAN is untested in the
-// lab).
-func (p *nagareSwitchPlane) Scope() Scope {
-	if p.txOff() {
-		return ScopeIntraNode
-	}
-	return ScopeIntraNode | ScopeInterNode
-}
+func (*nagareSwitchPlane) Scope() Scope { return ScopeIntraNode | ScopeInterNode }
 
 func (*nagareSwitchPlane) Available() error {
 	if err := fastPathAvailable("nagare-switch"); err != nil {
