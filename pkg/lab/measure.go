@@ -15,8 +15,18 @@ const (
 	sockperfBasePort = 11111
 	iperfBasePort    = 5201
 	loadPort         = 5301
-	alsoBasePort     = 5401 // + 16 × measurement index + extra client
+	// extraBasePort + 16*index + k is the server of a measurement's k-th
+	// extra client (MeasurementSpec.Also or With, at most maxWith).
+	extraBasePort = 5401
 )
+
+// extraFlow is one more client of a measurement (Also: to the same
+// server pod; With: to its own), its iperf3 server started.
+type extraFlow struct {
+	spec     FlowSpec
+	client   *Pod
+	ip, port string
+}
 
 func (r *planeRun) measurementIndex(name string) int {
 	for i, m := range r.s.Measurements {
@@ -71,23 +81,27 @@ func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 		return out
 	}
 	defer srv.Stop()
-	// One more iperf3 server per extra client (one test per server).
-	ports := []string{port}
-	for k := range m.Also {
-		p := strconv.Itoa(alsoBasePort + 16*idx + k)
-		args := []string{"ip", "netns", "exec", server.NS, "taskset", "-c", srvCPU, "iperf3", "-s", "-B", ip, "-p", p, "--forceflush"}
-		s, err := r.sh.Start(t.Cleanup, "Server listening", args...)
+	var extra []extraFlow
+	flows := m.With
+	for _, c := range m.Also {
+		flows = append(flows, FlowSpec{Client: c, Server: m.Server})
+	}
+	for k, f := range flows {
+		sv := t.Pod(f.Server)
+		ef := extraFlow{spec: f, client: t.Pod(f.Client), ip: sv.IP, port: strconv.Itoa(extraBasePort + 16*idx + k)}
+		args := []string{"ip", "netns", "exec", sv.NS, "taskset", "-c", srvCPU, "iperf3", "-s", "-B", ef.ip, "-p", ef.port, "--forceflush"}
+		es, err := r.sh.Start(t.Cleanup, ready, args...)
 		if err == nil {
-			err = s.WaitReady(ctx, 10*time.Second)
+			err = es.WaitReady(ctx, 10*time.Second)
 		}
 		if err != nil {
 			for _, tc := range tests {
-				fail(tc, fmt.Errorf("server for %s: %w", m.Also[k], err))
+				fail(tc, fmt.Errorf("server of %s → %s: %w", f.Client, f.Server, err))
 			}
 			return out
 		}
-		defer s.Stop()
-		ports = append(ports, p)
+		defer es.Stop()
+		extra = append(extra, ef)
 	}
 
 	for _, tc := range tests {
@@ -96,7 +110,7 @@ func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 			continue
 		}
 		r.bar.Describe(fmt.Sprintf("rep %d/%d %-18s %s %s %s", r.rep, r.s.Reps, r.dp.Name(), m.Name, tc.placement, tc.load.Name))
-		s, err := r.runClient(ctx, tc, client, ip, ports)
+		s, err := r.runClient(ctx, tc, client, ip, port, extra)
 		if err != nil {
 			fail(tc, err)
 			continue
@@ -107,10 +121,10 @@ func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 	return out
 }
 
-// runClient runs one client in one placement and samples host CPU,
-// softirqs and interrupts around it.
-func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip string, ports []string) (Sample, error) {
-	port := ports[0]
+// runClient runs one client in one placement (with the clients of the
+// extra flows, all at once) and samples host CPU, softirqs and interrupts
+// around it.
+func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port string, extra []extraFlow) (Sample, error) {
 	m := tc.m
 	cpu := r.s.CPUs.Client
 	pids := r.dp.Processes()
@@ -126,20 +140,32 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip strin
 		}
 	}
 	secs := strconv.FormatFloat(m.Duration.Seconds(), 'f', -1, 64)
+	// iperf3 of a tcp or udp-pps client, also the extra clients'.
+	iperfArgs := func(ip, port string) []string {
+		a := []string{"iperf3", "-c", ip, "-p", port, "-t", secs, "-J"}
+		if m.Kind == KindUDPPPS {
+			a = append(a, "-u", "-b", "0", "-l", strconv.Itoa(m.Size))
+		}
+		if m.Reverse {
+			a = append(a, "-R")
+		}
+		return a
+	}
 	args := []string{"ip", "netns", "exec", client.NS, "taskset", "-c", strconv.Itoa(cpu)}
 	switch m.Kind {
 	case KindRTT:
 		args = append(args, "sockperf", "ping-pong", "-i", ip, "-p", port, "-m", strconv.Itoa(m.Size), "-t", secs)
-	case KindTCP:
-		args = append(args, "iperf3", "-c", ip, "-p", port, "-t", secs, "-J")
-		if m.Reverse {
-			args = append(args, "-R")
-		}
-	case KindUDPPPS:
-		args = append(args, "iperf3", "-c", ip, "-p", port, "-t", secs, "-u", "-b", "0", "-l", strconv.Itoa(m.Size), "-J")
+	case KindTCP, KindUDPPPS:
+		args = append(args, iperfArgs(ip, port)...)
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(m.Duration)+30*time.Second)
 	defer cancel()
+	type flowOut struct {
+		out string
+		err error
+	}
+	extraOut := make([]flowOut, len(extra))
+	var wg sync.WaitGroup
 
 	smp := r.sample(tc, StatusOK, "")
 	smp.SwitchProcs = len(pids)
@@ -150,28 +176,22 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip strin
 	if err != nil {
 		return smp, err
 	}
-	// Extra clients: the same command from their pods, to their servers,
-	// started together.
-	extra := make([]string, len(m.Also))
-	extraErr := make([]error, len(m.Also))
-	var wg sync.WaitGroup
-	for k, name := range m.Also {
-		a := append([]string{"ip", "netns", "exec", r.topo.Pod(name).NS}, args[4:]...)
-		for i := range a {
-			if a[i] == "-p" {
-				a[i+1] = ports[k+1]
-			}
-		}
+	for k, ef := range extra {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			extra[k], extraErr[k] = r.sh.Run(cctx, a...)
+			a := append([]string{"ip", "netns", "exec", ef.client.NS, "taskset", "-c", strconv.Itoa(cpu)}, iperfArgs(ef.ip, ef.port)...)
+			extraOut[k].out, extraOut[k].err = r.sh.Run(cctx, a...)
 		}()
 	}
 	output, err := r.sh.Run(cctx, args...)
 	wg.Wait()
 	if err == nil {
-		err = errors.Join(extraErr...)
+		for k, ef := range extra {
+			if extraOut[k].err != nil {
+				err = errors.Join(err, fmt.Errorf("flow %s → %s: %w", ef.spec.Client, ef.spec.Server, extraOut[k].err))
+			}
+		}
 	}
 	window := time.Since(smp.Start).Seconds()
 	after, serr := takeSnapshot(pids, dpuPids...)
@@ -195,8 +215,9 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip strin
 		if err != nil {
 			return smp, err
 		}
-		for _, o := range extra {
-			w, err := ParseIperfTCP(o)
+		// Also: the clients' results are summed (seed 004's "N VMs").
+		for _, o := range extraOut {
+			w, err := ParseIperfTCP(o.out)
 			if err != nil {
 				return smp, err
 			}
@@ -210,6 +231,16 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip strin
 			return smp, err
 		}
 		smp.UDP = &v
+		if len(extra) > 0 {
+			smp.Flows = append(smp.Flows, FlowResult{Client: m.Client, Server: m.Server, UDP: v})
+		}
+		for k, ef := range extra {
+			fv, err := ParseIperfUDP(extraOut[k].out)
+			if err != nil {
+				return smp, fmt.Errorf("flow %s → %s: %w", ef.spec.Client, ef.spec.Server, err)
+			}
+			smp.Flows = append(smp.Flows, FlowResult{Client: ef.spec.Client, Server: ef.spec.Server, UDP: fv})
+		}
 	}
 	return smp, nil
 }

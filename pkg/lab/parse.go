@@ -105,6 +105,8 @@ type UDPResult struct {
 	// TxPPS is packets the sender sent per second.
 	TxPPS   float64 `json:"tx_pps"`
 	LossPct float64 `json:"loss_pct"`
+	// RxMbps is the receiver's goodput in Mbit/s (UDP payload).
+	RxMbps float64 `json:"rx_mbps"`
 }
 
 type iperfSum struct {
@@ -184,6 +186,7 @@ func ParseIperfUDP(out string) (UDPResult, error) {
 		RxPPS:   (rx.Packets - rx.LostPackets) / rx.Seconds,
 		TxPPS:   tx.Packets / tx.Seconds,
 		LossPct: rx.LostPercent,
+		RxMbps:  rx.BitsPerSecond / 1e6,
 	}, nil
 }
 

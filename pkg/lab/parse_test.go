@@ -84,7 +84,8 @@ func TestParseIperfUDP(t *testing.T) {
 	}
 	wantRx := (493890.0 - 1541) / 2.000115
 	wantTx := 493890 / 2.000036
-	if !near(r.RxPPS, wantRx) || !near(r.TxPPS, wantTx) || !near(r.LossPct, 0.3120127963716617) {
+	wantMbps := 31510336 * 8 / 2.000115 / 1e6 // sum_received: delivered bytes only
+	if !near(r.RxPPS, wantRx) || !near(r.TxPPS, wantTx) || !near(r.LossPct, 0.3120127963716617) || !near(r.RxMbps, wantMbps) {
 		t.Errorf("got %+v, want rx %.1f tx %.1f", r, wantRx, wantTx)
 	}
 }

@@ -78,6 +78,16 @@ func (res *Result) Rows() []*Row {
 			add("rx kpps", r.RxPPS/1000)
 			add("tx kpps", r.TxPPS/1000)
 			add("loss %", r.LossPct)
+			add("rx mbps", r.RxMbps)
+		}
+		var sumMbps float64
+		for i, f := range s.Flows {
+			add(flowColumn(i, "mbps"), f.UDP.RxMbps)
+			add(flowColumn(i, "loss"), f.UDP.LossPct)
+			sumMbps += f.UDP.RxMbps
+		}
+		if len(s.Flows) > 0 {
+			add("flows mbps", sumMbps)
 		}
 		addFlowSetupValues(s, add)
 		if s.BackgroundBusyPct >= 0 {
@@ -147,7 +157,7 @@ func columnsFor(kind string) []column {
 	case KindTCP:
 		cols = []column{{"TCP Gbit/s", "gbps", 2, false}, {"retransmits", "retrans", 0, false}}
 	case KindUDPPPS:
-		cols = []column{{"rx kpps", "rx kpps", 0, false}, {"tx kpps", "tx kpps", 0, false}, {"loss %", "loss %", 1, false}}
+		cols = []column{{"rx kpps", "rx kpps", 0, false}, {"tx kpps", "tx kpps", 0, false}, {"rx Mbit/s", "rx mbps", 0, false}, {"loss %", "loss %", 1, false}}
 	case KindFlowSetup, KindRevalidation:
 		cols = flowSetupColumns(kind)
 	}
@@ -276,6 +286,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 			}
 		}
 	}
+	res.writeFlows(w, rows)
 	res.writeCost(w, rows)
 	res.writePaper(w, rows)
 	res.writeFlowSetupVsOVS(w, rows)
@@ -536,4 +547,47 @@ func (res *Result) WriteFiles(dir string) error {
 		return err
 	}
 	return res.WritePlots(dir)
+}
+
+// flowColumn is the Row column of the i-th flow of a multi-flow
+// measurement (the measured flow is 0).
+func flowColumn(i int, what string) string { return fmt.Sprintf("flow%d %s", i, what) }
+
+// writeFlows prints, for each measurement with more flows, every flow's
+// throughput and loss per data plane and load step: seed 001's Tables 5
+// and 7 (who gets what when flows collide or overcommit the CPUs).
+func (res *Result) writeFlows(w io.Writer, rows []*Row) {
+	for _, m := range res.Scenario.Measurements {
+		if len(m.With) == 0 {
+			continue
+		}
+		flows := append([]FlowSpec{{Client: m.Client, Server: m.Server}}, m.With...)
+		for _, pl := range m.Placements {
+			fmt.Fprintf(w, "\n### %s, per flow (%d flows at once, %d B): rx Mbit/s (loss %%)\n\n", m.Name, len(flows), m.Size)
+			hdr := []string{"load", "data plane"}
+			for _, f := range flows {
+				hdr = append(hdr, f.Client+" → "+f.Server)
+			}
+			hdr = append(hdr, "sum Mbit/s", "min/max")
+			fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
+			for _, row := range rows {
+				if row.Measurement != m.Name || row.Placement != pl || row.OK == 0 {
+					continue
+				}
+				cells := []string{row.Load, row.DataPlane}
+				lo, hi := math.Inf(1), 0.0
+				for i := range flows {
+					v := row.Cell(flowColumn(i, "mbps")).Median
+					lo, hi = math.Min(lo, v), math.Max(hi, v)
+					cells = append(cells, fmt.Sprintf("%s (%s)", formatMedian(row.Cell(flowColumn(i, "mbps")), 0), formatMedian(row.Cell(flowColumn(i, "loss")), 1)))
+				}
+				ratio := "–"
+				if hi > 0 && !math.IsNaN(lo) {
+					ratio = strconv.FormatFloat(lo/hi, 'f', 2, 64)
+				}
+				cells = append(cells, formatMedian(row.Cell("flows mbps"), 0), ratio)
+				fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+			}
+		}
+	}
 }

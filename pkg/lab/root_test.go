@@ -64,12 +64,14 @@ pods:
   - {name: b, node: n1}
   - {name: x, node: n1}
   - {name: y, node: n1}
+  - {name: p, node: n1}
+  - {name: q, node: n1}
 dataplanes: [veth, linux-bridge, test-unavailable]
 reps: 1
 measurements:
   - {name: rtt, kind: rtt, client: a, server: b, duration: 1s, placements: [cross-core, same-core]}
   - {name: tcp, kind: tcp, client: a, server: b, duration: 1s}
-  - {name: udp, kind: udp-pps, client: a, server: b, duration: 1s}
+  - {name: udp, kind: udp-pps, client: a, server: b, duration: 1s, with: [{client: p, server: q}]}
 loads:
   - {name: none}
   - name: busy
@@ -135,6 +137,10 @@ func TestRunTinyScenarioEndToEnd(t *testing.T) {
 				case KindUDPPPS:
 					if c("rx kpps") <= 0 || c("tx kpps") < c("rx kpps")*0.99 {
 						t.Errorf("%s %s %s: UDP rx %v tx %v kpps", dp, key, load, c("rx kpps"), c("tx kpps"))
+					}
+					// Both flows ran at once, each measured on its own.
+					if c("flow0 mbps") != c("rx mbps") || c("flow1 mbps") <= 0 || c("flows mbps") != c("flow0 mbps")+c("flow1 mbps") {
+						t.Errorf("%s %s %s: flows %v", dp, key, load, r.Values)
 					}
 				}
 				if c("host cpu") <= 0 || c("softirqs") <= 0 {

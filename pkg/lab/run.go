@@ -56,6 +56,9 @@ type Sample struct {
 	RTT    *RTTResult `json:"rtt,omitempty"`
 	TCP    *TCPResult `json:"tcp,omitempty"`
 	UDP    *UDPResult `json:"udp,omitempty"`
+	// Flows is, for a measurement with more flows (MeasurementSpec.With),
+	// every flow's result, the measured one first.
+	Flows []FlowResult `json:"flows,omitempty"`
 	// FlowSetup and Revalidation are the flow-setup kinds' results.
 	FlowSetup    *FlowSetupResult    `json:"flow_setup,omitempty"`
 	Revalidation *RevalidationResult `json:"revalidation,omitempty"`
@@ -71,6 +74,13 @@ type Sample struct {
 	// the run's processes alive: load from other users of the machine;
 	// -1 if it could not be sampled.
 	BackgroundBusyPct float64 `json:"background_busy_pct"`
+}
+
+// FlowResult is one flow of a multi-flow measurement.
+type FlowResult struct {
+	Client string    `json:"client"`
+	Server string    `json:"server"`
+	UDP    UDPResult `json:"udp"`
 }
 
 // Sample statuses.
@@ -367,6 +377,9 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 		addPair(tc.m.Client, tc.m.Server)
 		for _, c := range tc.m.Also {
 			addPair(c, tc.m.Server)
+		}
+		for _, f := range tc.m.With {
+			addPair(f.Client, f.Server)
 		}
 		if n := tc.load.Net; n != nil {
 			addPair(n.Client, n.Server)

@@ -126,6 +126,17 @@ type MeasurementSpec struct {
 	// Reverse (tcp only) makes the server send (iperf3 -R): the clients
 	// receive.
 	Reverse bool `yaml:"reverse"`
+	// With lists further udp-pps flows that run at the same time as the
+	// measured one (Client → Server), each with its own iperf3 server and
+	// its clients on the same CPUs: seed 001's colliding "VM" flows and
+	// its overcommit. Each flow's throughput and loss are reported.
+	With []FlowSpec `yaml:"with"`
+}
+
+// FlowSpec is one more flow of a multi-flow measurement.
+type FlowSpec struct {
+	Client string `yaml:"client"`
+	Server string `yaml:"server"`
 }
 
 // LoadSpec is one step of background load. All parts given run together.
@@ -216,6 +227,9 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 func (d Duration) Seconds() float64 { return time.Duration(d).Seconds() }
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,7}$`)
+
+// maxWith bounds a measurement's extra flows (their iperf3 ports).
+const maxWith = 15
 
 // maxPods bounds the 10.99.0.0/24 address plan (leaves room for CPU pods,
 // which have no address).
@@ -391,6 +405,27 @@ func (s *Scenario) Validate() error {
 		}
 		if (len(m.Also) > 0 || m.Reverse) && m.Kind != KindTCP {
 			bad("%s: also and reverse are for tcp", where)
+		}
+		if len(m.Also) > maxWith {
+			bad("%s: also: %d clients, at most %d", where, len(m.Also), maxWith)
+		}
+		if len(m.With) > 0 && m.Kind != KindUDPPPS {
+			bad("%s: with: more flows are for udp-pps measurements only", where)
+		}
+		if len(m.With) > maxWith {
+			bad("%s: with: %d flows, at most %d", where, len(m.With), maxWith)
+		}
+		for k, f := range m.With {
+			for _, role := range []struct{ name, pod string }{{"client", f.Client}, {"server", f.Server}} {
+				if _, ok := pods[role.pod]; !ok {
+					bad("%s: with[%d].%s %q is not a pod", where, k, role.name, role.pod)
+				}
+			}
+			if f.Client == f.Server {
+				bad("%s: with[%d]: client and server are the same pod", where, k)
+			} else if s.scope(f.Client, f.Server) != s.scope(m.Client, m.Server) {
+				bad("%s: with[%d]: %s → %s is not %s like the measured flow", where, k, f.Client, f.Server, s.scope(m.Client, m.Server))
+			}
 		}
 		for _, p := range m.Placements {
 			if p != CrossCore && p != SameCore {

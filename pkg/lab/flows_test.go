@@ -1,0 +1,87 @@
+package lab
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestScenarioWithFlowsValidation(t *testing.T) {
+	_, err := ParseScenario([]byte(`
+name: bad
+nodes: [n1, n2]
+pods: [{name: a, node: n1}, {name: b, node: n2}, {name: c, node: n1}, {name: d, node: n1}]
+dataplanes: [veth]
+reps: 1
+measurements:
+  - {name: r, kind: rtt, client: a, server: b, with: [{client: c, server: d}]}
+  - {name: u, kind: udp-pps, client: a, server: b, with: [{client: c, server: zz}, {client: c, server: c}, {client: c, server: d}]}
+`))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		`"r": with: more flows are for udp-pps measurements only`,
+		`"u": with[0].server "zz" is not a pod`,
+		`"u": with[1]: client and server are the same pod`,
+		`"u": with[2]: c → d is not inter-node like the measured flow`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+// flowsResult is a seed1-steering-like run: one flow at two sizes, and a
+// two-flow measurement, under two models.
+func flowsResult(t *testing.T) *Result {
+	t.Helper()
+	s, err := ParseScenario([]byte(`
+name: flows
+nodes: [n1, n2]
+pods: [{name: a, node: n1}, {name: b, node: n2}, {name: c, node: n1}, {name: d, node: n2}]
+dataplanes: [nagare-switch+default, nagare-switch+vs-extend]
+reps: 1
+measurements:
+  - {name: udp-64, kind: udp-pps, client: a, server: b, size: 64}
+  - {name: udp-1400, kind: udp-pps, client: a, server: b, size: 1400}
+  - {name: two, kind: udp-pps, client: a, server: b, size: 1400, with: [{client: c, server: d}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &Result{Scenario: s, Host: HostInfo{CPU: "test", CPUs: 2}, Planes: []PlaneInfo{
+		{Name: "nagare-switch+default", Scope: "inter-node"}, {Name: "nagare-switch+vs-extend", Scope: "inter-node"}}}
+	one := func(dp, m string, mbps float64, _ []uint64) Sample {
+		return Sample{DataPlane: dp, Measurement: m, Kind: KindUDPPPS, Placement: CrossCore, Load: "none", Rep: 1, Status: StatusOK,
+			UDP: &UDPResult{RxPPS: 1000, TxPPS: 1000, RxMbps: mbps}, CPU: &CPUUsage{}}
+	}
+	two := func(dp string, b, d, lossD float64) Sample {
+		s := one(dp, "two", b, []uint64{500, 7})
+		s.Flows = []FlowResult{{Client: "a", Server: "b", UDP: UDPResult{RxMbps: b}}, {Client: "c", Server: "d", UDP: UDPResult{RxMbps: d, LossPct: lossD}}}
+		return s
+	}
+	res.Samples = append(res.Samples,
+		one("nagare-switch+default", "udp-64", 60, []uint64{900, 3}), one("nagare-switch+vs-extend", "udp-64", 50, []uint64{10, 0}),
+		one("nagare-switch+default", "udp-1400", 1200, []uint64{800, 2}), one("nagare-switch+vs-extend", "udp-1400", 900, []uint64{12, 1}),
+		two("nagare-switch+default", 800, 200, 60), two("nagare-switch+vs-extend", 500, 500, 2.5))
+	return res
+}
+
+func TestMarkdownPerFlow(t *testing.T) {
+	var b strings.Builder
+	flowsResult(t).WriteMarkdown(&b)
+	md := b.String()
+	for _, want := range []string{
+		"### two, per flow (2 flows at once, 1400 B): rx Mbit/s (loss %)",
+		"| load | data plane | a → b | c → d | sum Mbit/s | min/max |",
+		"| none | nagare-switch+default | 800 (0.0) | 200 (60.0) | 1000 | 0.25 |",
+		"| none | nagare-switch+vs-extend | 500 (0.0) | 500 (2.5) | 1000 | 1.00 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "udp-64, per flow") {
+		t.Error("per-flow table for a one-flow measurement")
+	}
+}
