@@ -1,8 +1,16 @@
 package lab
 
 import (
+	"image/png"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 func TestScenarioWithFlowsValidation(t *testing.T) {
@@ -83,5 +91,57 @@ func TestMarkdownPerFlow(t *testing.T) {
 	}
 	if strings.Contains(md, "udp-64, per flow") {
 		t.Error("per-flow table for a one-flow measurement")
+	}
+}
+
+// TestUDPSizePlot renders seed 001's Fig. 6 shape and finds each model's
+// fixed colour in the plot area (bars) and in the legend column; a
+// multi-flow measurement is not a size of its own.
+func TestUDPSizePlot(t *testing.T) {
+	res := flowsResult(t)
+	dir := t.TempDir()
+	if err := res.WritePlots(dir); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, "udp-mbps-none.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leg := newLegend()
+	b, _ := plotter.NewBarChart(plotter.Values{1}, vg.Points(5))
+	planes := []string{"nagare-switch+default", "nagare-switch+vs-extend"}
+	for _, p := range planes {
+		leg.Add(p, b)
+	}
+	c := draw.New(vgimg.New(22*vg.Centimeter, 12*vg.Centimeter))
+	plotArea, legendArea := layoutWithLegend(c, &leg)
+	px := func(l vg.Length) int { return int(l.Dots(vgimg.DefaultDPI)) }
+	for _, plane := range planes {
+		want := planeColors[plane]
+		inPlot, inLegend := 0, 0
+		for x := 0; x < img.Bounds().Dx(); x++ {
+			for y := 0; y < img.Bounds().Dy(); y++ {
+				r, g, b, _ := img.At(x, y).RGBA()
+				if uint8(r>>8) != want.R || uint8(g>>8) != want.G || uint8(b>>8) != want.B {
+					continue
+				}
+				if x < px(plotArea.Max.X) {
+					inPlot++
+				} else if x >= px(legendArea.Min.X)-1 {
+					inLegend++
+				}
+			}
+		}
+		if inPlot == 0 || inLegend == 0 {
+			t.Errorf("%s: %d pixels of its colour in the plot area, %d in the legend; want both", plane, inPlot, inLegend)
+		}
+	}
+	if planeColors["nagare-switch+default"] == planeColors["nagare-switch+vs-extend"] {
+		t.Error("two models share a colour")
 	}
 }

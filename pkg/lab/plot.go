@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -32,6 +34,11 @@ var planeColors = map[string]color.RGBA{
 	"ovs-vxlan":          {0x9c, 0x75, 0x5f, 0xff}, // brown
 	"nagare":             {0xe1, 0x57, 0x59, 0xff}, // red
 	"nagare-switch":      {0xf2, 0x8e, 0x2b, 0xff}, // orange
+	// seed 001's receive models (nagare-switch across nodes).
+	"nagare-switch+default":        {0x1f, 0x3b, 0x73, 0xff}, // navy
+	"nagare-switch+rps":            {0xed, 0xc9, 0x48, 0xff}, // yellow
+	"nagare-switch+vs-extend":      {0x2c, 0xa0, 0x2c, 0xff}, // dark green
+	"nagare-switch+vs-extend-prio": {0xff, 0x9d, 0xa7, 0xff}, // pink
 }
 
 // spareColors are for data planes not in planeColors, chosen by a hash of
@@ -141,6 +148,9 @@ func savePlot(p *plot.Plot, leg plot.Legend, w, h vg.Length, file string) (err e
 // WritePlots writes PNG plots into dir:
 //   - rtt-<measurement>-<placement>.png: RTT min/p50/p90/p99 bars per data
 //     plane (first load step; medians over repetitions);
+//   - udp-mbps-<load>.png, when the scenario has one-flow udp-pps
+//     measurements at two or more datagram sizes: receiver Mbit/s per data
+//     plane per size (seed 001's Fig. 6);
 //   - <measurement>-<placement>-vs-load.png, when the scenario has more than
 //     one load step: p50 and p99 RTT (or throughput) per data plane across
 //     the load steps;
@@ -162,6 +172,11 @@ func (res *Result) WritePlots(dir string) error {
 	}
 	if err := res.vsPods(dir, find); err != nil {
 		return err
+	}
+	for _, l := range s.Loads {
+		if err := res.udpSizeBars(dir, l.Name, find); err != nil {
+			return err
+		}
 	}
 	for _, m := range s.Measurements {
 		for _, pl := range m.Placements {
@@ -366,4 +381,67 @@ func (res *Result) vsPods(dir string, find rowFinder) error {
 		}
 	}
 	return nil
+}
+
+// udpSizeBars plots, for one load step, each data plane's UDP goodput at
+// every datagram size of the scenario's one-flow udp-pps measurements
+// (cross-core): seed 001's Fig. 6, throughput per receive model per size.
+func (res *Result) udpSizeBars(dir, load string, find rowFinder) error {
+	var ms []MeasurementSpec
+	for _, m := range res.Scenario.Measurements {
+		if m.Kind == KindUDPPPS && len(m.With) == 0 && slices.Contains(m.Placements, CrossCore) {
+			ms = append(ms, m)
+		}
+	}
+	sort.SliceStable(ms, func(i, j int) bool { return ms[i].Size < ms[j].Size })
+	if len(ms) < 2 {
+		return nil
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("UDP goodput per datagram size, load %s", load)
+	p.Y.Label.Text = "rx Mbit/s (median of runs)"
+	p.X.Label.Text = "datagram size"
+	leg := newLegend()
+	var planes []string
+	for _, pi := range res.Planes {
+		for _, m := range ms {
+			if find(m.Name, CrossCore, load, pi.Name) != nil {
+				planes = append(planes, pi.Name)
+				break
+			}
+		}
+	}
+	if len(planes) == 0 {
+		return nil
+	}
+	w := vg.Points(80 / float64(len(planes)+1))
+	var all []float64
+	for i, name := range planes {
+		vals := make(plotter.Values, len(ms))
+		for j, m := range ms {
+			if r := find(m.Name, CrossCore, load, name); r != nil {
+				if v := r.Cell("rx mbps").Median; !math.IsNaN(v) {
+					vals[j] = v
+				}
+			}
+		}
+		all = append(all, vals...)
+		b, err := plotter.NewBarChart(vals, w)
+		if err != nil {
+			return err
+		}
+		b.Color = planeColor(name)
+		b.LineStyle.Width = 0
+		b.Offset = w * vg.Length(float64(i)-float64(len(planes)-1)/2)
+		p.Add(b)
+		leg.Add(name, b)
+	}
+	names := make([]string, len(ms))
+	for j, m := range ms {
+		names[j] = fmt.Sprintf("%d B", m.Size)
+	}
+	p.NominalX(names...)
+	p.Add(plotter.NewGrid())
+	logScaleIfSpread(p, all)
+	return savePlot(p, leg, 22*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("udp-mbps-%s.png", load)))
 }
