@@ -59,9 +59,9 @@ measurements:
 	}
 	res := &Result{Scenario: s, Host: HostInfo{CPU: "test", CPUs: 2}, Planes: []PlaneInfo{
 		{Name: "nagare-switch+default", Scope: "inter-node"}, {Name: "nagare-switch+vs-extend", Scope: "inter-node"}}}
-	one := func(dp, m string, mbps float64, _ []uint64) Sample {
+	one := func(dp, m string, mbps float64, netRx []uint64) Sample {
 		return Sample{DataPlane: dp, Measurement: m, Kind: KindUDPPPS, Placement: CrossCore, Load: "none", Rep: 1, Status: StatusOK,
-			UDP: &UDPResult{RxPPS: 1000, TxPPS: 1000, RxMbps: mbps}, CPU: &CPUUsage{}}
+			UDP: &UDPResult{RxPPS: 1000, TxPPS: 1000, RxMbps: mbps}, CPU: &CPUUsage{NetRxPerCPU: netRx}}
 	}
 	two := func(dp string, b, d, lossD float64) Sample {
 		s := one(dp, "two", b, []uint64{500, 7})
@@ -87,6 +87,16 @@ func TestMarkdownPerFlow(t *testing.T) {
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	for _, want := range []string{
+		"| measurement | load | data plane | CPU 0 | CPU 1 |",
+		"| udp-64 | none | nagare-switch+default | 900 | 3 |",
+		"| udp-1400 | none | nagare-switch+vs-extend | 12 | 1 |",
+		"| two | none | nagare-switch+default | 500 | 7 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("NET_RX table lacks %q:\n%s", want, md)
 		}
 	}
 	if strings.Contains(md, "udp-64, per flow") {

@@ -206,6 +206,8 @@ type CPUUsage struct {
 	Interrupts []uint64 `json:"interrupts_per_cpu"`
 	// NetRxSoftirqs is the NET_RX softirq count summed over CPUs.
 	NetRxSoftirqs uint64 `json:"net_rx_softirqs"`
+	// NetRxPerCPU is the NET_RX softirq count of each CPU.
+	NetRxPerCPU []uint64 `json:"net_rx_per_cpu,omitempty"`
 }
 
 // TotalSoftirqs sums Softirqs over CPUs.
@@ -241,7 +243,8 @@ func usageBetween(a, b cpuSnapshot, window float64) CPUUsage {
 	}
 	u.Softirqs = diffCounts(a.softirqs.Sum(), b.softirqs.Sum())
 	u.Interrupts = diffCounts(a.interrupts.Sum(), b.interrupts.Sum())
-	u.NetRxSoftirqs = sum(diffCounts(a.softirqs.Rows["NET_RX"], b.softirqs.Rows["NET_RX"]))
+	u.NetRxPerCPU = diffCounts(a.softirqs.Rows["NET_RX"], b.softirqs.Rows["NET_RX"])
+	u.NetRxSoftirqs = sum(u.NetRxPerCPU)
 	return u
 }
 

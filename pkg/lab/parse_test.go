@@ -192,6 +192,9 @@ func TestUsageBetween(t *testing.T) {
 	if !near(u.HostBusyPerCPU[0], 1.0) || !near(u.HostBusyPerCPU[1], 0.5) {
 		t.Errorf("busy per CPU %v, want [1 0.5]", u.HostBusyPerCPU)
 	}
+	if len(u.NetRxPerCPU) != 2 || u.NetRxPerCPU[0] != 10 || u.NetRxPerCPU[1] != 100 {
+		t.Errorf("NET_RX per CPU %v, want [10 100]", u.NetRxPerCPU)
+	}
 	if u.NetRxSoftirqs != 110 || u.Softirqs[0] != 11 || u.Softirqs[1] != 100 {
 		t.Errorf("softirqs %v net_rx %d", u.Softirqs, u.NetRxSoftirqs)
 	}

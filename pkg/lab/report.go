@@ -99,6 +99,9 @@ func (res *Result) Rows() []*Row {
 			add("host cpu", c.HostCPUSeconds)
 			add("softirqs", float64(c.TotalSoftirqs()))
 			add("interrupts", float64(c.TotalInterrupts()))
+			for i, n := range c.NetRxPerCPU {
+				add(netRxColumn(i), float64(n))
+			}
 			if c.WindowSeconds > 0 {
 				add("softirqs/s", float64(c.TotalSoftirqs())/c.WindowSeconds)
 				add("interrupts/s", float64(c.TotalInterrupts())/c.WindowSeconds)
@@ -287,6 +290,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 		}
 	}
 	res.writeFlows(w, rows)
+	res.writeNetRx(w, rows)
 	res.writeCost(w, rows)
 	res.writePaper(w, rows)
 	res.writeFlowSetupVsOVS(w, rows)
@@ -589,5 +593,39 @@ func (res *Result) writeFlows(w io.Writer, rows []*Row) {
 				fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 			}
 		}
+	}
+}
+
+func netRxColumn(cpu int) string { return fmt.Sprintf("net_rx cpu%d", cpu) }
+
+// writeNetRx prints the NET_RX softirqs each CPU ran during every udp-pps
+// test (from /proc/softirqs before and after the client): on which CPU
+// the receive path ran, per data plane (seed 001's receive models).
+func (res *Result) writeNetRx(w io.Writer, rows []*Row) {
+	ncpu := 0
+	for _, row := range rows {
+		for ncpu < 64 && row.Kind == KindUDPPPS && len(row.Values[netRxColumn(ncpu)]) > 0 {
+			ncpu++
+		}
+	}
+	if ncpu == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n### NET_RX softirqs per CPU during each UDP test (/proc/softirqs deltas, median of runs)\n\n")
+	fmt.Fprintf(w, "Work a cpumap redirect moves to another CPU runs in that CPU's cpumap kthread, which /proc/softirqs does not count as NET_RX.\n\n")
+	hdr := []string{"measurement", "load", "data plane"}
+	for i := 0; i < ncpu; i++ {
+		hdr = append(hdr, fmt.Sprintf("CPU %d", i))
+	}
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
+	for _, row := range rows {
+		if row.Kind != KindUDPPPS || row.OK == 0 || row.Placement != CrossCore {
+			continue
+		}
+		cells := []string{row.Measurement, row.Load, row.DataPlane}
+		for i := 0; i < ncpu; i++ {
+			cells = append(cells, formatMedian(row.Cell(netRxColumn(i)), 0))
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
 }
