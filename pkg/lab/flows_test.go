@@ -53,6 +53,7 @@ measurements:
   - {name: udp-64, kind: udp-pps, client: a, server: b, size: 64}
   - {name: udp-1400, kind: udp-pps, client: a, server: b, size: 1400}
   - {name: two, kind: udp-pps, client: a, server: b, size: 1400, with: [{client: c, server: d}]}
+  - {name: two64, kind: udp-pps, client: a, server: b, size: 64, with: [{client: c, server: d}]}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -63,15 +64,16 @@ measurements:
 		return Sample{DataPlane: dp, Measurement: m, Kind: KindUDPPPS, Placement: CrossCore, Load: "none", Rep: 1, Status: StatusOK,
 			UDP: &UDPResult{RxPPS: 1000, TxPPS: 1000, RxMbps: mbps}, CPU: &CPUUsage{NetRxPerCPU: netRx}}
 	}
-	two := func(dp string, b, d, lossD float64) Sample {
-		s := one(dp, "two", b, []uint64{500, 7})
+	two := func(dp, m string, b, d, lossD float64) Sample {
+		s := one(dp, m, b, []uint64{500, 7})
 		s.Flows = []FlowResult{{Client: "a", Server: "b", UDP: UDPResult{RxMbps: b}}, {Client: "c", Server: "d", UDP: UDPResult{RxMbps: d, LossPct: lossD}}}
 		return s
 	}
 	res.Samples = append(res.Samples,
 		one("nagare-switch+default", "udp-64", 60, []uint64{900, 3}), one("nagare-switch+vs-extend", "udp-64", 50, []uint64{10, 0}),
 		one("nagare-switch+default", "udp-1400", 1200, []uint64{800, 2}), one("nagare-switch+vs-extend", "udp-1400", 900, []uint64{12, 1}),
-		two("nagare-switch+default", 800, 200, 60), two("nagare-switch+vs-extend", 500, 500, 2.5))
+		two("nagare-switch+default", "two", 800, 200, 60), two("nagare-switch+vs-extend", "two", 500, 500, 2.5),
+		two("nagare-switch+default", "two64", 80, 20, 0), two("nagare-switch+vs-extend", "two64", 50, 50, 0))
 	return res
 }
 
@@ -104,16 +106,26 @@ func TestMarkdownPerFlow(t *testing.T) {
 	}
 }
 
-// TestUDPSizePlot renders seed 001's Fig. 6 shape and finds each model's
-// fixed colour in the plot area (bars) and in the legend column; a
-// multi-flow measurement is not a size of its own.
+// TestUDPSizePlot renders seed 001's Fig. 6 shape, one flow and two
+// flows' total, and finds each model's fixed colour in the plot area
+// (bars) and in the legend column.
 func TestUDPSizePlot(t *testing.T) {
 	res := flowsResult(t)
 	dir := t.TempDir()
 	if err := res.WritePlots(dir); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join(dir, "udp-mbps-none.png"))
+	for _, file := range []string{"udp-mbps-none.png", "udp-mbps-2flows-none.png"} {
+		checkPlaneColours(t, filepath.Join(dir, file))
+	}
+	if planeColors["nagare-switch+default"] == planeColors["nagare-switch+vs-extend"] {
+		t.Error("two models share a colour")
+	}
+}
+
+func checkPlaneColours(t *testing.T, file string) {
+	t.Helper()
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,10 +160,7 @@ func TestUDPSizePlot(t *testing.T) {
 			}
 		}
 		if inPlot == 0 || inLegend == 0 {
-			t.Errorf("%s: %d pixels of its colour in the plot area, %d in the legend; want both", plane, inPlot, inLegend)
+			t.Errorf("%s: %s: %d pixels of its colour in the plot area, %d in the legend; want both", file, plane, inPlot, inLegend)
 		}
-	}
-	if planeColors["nagare-switch+default"] == planeColors["nagare-switch+vs-extend"] {
-		t.Error("two models share a colour")
 	}
 }

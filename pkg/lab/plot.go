@@ -148,8 +148,9 @@ func savePlot(p *plot.Plot, leg plot.Legend, w, h vg.Length, file string) (err e
 // WritePlots writes PNG plots into dir:
 //   - rtt-<measurement>-<placement>.png: RTT min/p50/p90/p99 bars per data
 //     plane (first load step; medians over repetitions);
-//   - udp-mbps-<load>.png, when the scenario has one-flow udp-pps
-//     measurements at two or more datagram sizes: receiver Mbit/s per data
+//   - udp-mbps-<load>.png (udp-mbps-<n>flows-<load>.png), when the
+//     scenario has udp-pps measurements of one flow (of n flows) at two or
+//     more datagram sizes: receiver Mbit/s (summed over the flows) per data
 //     plane per size (seed 001's Fig. 6);
 //   - <measurement>-<placement>-vs-load.png, when the scenario has more than
 //     one load step: p50 and p99 RTT (or throughput) per data plane across
@@ -384,21 +385,36 @@ func (res *Result) vsPods(dir string, find rowFinder) error {
 }
 
 // udpSizeBars plots, for one load step, each data plane's UDP goodput at
-// every datagram size of the scenario's one-flow udp-pps measurements
-// (cross-core): seed 001's Fig. 6, throughput per receive model per size.
+// every datagram size of the scenario's udp-pps measurements (cross-core)
+// that carry the same number of flows: seed 001's Fig. 6, the two VMs'
+// total throughput per receive model per size. One flow:
+// udp-mbps-<load>.png; n flows (their sum): udp-mbps-<n>flows-<load>.png.
 func (res *Result) udpSizeBars(dir, load string, find rowFinder) error {
-	var ms []MeasurementSpec
+	byFlows := map[int][]MeasurementSpec{}
 	for _, m := range res.Scenario.Measurements {
-		if m.Kind == KindUDPPPS && len(m.With) == 0 && slices.Contains(m.Placements, CrossCore) {
-			ms = append(ms, m)
+		if m.Kind == KindUDPPPS && slices.Contains(m.Placements, CrossCore) {
+			byFlows[1+len(m.With)] = append(byFlows[1+len(m.With)], m)
 		}
 	}
+	for n, ms := range byFlows {
+		if err := res.udpSizeBarsOf(dir, load, n, ms, find); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (res *Result) udpSizeBarsOf(dir, load string, flows int, ms []MeasurementSpec, find rowFinder) error {
 	sort.SliceStable(ms, func(i, j int) bool { return ms[i].Size < ms[j].Size })
 	if len(ms) < 2 {
 		return nil
 	}
+	col, file, what := "rx mbps", fmt.Sprintf("udp-mbps-%s.png", load), "one flow"
+	if flows > 1 {
+		col, file, what = "flows mbps", fmt.Sprintf("udp-mbps-%dflows-%s.png", flows, load), fmt.Sprintf("%d flows, total", flows)
+	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("UDP goodput per datagram size, load %s", load)
+	p.Title.Text = fmt.Sprintf("UDP goodput per datagram size (%s), load %s", what, load)
 	p.Y.Label.Text = "rx Mbit/s (median of runs)"
 	p.X.Label.Text = "datagram size"
 	leg := newLegend()
@@ -420,7 +436,7 @@ func (res *Result) udpSizeBars(dir, load string, find rowFinder) error {
 		vals := make(plotter.Values, len(ms))
 		for j, m := range ms {
 			if r := find(m.Name, CrossCore, load, name); r != nil {
-				if v := r.Cell("rx mbps").Median; !math.IsNaN(v) {
+				if v := r.Cell(col).Median; !math.IsNaN(v) {
 					vals[j] = v
 				}
 			}
@@ -443,5 +459,5 @@ func (res *Result) udpSizeBars(dir, load string, find rowFinder) error {
 	p.NominalX(names...)
 	p.Add(plotter.NewGrid())
 	logScaleIfSpread(p, all)
-	return savePlot(p, leg, 22*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("udp-mbps-%s.png", load)))
+	return savePlot(p, leg, 22*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, file))
 }
