@@ -54,6 +54,9 @@ measurements:
   - {name: udp-1400, kind: udp-pps, client: a, server: b, size: 1400}
   - {name: two, kind: udp-pps, client: a, server: b, size: 1400, with: [{client: c, server: d}]}
   - {name: two64, kind: udp-pps, client: a, server: b, size: 64, with: [{client: c, server: d}]}
+paper:
+  - {label: proposal, measurement: two, dataplane: nagare-switch+vs-extend, mbps: [850, 850.5], loss: [0.2, 0.3]}
+  - {label: rss, measurement: udp-64, dataplane: nagare-switch+default, loss: [0.8]}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +164,53 @@ func checkPlaneColours(t *testing.T, file string) {
 		}
 		if inPlot == 0 || inLegend == 0 {
 			t.Errorf("%s: %s: %d pixels of its colour in the plot area, %d in the legend; want both", file, plane, inPlot, inLegend)
+		}
+	}
+}
+
+func TestPaperUDPBesideOurs(t *testing.T) {
+	var b strings.Builder
+	flowsResult(t).WriteMarkdown(&b)
+	md := b.String()
+	for _, want := range []string{
+		"### The paper's UDP numbers beside ours",
+		"| two | proposal | 850.0 (0.2), 850.5 (0.3) | nagare-switch+vs-extend | none | 500 (0.0), 500 (2.5) |",
+		"| udp-64 | rss | – (0.8) | nagare-switch+default | none | 60 (0.0) |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "RTT µs min / avg") {
+		t.Error("RTT paper table without RTT rows")
+	}
+}
+
+func TestPaperUDPValidation(t *testing.T) {
+	_, err := ParseScenario([]byte(`
+name: bad
+nodes: [n1, n2]
+pods: [{name: a, node: n1}, {name: b, node: n2}, {name: c, node: n1}, {name: d, node: n2}]
+dataplanes: [veth]
+reps: 1
+measurements:
+  - {name: u, kind: udp-pps, client: a, server: b, with: [{client: c, server: d}]}
+  - {name: t, kind: tcp, client: a, server: b}
+paper:
+  - {label: x, measurement: u, dataplane: veth, mbps: [1]}
+  - {label: y, measurement: u, dataplane: veth}
+  - {label: z, measurement: t, dataplane: veth, mbps: [1]}
+`))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		"paper[0]: mbps: want one number per flow (2), got 1",
+		`paper[1]: "u" is udp-pps: give mbps and/or loss, not rtt`,
+		`paper[2]: "t" is not an rtt or udp-pps measurement`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
 		}
 	}
 }

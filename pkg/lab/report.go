@@ -314,7 +314,12 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 // its measurement, since absolute microseconds on a VM are not a NIC's.
 func (res *Result) writePaper(w io.Writer, rows []*Row) {
 	s := res.Scenario
-	if len(s.Paper) == 0 {
+	res.writePaperUDP(w, rows)
+	rtt := false
+	for _, pr := range s.Paper {
+		rtt = rtt || len(pr.RTT) == 5
+	}
+	if !rtt {
 		return
 	}
 	load := s.Loads[0].Name
@@ -627,5 +632,62 @@ func (res *Result) writeNetRx(w io.Writer, rows []*Row) {
 			cells = append(cells, formatMedian(row.Cell(netRxColumn(i)), 0))
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+}
+
+// writePaperUDP prints the paper's per-flow throughput and loss beside
+// ours (every load step: the paper's load is its own, ours are steps).
+func (res *Result) writePaperUDP(w io.Writer, rows []*Row) {
+	s := res.Scenario
+	var prs []PaperRow
+	for _, pr := range s.Paper {
+		if len(pr.Mbps)+len(pr.Loss) > 0 {
+			prs = append(prs, pr)
+		}
+	}
+	if len(prs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n### The paper's UDP numbers beside ours\n\n")
+	fmt.Fprintf(w, "Per flow, the measured flow first: Mbit/s (loss %%); – where the paper gives only the other.\n\n")
+	fmt.Fprintf(w, "| measurement | paper's setup | paper | ours | load | ours |\n|---|---|---|---|---|---|\n")
+	cell := func(mbps, loss []float64, i int, prec int) string {
+		m, l := "–", "–"
+		if i < len(mbps) && !math.IsNaN(mbps[i]) {
+			m = strconv.FormatFloat(mbps[i], 'f', prec, 64)
+		}
+		if i < len(loss) && !math.IsNaN(loss[i]) {
+			l = strconv.FormatFloat(loss[i], 'f', 1, 64)
+		}
+		return fmt.Sprintf("%s (%s)", m, l)
+	}
+	for _, pr := range prs {
+		n := max(len(pr.Mbps), len(pr.Loss))
+		paper := make([]string, n)
+		for i := range paper {
+			paper[i] = cell(pr.Mbps, pr.Loss, i, 1)
+		}
+		for _, l := range s.Loads {
+			ours := "not run"
+			for _, row := range rows {
+				if row.Measurement != pr.Measurement || row.Load != l.Name || row.DataPlane != pr.DataPlane || row.OK == 0 || row.Placement != CrossCore {
+					continue
+				}
+				mbps, loss := make([]float64, n), make([]float64, n)
+				for i := range n {
+					mc, lc := flowColumn(i, "mbps"), flowColumn(i, "loss")
+					if n == 1 {
+						mc, lc = "rx mbps", "loss %"
+					}
+					mbps[i], loss[i] = row.Cell(mc).Median, row.Cell(lc).Median
+				}
+				var parts []string
+				for i := range n {
+					parts = append(parts, cell(mbps, loss, i, 0))
+				}
+				ours = strings.Join(parts, ", ")
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", pr.Measurement, pr.Label, strings.Join(paper, ", "), pr.DataPlane, l.Name, ours)
+		}
 	}
 }

@@ -172,7 +172,7 @@ func TestPaperBesideOurs(t *testing.T) {
 	}
 	bad := *res.Scenario
 	bad.Paper = []PaperRow{{Label: "x", Measurement: "inter", DataPlane: "veth", RTT: []float64{1, 2}}}
-	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "not an rtt measurement") || !strings.Contains(err.Error(), "want 5 numbers") {
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "not an rtt or udp-pps measurement") || !strings.Contains(err.Error(), "want 5 numbers") {
 		t.Errorf("a paper row on a TCP measurement with 2 numbers: %v", err)
 	}
 }

@@ -57,6 +57,11 @@ type PaperRow struct {
 	DataPlane   string `yaml:"dataplane"`   // our row beside it
 	// RTT µs: min, avg, p50, p90, p99 (Table 3/4).
 	RTT []float64 `yaml:"rtt"`
+	// Mbps and Loss are a udp-pps measurement's throughput (Mbit/s) and
+	// loss (%) per flow, the measured flow first, then its With flows;
+	// either may be left out when the paper gives only the other.
+	Mbps []float64 `yaml:"mbps"`
+	Loss []float64 `yaml:"loss"`
 }
 
 // PodSpec places one pod on a node.
@@ -297,15 +302,31 @@ func (s *Scenario) Validate() error {
 		bad("name: missing")
 	}
 	for i, pr := range s.Paper {
-		found := false
-		for _, m := range s.Measurements {
-			found = found || (m.Name == pr.Measurement && m.Kind == KindRTT)
+		var m *MeasurementSpec
+		for k := range s.Measurements {
+			if s.Measurements[k].Name == pr.Measurement && (s.Measurements[k].Kind == KindRTT || s.Measurements[k].Kind == KindUDPPPS) {
+				m = &s.Measurements[k]
+			}
 		}
-		if !found {
-			bad("paper[%d]: %q is not an rtt measurement of the scenario", i, pr.Measurement)
+		if m == nil {
+			bad("paper[%d]: %q is not an rtt or udp-pps measurement of the scenario", i, pr.Measurement)
 		}
-		if len(pr.RTT) != 5 {
+		switch {
+		case (m == nil || m.Kind == KindRTT) && len(pr.RTT) != 5:
 			bad("paper[%d]: rtt: want 5 numbers (min, avg, p50, p90, p99), got %d", i, len(pr.RTT))
+		case m != nil && m.Kind == KindUDPPPS:
+			flows := 1 + len(m.With)
+			if len(pr.RTT) > 0 || len(pr.Mbps)+len(pr.Loss) == 0 {
+				bad("paper[%d]: %q is udp-pps: give mbps and/or loss, not rtt", i, pr.Measurement)
+			}
+			for _, f := range []struct {
+				name string
+				v    []float64
+			}{{"mbps", pr.Mbps}, {"loss", pr.Loss}} {
+				if len(f.v) > 0 && len(f.v) != flows {
+					bad("paper[%d]: %s: want one number per flow (%d), got %d", i, f.name, flows, len(f.v))
+				}
+			}
 		}
 		if pr.Label == "" || pr.DataPlane == "" {
 			bad("paper[%d]: label and dataplane are required", i)
