@@ -107,7 +107,15 @@ func TestRTTPlotColoursAndLegend(t *testing.T) {
 	if err := res.WritePlots(dir); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join(dir, "rtt-intra-same-core.png"))
+	checkPlaneColours(t, filepath.Join(dir, "rtt-intra-same-core.png"), 20*vg.Centimeter, 11*vg.Centimeter, "veth", "routed")
+}
+
+// checkPlaneColours finds each plane's colour in file's plot area and in
+// its legend column (laid out as savePlot does for a w×h plot with these
+// legend entries), and nowhere between them.
+func checkPlaneColours(t *testing.T, file string, w, h vg.Length, planes ...string) {
+	t.Helper()
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,18 +124,18 @@ func TestRTTPlotColoursAndLegend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The same layout as rttBars': its size and legend entries.
 	leg := newLegend()
 	b, _ := plotter.NewBarChart(plotter.Values{1}, vg.Points(5))
-	leg.Add("veth", b)
-	leg.Add("routed", b)
-	c := draw.New(vgimg.New(20*vg.Centimeter, 11*vg.Centimeter))
+	for _, p := range planes {
+		leg.Add(p, b)
+	}
+	c := draw.New(vgimg.New(w, h))
 	plotArea, legendArea := layoutWithLegend(c, &leg)
 	px := func(l vg.Length) int { return int(l.Dots(vgimg.DefaultDPI)) }
 	if d := img.Bounds().Dx() - px(c.Max.X); d < -1 || d > 1 {
-		t.Fatalf("image %d px wide, want %d", img.Bounds().Dx(), px(c.Max.X))
+		t.Fatalf("%s: image %d px wide, want %d", file, img.Bounds().Dx(), px(c.Max.X))
 	}
-	for _, plane := range []string{"veth", "routed"} {
+	for _, plane := range planes {
 		want := planeColors[plane]
 		inPlot, inLegend := 0, 0
 		for x := 0; x < img.Bounds().Dx(); x++ {
@@ -142,12 +150,12 @@ func TestRTTPlotColoursAndLegend(t *testing.T) {
 				case x >= px(legendArea.Min.X)-1:
 					inLegend++
 				default:
-					t.Errorf("%s: colour at x=%d, between the plot area and the legend", plane, x)
+					t.Errorf("%s: %s: colour at x=%d, between the plot area and the legend", file, plane, x)
 				}
 			}
 		}
 		if inPlot == 0 || inLegend == 0 {
-			t.Errorf("%s: %d pixels of its colour in the plot area, %d in the legend column; want both", plane, inPlot, inLegend)
+			t.Errorf("%s: %s: %d pixels of its colour in the plot area, %d in the legend column; want both", file, plane, inPlot, inLegend)
 		}
 	}
 }
