@@ -35,10 +35,10 @@ var planeColors = map[string]color.RGBA{
 	"nagare":             {0xe1, 0x57, 0x59, 0xff}, // red
 	"nagare-switch":      {0xf2, 0x8e, 0x2b, 0xff}, // orange
 	// seed 001's receive models (nagare-switch across nodes).
-	"nagare-switch+default":        {0x1f, 0x3b, 0x73, 0xff}, // navy
-	"nagare-switch+rps":            {0xed, 0xc9, 0x48, 0xff}, // yellow
-	"nagare-switch+vs-extend":      {0x2c, 0xa0, 0x2c, 0xff}, // dark green
-	"nagare-switch+vs-extend-prio": {0xff, 0x9d, 0xa7, 0xff}, // pink
+	"nagare-switch+default":        {0xb6, 0x99, 0x2d, 0xff}, // olive
+	"nagare-switch+rps":            {0xa0, 0xcb, 0xe8, 0xff}, // light blue
+	"nagare-switch+vs-extend":      {0xd3, 0x72, 0x95, 0xff}, // magenta
+	"nagare-switch+vs-extend-prio": {0xfa, 0xbf, 0xd2, 0xff}, // light pink
 }
 
 // spareColors are for data planes not in planeColors, chosen by a hash of
