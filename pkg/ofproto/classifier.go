@@ -21,7 +21,12 @@ import (
 //     narrow: the mask is split into stages (ports and metadata, then L2,
 //     L3, L4), each stage keeps the hashes of its rules' values, and the
 //     first stage whose hash is absent ends the probe having un-wildcarded
-//     only that stage's bits and the ones before it.
+//     only that stage's bits and the ones before it;
+//   - before the L3 stage, prefix indexes do the same for addresses and L4
+//     ports at the lengths of their ladders (mask.go, "Prefix misses"):
+//     the shortest prefix of one field that no rule of the subtable has
+//     ends the probe with only that prefix un-wildcarded, so a miss on an
+//     address costs a byte of it, not all of it.
 //
 // The result is the same rule the priority-ordered scan of table.rules
 // would find (classifier_test.go checks it); masks may differ, both
@@ -64,6 +69,17 @@ type subtable struct {
 	byVal  map[words][]*rule // masked value → rules, same order
 	prios  map[uint16]int
 	maxPri uint16
+	// prefixes are checked when the probe reaches stages[prefixAt] (or
+	// the final lookup).
+	prefixes []prefixIndex
+	prefixAt int
+}
+
+// prefixIndex holds, for one ladder field of a subtable, the hashes of
+// its rules' values at each ladder level.
+type prefixIndex struct {
+	levels []words // ladder ∩ subtable mask, distinct, shortest first
+	hashes []map[uint64]int32
 }
 
 type stage struct {
@@ -108,7 +124,67 @@ func newSubtable(m words) *subtable {
 		st.stages = append(st.stages, stage{mask: cum, hashes: map[uint64]int32{}})
 		prev = cum
 	}
+	st.prefixAt = len(st.stages)
+	for i := len(st.stages) - 1; i >= 0; i-- {
+		if hasAny(&st.stages[i].mask, &maskL3L4) {
+			st.prefixAt = i
+		}
+	}
+	for _, l := range []prefixLadder{ipDstLadder, ipSrcLadder, tpDstLadder, tpSrcLadder} {
+		var pi prefixIndex
+		var prev words
+		for _, lv := range l {
+			var w words
+			for i := range w {
+				w[i] = lv[i] & m[i]
+			}
+			if w.isZero() || w == prev {
+				continue
+			}
+			pi.levels = append(pi.levels, w)
+			pi.hashes = append(pi.hashes, map[uint64]int32{})
+			prev = w
+		}
+		if len(pi.levels) > 0 {
+			st.prefixes = append(st.prefixes, pi)
+		}
+	}
 	return st
+}
+
+func hasAny(a, b *words) bool {
+	for i := range a {
+		if a[i]&b[i] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// count adds delta to the prefix hashes of value v.
+func (st *subtable) countPrefixes(v *words, delta int32) {
+	for _, pi := range st.prefixes {
+		for l := range pi.levels {
+			h := hashWords(v, &pi.levels[l])
+			if pi.hashes[l][h] += delta; pi.hashes[l][h] <= 0 {
+				delete(pi.hashes[l], h)
+			}
+		}
+	}
+}
+
+// prefixMiss reports whether some field's prefix proves that no rule of
+// st matches pw, and if so un-wildcards that prefix.
+func (x *xlate) prefixMiss(st *subtable, pw *words) bool {
+	for _, pi := range st.prefixes {
+		for l := range pi.levels {
+			if _, ok := pi.hashes[l][hashWords(pw, &pi.levels[l])]; !ok {
+				x.need(&pi.levels[l])
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func insertSorted(rs []*rule, r *rule) []*rule {
@@ -136,6 +212,7 @@ func (st *subtable) add(r *rule) {
 	for i := range st.stages {
 		st.stages[i].hashes[hashWords(&r.cm.val, &st.stages[i].mask)]++
 	}
+	st.countPrefixes(&r.cm.val, 1)
 	st.prios[r.priority]++
 	if len(st.rules) == 1 || r.priority > st.maxPri {
 		st.maxPri = r.priority
@@ -155,6 +232,7 @@ func (st *subtable) remove(r *rule) {
 			delete(st.stages[i].hashes, h)
 		}
 	}
+	st.countPrefixes(&r.cm.val, -1)
 	if st.prios[r.priority]--; st.prios[r.priority] <= 0 {
 		delete(st.prios, r.priority)
 	}
@@ -245,6 +323,10 @@ func (x *xlate) lookupTSS(c *classifier) *rule {
 		}
 		missed := false
 		for i := range st.stages {
+			if i == st.prefixAt && x.prefixMiss(st, pw) {
+				missed = true
+				break
+			}
 			sg := &st.stages[i]
 			if _, ok := sg.hashes[hashWords(pw, &sg.mask)]; !ok {
 				x.need(&sg.mask)
@@ -252,7 +334,7 @@ func (x *xlate) lookupTSS(c *classifier) *rule {
 				break
 			}
 		}
-		if missed {
+		if missed || (st.prefixAt == len(st.stages) && x.prefixMiss(st, pw)) {
 			continue
 		}
 		x.need(&st.mask)

@@ -57,13 +57,21 @@ func TestStagedLookupMask(t *testing.T) {
 	if want := (flow.Mask{InPort: ^uint32(0), EthType: 0xffff}); m != want {
 		t.Fatalf("arp mask %s", flow.Format(flow.ExactMask(), m))
 	}
-	// IPv4 to an unknown address: eth_type, ip_proto and ip_dst (L3
-	// stage), but not the L4 port.
+	// IPv4 to an unknown address: no rule's ip_dst starts 10.9, so the
+	// prefix index proves the miss with ip_dst/16 — not the whole
+	// address, not the L3 stage's ip_proto, not the L4 port.
 	k := tcpKey(1, "10.0.0.1", "10.9.9.9", 1000, 80)
 	tr := translate(t, p, k)
 	m = tr.Mask
-	if actions(tr) != "output:3" || m.TpDst != 0 || m.TpSrc != 0 || m.IPDst[3] != 0xff || m.IPSrc != ([16]byte{}) {
+	want := flow.Mask{InPort: ^uint32(0), EthType: 0xffff}
+	want.IPDst[0], want.IPDst[1] = 0xff, 0xff
+	if actions(tr) != "output:3" || m != want {
 		t.Fatalf("ipv4 miss: %s mask %s", actions(tr), flow.Format(flow.ExactMask(), m))
+	}
+	// Inside a known /24 but an unknown host: ip_dst/32 it must be.
+	tr = translate(t, p, tcpKey(1, "10.0.0.1", "10.0.0.200", 1000, 80))
+	if m = tr.Mask; actions(tr) != "output:3" || m.IPDst[3] != 0xff || m.TpDst != 0 {
+		t.Fatalf("ipv4 host miss: %s mask %s", actions(tr), flow.Format(flow.ExactMask(), m))
 	}
 	// A hit pins the whole subtable mask.
 	tr = translate(t, p, tcpKey(1, "10.0.0.1", "10.0.0.42", 1000, 80))

@@ -1,6 +1,9 @@
 package ofproto
 
-import "github.com/nagare-net/nagare/pkg/flow"
+import (
+	"github.com/nagare-net/nagare/pkg/flow"
+	"github.com/nagare-net/nagare/pkg/openflow"
+)
 
 // The megaflow mask of a translation is the set of key bits its result
 // depended on. Every packet that agrees with the translated one on those
@@ -11,9 +14,11 @@ import "github.com/nagare-net/nagare/pkg/flow"
 // The rules:
 //   - the rule that matched: every bit of its match;
 //   - each rule of higher priority that did not match: the bits of one of
-//     its fields where the packet differs. A field that costs no new bit
-//     (already in the mask, or fully written by this translation) is
-//     preferred; otherwise the first differing field in matchFieldOrder;
+//     its fields where the packet differs — for addresses and L4 ports
+//     only the prefix that proves the difference (see "Prefix misses"). A
+//     field that costs no new bit (already in the mask, or fully written
+//     by this translation) is preferred; otherwise the first differing
+//     field in matchFieldOrder;
 //   - bits of the current packet that this translation wrote itself
 //     (x.written) are never added: their value comes from the actions,
 //     not from the packet. The metadata register is always "written";
@@ -53,27 +58,18 @@ func (x *xlate) needMiss(cm *compiledMatch, pw *words) {
 	if cm.never {
 		return
 	}
-	first := -1
+	first, firstLevel := -1, -1
 	for fi := range cm.fields {
 		fb := &cm.fields[fi]
-		differs, cost := false, false
-		for j := uint8(0); j < fb.n; j++ {
-			i := fb.idx[j]
-			if (pw[i]^cm.val[i])&fb.bits[j] != 0 {
-				differs = true
-			}
-			if i != metaWord && fb.bits[j]&^x.written[i]&^x.mask[i] != 0 {
-				cost = true
-			}
+		level := fb.missLevel(pw, &cm.val)
+		if level < 0 {
+			continue // the packet agrees on this field
 		}
-		if !differs {
-			continue
-		}
-		if !cost {
+		if !x.costs(fb, level) {
 			return
 		}
 		if first < 0 {
-			first = fi
+			first, firstLevel = fi, level
 		}
 	}
 	if first < 0 {
@@ -84,9 +80,109 @@ func (x *xlate) needMiss(cm *compiledMatch, pw *words) {
 	fb := &cm.fields[first]
 	for j := uint8(0); j < fb.n; j++ {
 		if i := fb.idx[j]; i != metaWord {
-			x.mask[i] |= fb.bits[j] &^ x.written[i]
+			x.mask[i] |= fb.levelBits(j, firstLevel) &^ x.written[i]
 		}
 	}
+}
+
+// costs reports whether proving a miss on fb at level adds a bit to the
+// mask.
+func (x *xlate) costs(fb *fieldBits, level int) bool {
+	for j := uint8(0); j < fb.n; j++ {
+		if i := fb.idx[j]; i != metaWord && fb.levelBits(j, level)&^x.written[i]&^x.mask[i] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Prefix misses. A rule that matches ip_dst=10.1.0.5 misses a packet to
+// 192.0.2.7 already on the first byte: un-wildcarding that byte proves
+// the miss for every packet that shares it, where the whole address would
+// make each destination its own megaflow (an allow-list ACL would cache
+// one flow per 5-tuple). Open vSwitch finds the shortest proving prefix
+// bit by bit (prefix tries); we round it up to a short ladder of lengths,
+// so that one field contributes at most len(ladder) different masks: with
+// exact lengths an attacker chooses packets that differ in each bit in
+// turn and gets a mask per bit and field, multiplied across fields
+// (Csikor et al., "Tuple Space Explosion", CoNEXT 2019). Ladders:
+//
+//	IP addresses (IPv4 in the first 4 bytes): /8 /16 /24 /32 /64 /96 /128
+//	L4 ports:                                 /4 /8 /12 /16
+//
+// A rule's field never un-wildcards bits outside its own mask: a level is
+// the ladder prefix intersected with the rule's bits, so a /20 rule's
+// levels are /8, /16 and /20.
+
+// prefixLadder is the cumulative prefix masks of one key field, shortest
+// first.
+type prefixLadder []words
+
+func newPrefixLadder(f openflow.Field, lengths ...int) prefixLadder {
+	var l prefixLadder
+	for _, n := range lengths {
+		var k flow.Key
+		var meta uint64
+		b := make([]byte, f.Len())
+		for i := 0; i < n; i++ {
+			b[i/8] |= 0x80 >> (i % 8)
+		}
+		place(&k, &meta, f, b)
+		l = append(l, keyWords(&k))
+	}
+	return l
+}
+
+// The ladders (IPv4 rules use the first 4 bytes of the IPv6 ones).
+var (
+	ipSrcLadder = newPrefixLadder(openflow.FieldIPv6Src, 8, 16, 24, 32, 64, 96, 128)
+	ipDstLadder = newPrefixLadder(openflow.FieldIPv6Dst, 8, 16, 24, 32, 64, 96, 128)
+	tpSrcLadder = newPrefixLadder(openflow.FieldTCPSrc, 4, 8, 12, 16)
+	tpDstLadder = newPrefixLadder(openflow.FieldTCPDst, 4, 8, 12, 16)
+)
+
+// ladderOf is the prefix ladder of field f, nil for fields without one.
+func ladderOf(f openflow.Field) prefixLadder {
+	switch f {
+	case openflow.FieldIPv4Src, openflow.FieldIPv6Src, openflow.FieldARPSPA:
+		return ipSrcLadder
+	case openflow.FieldIPv4Dst, openflow.FieldIPv6Dst, openflow.FieldARPTPA:
+		return ipDstLadder
+	case openflow.FieldTCPSrc, openflow.FieldUDPSrc, openflow.FieldSCTPSrc:
+		return tpSrcLadder
+	case openflow.FieldTCPDst, openflow.FieldUDPDst, openflow.FieldSCTPDst:
+		return tpDstLadder
+	}
+	return nil
+}
+
+// missLevel is the shortest ladder level of fb on which pw differs from
+// val: 0 for fields without a ladder (the whole field), -1 when pw agrees.
+func (fb *fieldBits) missLevel(pw, val *words) int {
+	if fb.ladder == nil {
+		for j := uint8(0); j < fb.n; j++ {
+			if i := fb.idx[j]; (pw[i]^val[i])&fb.bits[j] != 0 {
+				return 0
+			}
+		}
+		return -1
+	}
+	for l := range fb.ladder {
+		for j := uint8(0); j < fb.n; j++ {
+			if i := fb.idx[j]; (pw[i]^val[i])&fb.bits[j]&fb.ladder[l][i] != 0 {
+				return l
+			}
+		}
+	}
+	return -1
+}
+
+// levelBits are the bits of fb's j-th word that a miss at level proves.
+func (fb *fieldBits) levelBits(j uint8, level int) uint64 {
+	if fb.ladder == nil {
+		return fb.bits[j]
+	}
+	return fb.bits[j] & fb.ladder[level][fb.idx[j]]
 }
 
 // finalMask applies the always-on rules and returns the datapath mask.

@@ -109,7 +109,11 @@ func randMatch(r *rand.Rand, table int) (string, string) {
 			f = append(f, "nw_dst="+pick(r, uIPv4P))
 		}
 		if kind != "ip" && r.IntN(2) == 0 {
-			f = append(f, fmt.Sprintf("tp_dst=%d", pick(r, uPorts)))
+			if r.IntN(3) == 0 { // a port range as a prefix: 0-511 holds 22, 80, 443
+				f = append(f, "tp_dst=0x0000/0xfe00")
+			} else {
+				f = append(f, fmt.Sprintf("tp_dst=%d", pick(r, uPorts)))
+			}
 		}
 		if kind == "ip" && r.IntN(4) == 0 {
 			f = append(f, fmt.Sprintf("ip_dscp=%d", r.IntN(4)))

@@ -52,14 +52,15 @@ func (w *words) isZero() bool {
 
 // fieldBits are the key bits of one field of one rule, in word units.
 type fieldBits struct {
-	field openflow.Field
-	n     uint8
-	idx   [3]uint8
-	bits  [3]uint64
+	field  openflow.Field
+	ladder prefixLadder // nil: a miss un-wildcards the whole field
+	n      uint8
+	idx    [3]uint8
+	bits   [3]uint64
 }
 
 func newFieldBits(f openflow.Field, m *words) fieldBits {
-	fb := fieldBits{field: f}
+	fb := fieldBits{field: f, ladder: ladderOf(f)}
 	for i, v := range m {
 		if v != 0 {
 			fb.idx[fb.n], fb.bits[fb.n] = uint8(i), v
