@@ -178,6 +178,8 @@ int nagare_port_ingress(struct __sk_buff *skb)
 		count(CTR_MISS);
 		if (!cfg->upcalls)
 			return drop(DROP_MISS_NO_UPCALL);
+		if (!upcall_admit(skb, cfg))
+			return drop(DROP_UPCALL_PORT_BUDGET);
 		if (send_upcall(skb, &key, UPCALL_MISS, 0) < 0)
 			return drop(DROP_UPCALL_RING_FULL);
 		/* Userspace executes the packet once it has decided. */

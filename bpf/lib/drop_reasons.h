@@ -33,6 +33,7 @@ enum drop_reason {
 	DROP_SHORT_PBB = 23,         /* PBB I-TAG cut off */
 	DROP_ONLOAD_RING_FULL = 24,  /* onloaded flow, and the onload ring had no room */
 	DROP_ONLOAD_OVERSIZE = 25,   /* onloaded flow's packet larger than ONLOAD_SNAP (GSO) while earlier ones wait in userspace */
+	DROP_UPCALL_PORT_BUDGET = 30, /* miss past its port's upcall budget (upcall_admit) */
 	DROP__MAX = 32,
 };
 

@@ -21,6 +21,8 @@
  *                userspace (mmapped by userspace, which counts done)
  *   exec_actions [slot] → action list for packets userspace executes
  *   drops        [reason] → per-CPU count
+ *   port_drops   {ifindex, reason} → per-CPU count (the same drops by port)
+ *   upcall_meters ifindex → token bucket of the port's upcalls
  *   counters     [event] → per-CPU count (hits, misses, upcalls)
  *
  * Flow ids index stats, so they are small integers that userspace
@@ -58,6 +60,8 @@ struct dp_config {
 	__u32 emc;       /* exact-match cache: 0 off; N > 0 inserts a megaflow hit with probability 1/N */
 	__u32 upcalls;   /* send misses to userspace (1) or drop them (0) */
 	__u32 layout;    /* 0 until userspace has initialised the maps */
+	__u32 upcall_rate;  /* upcalls per second per port; 0 = no limit */
+	__u32 upcall_burst; /* upcalls a port may send at once */
 };
 
 struct mf_mask {
@@ -292,6 +296,21 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+/* Drops by port: one port's malformed or denied traffic must be
+ * attributable to that port (nagarectl show, Prometheus). A hash, not an
+ * array: ifindexes are sparse. Full: the drop is still counted in drops. */
+struct port_drop_key {
+	__u32 ifindex;
+	__u32 reason;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct port_drop_key);
+	__type(value, __u64);
+} port_drops SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, UPCALL_RING_BYTES);
@@ -333,13 +352,25 @@ static __always_inline void count(__u32 ctr)
 		*v += 1;
 }
 
-/* drop counts the reason and returns the verdict that drops the packet. */
-static __always_inline int drop(__u32 reason)
+/* drop_skb counts the reason, globally and for the packet's device, and
+ * returns the verdict that drops the packet. */
+static __always_inline int drop_skb(const struct __sk_buff *skb, __u32 reason)
 {
-	__u64 *v = bpf_map_lookup_elem(&drops, &reason);
+	struct port_drop_key pk = { .ifindex = skb->ifindex, .reason = reason };
+	__u64 *v = bpf_map_lookup_elem(&drops, &reason), one = 1;
+
 	if (v)
 		*v += 1;
+	v = bpf_map_lookup_elem(&port_drops, &pk);
+	if (v)
+		*v += 1;
+	else
+		bpf_map_update_elem(&port_drops, &pk, &one, BPF_NOEXIST);
 	return TC_ACT_SHOT;
 }
+
+/* drop(reason) is drop_skb for the skb in scope: every program and action
+ * helper here names its packet skb. */
+#define drop(reason) drop_skb(skb, (reason))
 
 #endif

@@ -82,6 +82,63 @@ static __always_inline int ring_packet(void *ring, struct __sk_buff *skb, const 
 	return 0;
 }
 
+/* Per-port upcall budget. The ring and the handler thread are shared by
+ * every port: a port sending never-repeating 5-tuples would otherwise
+ * fill the ring with its misses, and every other port's first packets
+ * would be dropped or wait behind them. Each port gets a token bucket —
+ * cfg->upcall_rate upcalls per second, cfg->upcall_burst at once — checked
+ * here, before the ring; a miss past it is dropped and counted
+ * (upcall-port-budget, by port). Credit is kept in nanoseconds so one
+ * subtraction both refills and spends. The bucket is made on a port's
+ * first upcall, full; a full map admits (the ring limit still holds). */
+struct upcall_meter {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 credit_ns;
+	__u64 last_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct upcall_meter);
+} upcall_meters SEC(".maps");
+
+static __always_inline int upcall_admit(const struct __sk_buff *skb, const struct dp_config *cfg)
+{
+	struct upcall_meter *m, fresh = {};
+	__u32 ifindex = skb->ifindex;
+	__u64 cost, cap, now, credit;
+	int ok;
+
+	if (!cfg->upcall_rate)
+		return 1;
+	cost = 1000000000ull / cfg->upcall_rate;
+	cap = cost * (cfg->upcall_burst ? cfg->upcall_burst : 1);
+	now = bpf_ktime_get_ns();
+	m = bpf_map_lookup_elem(&upcall_meters, &ifindex);
+	if (!m) {
+		fresh.credit_ns = cap - cost;
+		fresh.last_ns = now;
+		bpf_map_update_elem(&upcall_meters, &ifindex, &fresh, BPF_NOEXIST);
+		return 1;
+	}
+	bpf_spin_lock(&m->lock);
+	credit = m->credit_ns;
+	if (now > m->last_ns)
+		credit += now - m->last_ns;
+	m->last_ns = now;
+	if (credit > cap)
+		credit = cap;
+	ok = credit >= cost;
+	if (ok)
+		credit -= cost;
+	m->credit_ns = credit;
+	bpf_spin_unlock(&m->lock);
+	return ok;
+}
+
 /* send_upcall returns 0, or -1 when the ring is full. */
 static __always_inline int send_upcall(struct __sk_buff *skb, const struct flow_key *key,
 				       __u32 reason, __u64 cookie)

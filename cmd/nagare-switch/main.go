@@ -82,6 +82,10 @@ func run(args []string) error {
 		cfg.EMCInsertInvProb = uint32(n)
 		return nil
 	})
+	fs.IntVar(&cfg.UpcallRate, "upcall-rate", switchd.DefaultUpcallRate, "misses one port may send to the slow path per second, enforced in the fast path (-1: no limit)")
+	fs.IntVar(&cfg.UpcallBurst, "upcall-burst", switchd.DefaultUpcallBurst, "misses one port may send at once (-1: no limit)")
+	fs.IntVar(&cfg.PortFlowLimit, "port-flow-limit", 0, "cached flows entering on one port (default half of --flow-limit; -1: no limit)")
+	fs.IntVar(&cfg.PortMaskLimit, "port-mask-limit", switchd.DefaultPortMaskLimit, "masks one port's flows may use before it may add no new one (-1: no limit)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 10*time.Second, "remove cached flows unused this long")
 	fs.DurationVar(&cfg.RevalidateInterval, "revalidate-interval", 500*time.Millisecond, "period of revalidator rounds")
 	fs.Var(&ports, "port", "attach IFNAME at start, optionally as IFNAME=N (repeatable)")

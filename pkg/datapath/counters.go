@@ -33,10 +33,11 @@ var dropNames = []string{
 	23: "short-pbb",
 	24: "onload-ring-full",
 	25: "onload-oversize",
+	30: "upcall-port-budget",
 }
 
 func (r DropReason) String() string {
-	if int(r) < len(dropNames) {
+	if int(r) < len(dropNames) && dropNames[r] != "" {
 		return dropNames[r]
 	}
 	return fmt.Sprintf("drop(%d)", uint32(r))
@@ -60,6 +61,7 @@ const (
 	DropMeter          DropReason = 21
 	DropOnloadRingFull DropReason = 24
 	DropOnloadOversize DropReason = 25
+	DropUpcallBudget   DropReason = 30
 )
 
 // counterNames lists enum counter in bpf/lib/maps.h.

@@ -76,6 +76,12 @@ type Config struct {
 	// the other ports' entries. 0 means DefaultEMCInsertInvProb; 1
 	// remembers every hit.
 	EMCInsertInvProb uint32
+	// Per-port budgets (budget.go); 0 is no limit. UpcallRate upcalls
+	// per second and UpcallBurst at once per port, enforced in the fast
+	// path; PortFlowLimit megaflows per in_port; PortMaskLimit masks a
+	// port's flows may use before it may add no new one.
+	UpcallRate, UpcallBurst      uint32
+	PortFlowLimit, PortMaskLimit int
 }
 
 // DefaultEMCInsertInvProb is Open vSwitch's default.
@@ -106,7 +112,8 @@ type Datapath struct {
 	vanished []Port           // ports whose device was gone at Open
 	masks    [MaxMasks]maskSlot
 	flows    map[megaflowID]*installed
-	byID     []*installed // the same flows by id
+	uses     map[uint32]*portUse // by in_port (budget.go)
+	byID     []*installed        // the same flows by id
 	scratch  batchScratch
 	ids      idAllocator
 	filter   map[uint32]uint32 // mask_filter counts, as written (see setFilters)
@@ -164,6 +171,7 @@ func Open(cfg Config) (*Datapath, error) {
 		dir:       filepath.Join(cfg.PinRoot, cfg.Name),
 		ports:     make(map[uint32]*Port),
 		flows:     make(map[megaflowID]*installed),
+		uses:      make(map[uint32]*portUse),
 		scratch:   batchScratch{counts: filterCounts{}},
 		filter:    make(map[uint32]uint32),
 		execCache: make(map[string]uint32),

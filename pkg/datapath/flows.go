@@ -221,6 +221,9 @@ func (d *Datapath) claim(f flow.Flow) (*installed, flowEntryBytes, error) {
 	if err != nil {
 		return nil, entry, err
 	}
+	if err := d.checkBudget(f.Key.InPort, d.findMask(f.Mask) >= 0); err != nil {
+		return nil, entry, err
+	}
 	slot, fresh, err := d.maskSlot(f.Mask)
 	if err != nil {
 		return nil, entry, err
@@ -264,9 +267,10 @@ func (d *Datapath) unclaim(in *installed, stage int) {
 	d.releaseMask(in.slot, false)
 }
 
-// track and untrack keep d.flows and d.byID in step.
+// track and untrack keep d.flows, d.byID and the ports' use in step.
 func (d *Datapath) track(mid megaflowID, in *installed) {
 	d.flows[mid] = in
+	d.account(in, 1)
 	if int(in.id) >= len(d.byID) {
 		d.byID = append(d.byID, make([]*installed, int(in.id)+1-len(d.byID))...)
 	}
@@ -275,6 +279,7 @@ func (d *Datapath) track(mid megaflowID, in *installed) {
 
 func (d *Datapath) untrack(mid megaflowID, in *installed) {
 	delete(d.flows, mid)
+	d.account(in, -1)
 	d.byID[in.id] = nil
 	// Walks (RangeStats) end at the highest id in use, not the highest
 	// ever used.
@@ -497,6 +502,16 @@ func checkActions(f flow.Flow) error {
 		}
 	}
 	return nil
+}
+
+// findMask is the slot of an installed mask, or -1. Callers hold d.mu.
+func (d *Datapath) findMask(mask flow.Mask) int {
+	for i := range d.masks {
+		if d.masks[i].refs > 0 && d.masks[i].mask == mask {
+			return i
+		}
+	}
+	return -1
 }
 
 // maskSlot finds the slot of mask, or claims a free one. fresh reports a

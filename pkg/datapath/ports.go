@@ -210,6 +210,7 @@ func (d *Datapath) detach(p *Port) error {
 		errs = append(errs, err)
 	}
 	delete(d.ports, p.OFPort)
+	d.forgetDevice(p.Ifindex)
 	return errors.Join(errs...)
 }
 

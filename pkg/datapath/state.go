@@ -59,11 +59,18 @@ func (d *Datapath) restore() error {
 		return err
 	}
 	if c.Layout == 0 {
-		c = nagareDpConfig{Emc: d.cfg.EMCInsertInvProb, Upcalls: 1, Layout: layoutV1}
+		c = nagareDpConfig{Emc: d.cfg.EMCInsertInvProb, Upcalls: 1, Layout: layoutV1,
+			UpcallRate: d.cfg.UpcallRate, UpcallBurst: d.cfg.UpcallBurst}
 		return d.objs.Config.Put(uint32(0), c)
 	}
 	if c.Layout != layoutV1 {
 		return fmt.Errorf("pinned maps have layout %d, this build understands %d", c.Layout, layoutV1)
+	}
+	if c.UpcallRate != d.cfg.UpcallRate || c.UpcallBurst != d.cfg.UpcallBurst {
+		c.UpcallRate, c.UpcallBurst = d.cfg.UpcallRate, d.cfg.UpcallBurst // this process's budget wins
+		if err := d.objs.Config.Put(uint32(0), c); err != nil {
+			return err
+		}
 	}
 	if c.Emc != 0 && c.Emc != d.cfg.EMCInsertInvProb {
 		// This process's setting wins (a previous one may have had

@@ -189,7 +189,11 @@ func (p *nagareSwitchPlane) start(ctx context.Context, t *Topology, sw *nagareSw
 	}
 	if limit > 0 {
 		n := strconv.Itoa(limit)
-		args = append(args, "--disable-megaflows", "--max-flows", n, "--flow-limit", n, "--idle-timeout", "1h")
+		// Flow setup measures the slow path's capacity from one sending
+		// port: the per-port budgets (which bound one port's share of it)
+		// are lifted with the flow limit.
+		args = append(args, "--disable-megaflows", "--max-flows", n, "--flow-limit", n, "--idle-timeout", "1h",
+			"--upcall-rate", "-1", "--port-flow-limit", "-1")
 	}
 	proc, err := t.Sh.Start(t.Cleanup, nagareSwitchReady, args...)
 	if err != nil {

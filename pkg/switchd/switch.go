@@ -92,6 +92,34 @@ type Config struct {
 	// and by this many packets per second (placement.Policy).
 	PlacementHysteresis float64
 	PlacementMinPPS     float64
+
+	// Per-port budgets (docs/switch.md, "Per-port budgets"); 0 takes the
+	// default, a negative value removes the limit. UpcallRate: misses one
+	// port may send to the slow path per second, enforced in the fast path
+	// before the upcall ring (default 10000); UpcallBurst: at once (2000).
+	// PortFlowLimit: cached flows entering on one port (half FlowLimit).
+	// PortMaskLimit: masks one port's flows may use before it may add no
+	// new mask to the datapath (16 of datapath.MaxMasks).
+	UpcallRate, UpcallBurst      int
+	PortFlowLimit, PortMaskLimit int
+}
+
+// Per-port budget defaults.
+const (
+	DefaultUpcallRate    = 10000
+	DefaultUpcallBurst   = 2000
+	DefaultPortMaskLimit = datapath.MaxMasks / 4
+)
+
+// budget resolves a budget setting: 0 is def, negative is no limit (0).
+func budget(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
 }
 
 func (c *Config) setDefaults() error {
@@ -130,6 +158,11 @@ func (c *Config) setDefaults() error {
 	if c.FlowLimit > c.MaxFlows {
 		c.FlowLimit = c.MaxFlows
 	}
+	c.UpcallRate = budget(c.UpcallRate, DefaultUpcallRate)
+	c.UpcallBurst = budget(c.UpcallBurst, DefaultUpcallBurst)
+	c.PortFlowLimit = budget(c.PortFlowLimit, c.FlowLimit/2)
+	c.PortMaskLimit = budget(c.PortMaskLimit, DefaultPortMaskLimit)
+
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 10 * time.Second
 	}
@@ -207,6 +240,7 @@ type Switch struct {
 	ports     *portTable
 	cache     *flowCache
 	stats     slowStats
+	refused   portCounts // slow-path refusals by port and reason
 	rv        *revalidator
 	place     *placements
 	onloader  atomic.Pointer[datapath.Onloader] // set once the onload loop runs
@@ -293,6 +327,8 @@ func New(cfg Config) (*Switch, error) {
 	dp, err := datapath.Open(datapath.Config{
 		Name: cfg.instanceName(), PinRoot: cfg.PinRoot, MaxFlows: cfg.MaxFlows, NetNS: cfg.NetNS,
 		EMCInsertInvProb: cfg.EMCInsertInvProb,
+		UpcallRate:       uint32(cfg.UpcallRate), UpcallBurst: uint32(cfg.UpcallBurst),
+		PortFlowLimit: cfg.PortFlowLimit, PortMaskLimit: cfg.PortMaskLimit,
 	})
 	if err != nil {
 		lock.Close()

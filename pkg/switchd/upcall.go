@@ -31,6 +31,13 @@ type slowStats struct {
 // sendmmsg (see datapath.InstallBatch, datapath.ExecBatch).
 const upcallBatch = 64
 
+// upcallWindow is the most upcalls taken from the ring at once. The ring
+// is first come, first served; the handler's time is not: a window is
+// handled round-robin by ingress port (fairOrder), so a port's first
+// packet waits behind at most a batch's share of another port's, not
+// behind everything that port put in the ring before it.
+const upcallWindow = 1024
+
 // upcallLoop reads the fast path's upcalls until ctx ends. It runs on a
 // thread of its own that stays in the ports' namespace, so executing an
 // upcalled packet needs no hand-off to another thread.
@@ -56,7 +63,8 @@ func (s *Switch) upcallLoop(ctx context.Context) {
 		r.Close()
 	}()
 	h := newUpcallHandler(s, eb)
-	ups := make([]datapath.Upcall, upcallBatch)
+	ups := make([]datapath.Upcall, upcallWindow)
+	var fo fairOrder
 	for {
 		n, err := r.ReadBatch(ups)
 		s.stats.badUpcalls.Store(r.Malformed)
@@ -67,8 +75,52 @@ func (s *Switch) upcallLoop(ctx context.Context) {
 			s.log.Warn("reading upcall", "err", err)
 			continue
 		}
-		h.handle(ups[:n])
+		w := fo.order(ups[:n])
+		for len(w) > 0 {
+			b := w[:min(len(w), upcallBatch)]
+			h.handle(b)
+			w = w[len(b):]
+		}
 	}
+}
+
+// fairOrder orders a window of upcalls round-robin by ingress port, each
+// port's own upcalls in their order (a flow's packets stay in sequence).
+type fairOrder struct {
+	out   []datapath.Upcall
+	byIn  map[uint32][]int
+	ports []uint32
+}
+
+func (f *fairOrder) order(ups []datapath.Upcall) []datapath.Upcall {
+	if f.byIn == nil {
+		f.byIn = map[uint32][]int{}
+	}
+	f.ports = f.ports[:0]
+	for i := range ups {
+		in := ups[i].Key.InPort
+		l, ok := f.byIn[in]
+		if !ok || len(l) == 0 {
+			f.ports = append(f.ports, in)
+		}
+		f.byIn[in] = append(l, i)
+	}
+	if len(f.ports) <= 1 {
+		clear(f.byIn)
+		return ups
+	}
+	f.out = f.out[:0]
+	for round := 0; len(f.out) < len(ups); round++ {
+		for _, in := range f.ports {
+			if l := f.byIn[in]; round < len(l) {
+				f.out = append(f.out, ups[l[round]])
+			}
+		}
+	}
+	for _, in := range f.ports {
+		f.byIn[in] = f.byIn[in][:0]
+	}
+	return f.out
 }
 
 // xlate is a translation lowered to what the fast path can install.
@@ -211,6 +263,7 @@ func (h *upcallHandler) handle(ups []datapath.Upcall) {
 				h.flows = append(h.flows, flow.Flow{Key: u.Key.And(mask), Mask: mask, Actions: x.actions, Onload: onload})
 			} else {
 				s.stats.limited.Add(1)
+				s.refused.add(u.Key.InPort, refusedFlowLimit)
 			}
 		}
 		h.misses = append(h.misses, m)
@@ -243,6 +296,7 @@ func (h *upcallHandler) flush() {
 				// Another packet of the same megaflow got there first.
 			default:
 				s.stats.installErrs.Add(1)
+				s.refused.add(f.Key.InPort, refusalOf(err))
 				s.log.Debug("install", "flow", f.String(), "err", err)
 			}
 		}

@@ -109,7 +109,7 @@ func handlerSwitch(t *testing.T, mod func(*Config)) (*Switch, func([]datapath.Up
 // (counting the ones installed earlier in the batch), delivers every
 // packet all the same, and counts the flows it did not install.
 func TestFlowLimitInBatches(t *testing.T) {
-	sw, handle := handlerSwitch(t, func(c *Config) { c.FlowLimit, c.DisableMegaflows = 10, true })
+	sw, handle := handlerSwitch(t, func(c *Config) { c.FlowLimit, c.PortFlowLimit, c.DisableMegaflows = 10, -1, true })
 	handle(udpUpcalls(t, 64, 0))
 	handle(udpUpcalls(t, 5, 64))
 	st := &sw.stats

@@ -1,0 +1,112 @@
+package datapath
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+)
+
+// One port's misses past its upcall budget are dropped before the ring and
+// counted for that port; another port's budget is untouched.
+func TestUpcallPortBudget(t *testing.T) {
+	d := newTestDP(t)
+	const burst, sent = 100, 2000
+	// 1 upcall per second: within the test the burst is all a port gets.
+	if err := d.SetUpcallBudget(1, burst); err != nil {
+		t.Fatal(err)
+	}
+	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, "x")
+	err := d.inNetns(func() error {
+		_, _, err := d.objs.NagarePortIngress.Benchmark(pkt, sent, nil) // arrives on lo (port 1)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, drops := d.counters(), d.drops()
+	if c["upcall"] < burst || c["upcall"] > burst+2 || drops[DropUpcallBudget]+c["upcall"] != sent {
+		t.Fatalf("%d misses from one port: %d upcalls, %d budget drops (burst %d)", sent, c["upcall"], drops[DropUpcallBudget], burst)
+	}
+	pd, err := d.PortDrops()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pd[d.ifindex["lo"]][DropUpcallBudget]; got != drops[DropUpcallBudget] {
+		t.Fatalf("port drops %v, want %d upcall-port-budget on lo", pd, drops[DropUpcallBudget])
+	}
+	// The other port still has its whole burst.
+	d.fakePort(7, "dummy0", PortUplink)
+	for range 10 {
+		if r := d.run(pkt, "dummy0"); r.verdict != tcActShot {
+			t.Fatalf("verdict %d", r.verdict)
+		}
+	}
+	if c2 := d.counters(); c2["upcall"] != c["upcall"]+10 {
+		t.Fatalf("the second port got %d of 10 upcalls", c2["upcall"]-c["upcall"])
+	}
+	// No limit: every miss is an upcall again.
+	if err := d.SetUpcallBudget(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	before := d.counters()["upcall"]
+	for range 10 {
+		d.run(pkt, "lo")
+	}
+	if got := d.counters()["upcall"] - before; got != 10 {
+		t.Fatalf("unlimited: %d of 10 upcalls", got)
+	}
+}
+
+// A port's flows and new masks stop at its budgets; other ports' do not,
+// and a port at its mask budget may still use a mask others brought.
+func TestPortFlowAndMaskBudgets(t *testing.T) {
+	d := newTestDP(t)
+	d.cfg.PortFlowLimit, d.cfg.PortMaskLimit = 5, 2
+	mk := func(in uint32, dst byte, maskBytes int) flow.Flow {
+		m := flow.Mask{InPort: ^uint32(0), EthType: 0xffff}
+		for i := range maskBytes {
+			m.IPDst[i] = 0xff
+		}
+		k := flow.Key{InPort: in, EthType: 0x0800, IPDst: [16]byte{10, 0, 0, dst}}
+		return flow.Flow{Key: k.And(m), Mask: m, Actions: []flow.Action{flow.Output{Port: portOut}}}
+	}
+	// Port 1: two masks (/32 and /24 of ip_dst).
+	for i := range 3 {
+		if _, err := d.Install(mk(1, byte(i), 4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.Install(mk(1, 0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	// A third new mask: refused.
+	if _, err := d.Install(mk(1, 0, 2)); !errors.Is(err, ErrPortMaskLimit) {
+		t.Fatalf("third mask for port 1: %v", err)
+	}
+	// Port 2 brings the /16 mask; port 1 may then use it.
+	if _, err := d.Install(mk(2, 0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Install(mk(1, 0, 2)); err != nil {
+		t.Fatalf("mask another port brought: %v", err)
+	}
+	if f, m := d.PortUse(1); f != 5 || m != 3 {
+		t.Fatalf("port 1 uses %d flows, %d masks", f, m)
+	}
+	// Flow budget: the sixth flow of port 1 is refused, port 2's is not.
+	if _, err := d.Install(mk(1, 9, 4)); !errors.Is(err, ErrPortFlowLimit) {
+		t.Fatalf("sixth flow of port 1: %v", err)
+	}
+	if _, err := d.Install(mk(2, 9, 4)); err != nil {
+		t.Fatal(err)
+	}
+	// Deleting gives the budget back.
+	f := mk(1, 0, 4)
+	if _, err := d.Delete(f.Key, f.Mask); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Install(mk(1, 9, 4)); err != nil {
+		t.Fatalf("after a delete: %v", err)
+	}
+}
