@@ -86,6 +86,8 @@ func run(args []string) error {
 	fs.IntVar(&cfg.UpcallBurst, "upcall-burst", switchd.DefaultUpcallBurst, "misses one port may send at once (-1: no limit)")
 	fs.IntVar(&cfg.PortFlowLimit, "port-flow-limit", 0, "cached flows entering on one port (default half of --flow-limit; -1: no limit)")
 	fs.IntVar(&cfg.PortMaskLimit, "port-mask-limit", switchd.DefaultPortMaskLimit, "masks one port's flows may use before it may add no new one (-1: no limit)")
+	fs.IntVar(&cfg.PacketInRate, "controller-rate-limit", switchd.DefaultPacketInRate, "PACKET_INs per second to each OpenFlow connection, as Open vSwitch's controller-rate-limit (-1: no limit)")
+	fs.IntVar(&cfg.PacketInBurst, "controller-burst-limit", switchd.DefaultPacketInBurst, "PACKET_INs sent at once to each connection (-1: no limit)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 10*time.Second, "remove cached flows unused this long")
 	fs.DurationVar(&cfg.RevalidateInterval, "revalidate-interval", 500*time.Millisecond, "period of revalidator rounds")
 	fs.Var(&ports, "port", "attach IFNAME at start, optionally as IFNAME=N (repeatable)")

@@ -28,8 +28,14 @@ type ofConn struct {
 	dialled    bool // the switch connected to it (--controller)
 	log        *slog.Logger
 
-	wmu    sync.Mutex
 	lastRx atomic.Int64 // unix nanos of the last message received
+
+	// Everything this connection is sent goes through txq, written by
+	// its own writer goroutine (see "Send queue" below).
+	txq      chan []byte
+	wdone    chan struct{} // closed when the writer has ended
+	pinLimit tokenBucket   // PACKET_IN rate limit
+	drops    connDrops
 
 	mu    sync.Mutex // role and async config
 	role  uint32
@@ -57,9 +63,143 @@ func (s *Switch) newConn(c net.Conn, controller bool) *ofConn {
 		role:  openflow.RoleEqual,
 		async: defaultAsync(),
 		done:  make(chan struct{}),
+		txq:   make(chan []byte, connQueue),
+		wdone: make(chan struct{}),
 	}
+	oc.pinLimit.init(s.cfg.PacketInRate, s.cfg.PacketInBurst)
 	oc.lastRx.Store(time.Now().UnixNano())
+	go oc.writer()
 	return oc
+}
+
+// Send queue. The upcall handler (PACKET_IN), the revalidator
+// (FLOW_REMOVED) and the port watcher (PORT_STATUS, under the port
+// table's lock) must never wait for a controller that reads slowly: they
+// only put the encoded message in the connection's bounded queue, and the
+// connection's writer sends it. Replies to the connection's own requests
+// wait for room (only that connection's reader is held up, which is
+// backpressure on the peer that caused it); asynchronous messages never
+// wait: a PACKET_IN past the connection's rate limit or past
+// packetInQueue queued messages, and any asynchronous message finding the
+// queue full, is dropped and counted (connDrops; nagarectl show, metrics).
+// One queue keeps replies and asynchronous messages in the order they
+// were made.
+const (
+	connQueue     = 1024 // messages queued per connection
+	packetInQueue = 128  // a PACKET_IN is queued only behind fewer than this many
+)
+
+// connDrops counts what a connection was not sent.
+type connDrops struct {
+	packetInRate  atomic.Uint64 // over the PACKET_IN rate limit
+	packetInQueue atomic.Uint64 // PACKET_IN behind packetInQueue messages
+	asyncQueue    atomic.Uint64 // PORT_STATUS / FLOW_REMOVED finding the queue full
+}
+
+// writer sends the queued messages until the connection closes; a nil
+// message closes it once everything before it is written.
+func (oc *ofConn) writer() {
+	defer close(oc.wdone)
+	for {
+		select {
+		case b := <-oc.txq:
+			if b == nil {
+				oc.close()
+				return
+			}
+			_ = oc.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			if _, err := oc.c.Write(b); err != nil {
+				oc.close()
+				return
+			}
+		case <-oc.done:
+			return
+		}
+	}
+}
+
+// enqueue puts b in the send queue; wait says whether to wait for room.
+// It reports whether b was queued.
+func (oc *ofConn) enqueue(b []byte, wait bool) bool {
+	if wait {
+		select {
+		case oc.txq <- b:
+			return true
+		case <-oc.done:
+			return false
+		}
+	}
+	select {
+	case oc.txq <- b:
+		return true
+	case <-oc.done:
+		return false
+	default:
+		return false
+	}
+}
+
+// finish closes the connection after what is queued has been written.
+func (oc *ofConn) finish() {
+	if oc.enqueue(nil, true) {
+		<-oc.wdone
+	}
+	oc.close()
+}
+
+// sendAsync queues an asynchronous message of type kind without waiting.
+// It returns "" when queued, else why it was dropped (and counted).
+func (oc *ofConn) sendAsync(kind openflow.MsgType, b []byte) string {
+	if kind == openflow.TypePacketIn {
+		if !oc.pinLimit.take(time.Now()) {
+			oc.drops.packetInRate.Add(1)
+			return refusedPacketInCap
+		}
+		if len(oc.txq) >= packetInQueue || !oc.enqueue(b, false) {
+			oc.drops.packetInQueue.Add(1)
+			return refusedPacketInQ
+		}
+		return ""
+	}
+	if !oc.enqueue(b, false) {
+		oc.drops.asyncQueue.Add(1)
+		return "async-queue"
+	}
+	return ""
+}
+
+// tokenBucket is a rate limit: rate per second, burst at once (rate 0:
+// no limit). Open vSwitch's controller rate limit is one per connection.
+type tokenBucket struct {
+	mu          sync.Mutex
+	rate, burst float64
+	tokens      float64
+	last        time.Time
+}
+
+func (tb *tokenBucket) init(rate, burst int) {
+	tb.rate, tb.burst = float64(rate), float64(burst)
+	if tb.burst < 1 {
+		tb.burst = 1
+	}
+	tb.tokens = tb.burst
+}
+
+func (tb *tokenBucket) take(now time.Time) bool {
+	if tb.rate <= 0 {
+		return true
+	}
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if !tb.last.IsZero() {
+		tb.tokens = min(tb.burst, tb.tokens+now.Sub(tb.last).Seconds()*tb.rate)
+	}
+	tb.last = now
+	if tb.tokens < 1 {
+		return false
+	}
+	tb.tokens--
+	return true
 }
 
 // send writes one message; errors close the connection.
@@ -71,13 +211,10 @@ func (oc *ofConn) send(m openflow.Message) error {
 	return oc.sendRaw(b)
 }
 
+// sendRaw queues an encoded message, waiting for room (see "Send queue").
 func (oc *ofConn) sendRaw(b []byte) error {
-	oc.wmu.Lock()
-	defer oc.wmu.Unlock()
-	_ = oc.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := oc.c.Write(b); err != nil {
-		oc.close()
-		return err
+	if !oc.enqueue(b, true) {
+		return net.ErrClosed
 	}
 	return nil
 }
@@ -92,7 +229,7 @@ func (oc *ofConn) close() {
 // serve runs the connection until it closes: version negotiation, then one
 // message at a time.
 func (oc *ofConn) serve(r *openflow.Reader) {
-	defer oc.close()
+	defer oc.finish()
 	hello := openflow.NewHello(oc.sw.nextXid(), ofVersion)
 	if err := oc.send(hello); err != nil {
 		return

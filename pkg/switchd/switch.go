@@ -102,6 +102,11 @@ type Config struct {
 	// new mask to the datapath (16 of datapath.MaxMasks).
 	UpcallRate, UpcallBurst      int
 	PortFlowLimit, PortMaskLimit int
+	// PacketInRate and PacketInBurst limit the PACKET_INs sent to each
+	// connection (Open vSwitch's controller-rate-limit and
+	// controller-burst-limit); 0 takes the default (1000/s, 250),
+	// negative removes the limit.
+	PacketInRate, PacketInBurst int
 }
 
 // Per-port budget defaults.
@@ -109,6 +114,8 @@ const (
 	DefaultUpcallRate    = 10000
 	DefaultUpcallBurst   = 2000
 	DefaultPortMaskLimit = datapath.MaxMasks / 4
+	DefaultPacketInRate  = 1000
+	DefaultPacketInBurst = 250
 )
 
 // budget resolves a budget setting: 0 is def, negative is no limit (0).
@@ -162,7 +169,8 @@ func (c *Config) setDefaults() error {
 	c.UpcallBurst = budget(c.UpcallBurst, DefaultUpcallBurst)
 	c.PortFlowLimit = budget(c.PortFlowLimit, c.FlowLimit/2)
 	c.PortMaskLimit = budget(c.PortMaskLimit, DefaultPortMaskLimit)
-
+	c.PacketInRate = budget(c.PacketInRate, DefaultPacketInRate)
+	c.PacketInBurst = budget(c.PacketInBurst, DefaultPacketInBurst)
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 10 * time.Second
 	}
@@ -612,7 +620,12 @@ func (s *Switch) broadcast(m openflow.Message, reason uint8) {
 		return
 	}
 	for _, c := range targets {
-		_ = c.sendRaw(b)
+		dropped := c.sendAsync(m.MsgType(), b)
+		if pi, ok := m.(*openflow.PacketIn); ok && dropped != "" {
+			if v, ok := pi.Match.Get(openflow.FieldInPort); ok {
+				s.refused.add(uint32(v.Uint()), dropped)
+			}
+		}
 	}
 }
 

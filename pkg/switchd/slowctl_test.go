@@ -1,0 +1,133 @@
+package switchd
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nagare-net/nagare/pkg/openflow"
+)
+
+// slowController connects to sock, says HELLO and then reads nothing: a
+// controller that has stopped reading. Its receive buffer is small, so
+// the switch's writes to it block after a few messages.
+func slowController(t *testing.T, sock string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.(*net.UnixConn).SetReadBuffer(4096)
+	if err := openflow.WriteMessage(c, openflow.NewHello(1, 0x04)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// floodController sends UDP datagrams from pod 1 to pod 2 until stop is
+// closed; with in_port=1 → CONTROLLER each becomes a PACKET_IN.
+func floodController(t *testing.T, ts *testSwitch, stop chan struct{}) *sync.WaitGroup {
+	t.Helper()
+	var c net.Conn
+	var err error
+	ts.Pods[0].In(t, func() { c, err = net.Dial("udp4", podIP(2)+":5000") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Pods[0].Sh(t, "ip", "neigh", "replace", podIP(2), "lladdr", podMAC(2), "dev", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer c.Close()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = c.Write([]byte("to the controller"))
+			if i%32 == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	return &wg
+}
+
+// A controller that stops reading must not stall flow setup for other
+// ports (PACKET_INs were written from the upcall thread), nor FLOW_MODs
+// and barriers of other connections (the revalidator's round): its
+// messages queue, and what does not fit is dropped and counted.
+func TestSlowControllerDoesNotStallFlowSetup(t *testing.T) {
+	ts := startSwitch(t, 3, func(c *Config) { c.PacketInRate = -1 }) // the queue, not the rate limit, must hold
+	fast := dialController(t, ts.Sock)
+	fast.flow(t, "priority=10,in_port=1,actions=CONTROLLER:128")
+	fast.flow(t, "priority=5,actions=NORMAL")
+	fast.barrier(t)
+	slowController(t, ts.Sock)
+
+	stop := make(chan struct{})
+	wg := floodController(t, ts, stop)
+	defer func() { close(stop); wg.Wait() }()
+	waitFor(t, "PACKET_INs dropped for the slow controller", func() bool {
+		for _, c := range ts.refused.snapshot() {
+			if c.Port == 1 && c.Reason == refusedPacketInQ && c.N > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	// Pods 2 and 3 still set up new flows (ARP, ICMP both ways) at once,
+	// and a FLOW_MOD + BARRIER (a revalidator round) still completes.
+	start := time.Now()
+	if err := ts.ping(2, 3); err != nil {
+		t.Fatalf("ping between two other pods while a controller stalls: %v", err)
+	}
+	fast.flow(t, "priority=1,in_port=3,actions=NORMAL")
+	fast.barrier(t)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("flow setup and a barrier took %v beside a stalled controller", d)
+	}
+}
+
+// PACKET_INs to a connection are limited to its rate and burst; the rest
+// is counted, per connection and per port.
+func TestPacketInRateLimit(t *testing.T) {
+	const rate, burst = 50, 20
+	ts := startSwitch(t, 2, func(c *Config) { c.PacketInRate, c.PacketInBurst = rate, burst })
+	c := dialController(t, ts.Sock)
+	c.flow(t, "priority=10,in_port=1,actions=CONTROLLER:128")
+	c.barrier(t)
+	var got atomic.Int64
+	stop := make(chan struct{})
+	start := time.Now()
+	wg := floodController(t, ts, stop)
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start)
+	c.barrier(t) // everything sent before it has arrived
+	c.mu.Lock()
+	for _, m := range c.msgs {
+		if _, ok := m.(*openflow.PacketIn); ok {
+			got.Add(1)
+		}
+	}
+	c.mu.Unlock()
+	max := int64(burst + rate*elapsed.Seconds() + 5)
+	var limited uint64
+	for _, r := range ts.refused.snapshot() {
+		if r.Port == 1 && r.Reason == refusedPacketInCap {
+			limited = r.N
+		}
+	}
+	if got.Load() < burst || got.Load() > max || limited == 0 {
+		t.Fatalf("%d PACKET_INs in %v (burst %d, %d/s: at most %d), %d counted as limited", got.Load(), elapsed, burst, rate, max, limited)
+	}
+}
