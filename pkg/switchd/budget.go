@@ -2,7 +2,9 @@ package switchd
 
 import (
 	"errors"
+	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/nagare-net/nagare/pkg/datapath"
@@ -76,4 +78,108 @@ func (c *portCounts) snapshot() []portCount {
 type portCount struct {
 	portReason
 	N uint64
+}
+
+// PortReport is one port's share of the switch's shared resources and
+// what was dropped or refused for it (nagarectl show, /metrics).
+type PortReport struct {
+	OFPort  uint32            `json:"ofport"`
+	Name    string            `json:"name"`
+	Flows   int               `json:"flows"`   // cached flows entering on it
+	Masks   int               `json:"masks"`   // distinct masks they use
+	Drops   map[string]uint64 `json:"drops"`   // fast-path drops by reason
+	Refused map[string]uint64 `json:"refused"` // slow-path refusals by reason
+}
+
+// ConnReport is one OpenFlow connection's send queue and its drops.
+type ConnReport struct {
+	ID                 uint64 `json:"id"`
+	Peer               string `json:"peer"`
+	Queued             int    `json:"queued"`
+	PacketInRateDrops  uint64 `json:"packet_in_rate_drops"`
+	PacketInQueueDrops uint64 `json:"packet_in_queue_drops"`
+	AsyncQueueDrops    uint64 `json:"async_queue_drops"`
+}
+
+// portReports lists every port (and any port number something was counted
+// for), in port order.
+func (s *Switch) portReports() ([]PortReport, error) {
+	drops, err := s.dp.PortDrops()
+	if err != nil {
+		return nil, err
+	}
+	byNo := map[uint32]*PortReport{}
+	get := func(no uint32) *PortReport {
+		r := byNo[no]
+		if r == nil {
+			r = &PortReport{OFPort: no, Drops: map[string]uint64{}, Refused: map[string]uint64{}}
+			byNo[no] = r
+		}
+		return r
+	}
+	byIfindex := map[int]*PortReport{}
+	for _, p := range s.ports.list() {
+		r := get(p.no)
+		r.Name = p.name
+		r.Flows, r.Masks = s.dp.PortUse(p.no)
+		if p.ifindex > 0 {
+			byIfindex[p.ifindex] = r
+		}
+	}
+	for ifindex, rs := range drops {
+		r := byIfindex[ifindex]
+		if r == nil {
+			// A device that is no switch port (anymore): port 0.
+			r = get(0)
+			r.Name = "(other devices)"
+		}
+		for reason, n := range rs {
+			r.Drops[reason.String()] += n
+		}
+	}
+	for _, c := range s.refused.snapshot() {
+		get(c.Port).Refused[c.Reason] += c.N
+	}
+	out := make([]PortReport, 0, len(byNo))
+	for _, r := range byNo {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].OFPort < out[j].OFPort })
+	return out, nil
+}
+
+// connReports lists the OpenFlow connections' queues and drops.
+func (s *Switch) connReports() []ConnReport {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	out := make([]ConnReport, 0, len(s.conns))
+	for c := range s.conns {
+		out = append(out, ConnReport{
+			ID: c.id, Peer: c.c.RemoteAddr().String(), Queued: len(c.txq),
+			PacketInRateDrops: c.drops.packetInRate.Load(), PacketInQueueDrops: c.drops.packetInQueue.Load(),
+			AsyncQueueDrops: c.drops.asyncQueue.Load(),
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// countsString renders reason=n pairs in reason order ("-" for none).
+func countsString(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", k, m[k])
+	}
+	return b.String()
 }

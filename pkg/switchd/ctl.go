@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nagare-net/nagare/pkg/datapath"
 	"github.com/nagare-net/nagare/pkg/flow"
 	"github.com/nagare-net/nagare/pkg/ofproto"
 	"github.com/nagare-net/nagare/pkg/openflow"
@@ -372,9 +373,42 @@ func (s *Switch) show() ([]string, any, error) {
 	}
 	sort.Strings(reasons)
 	lines = append(lines, "drops: "+strings.Join(reasons, " "))
+	ports, err := s.portReports()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := &s.cfg
+	lines = append(lines, fmt.Sprintf("per-port budgets: upcalls %s/s (burst %s), cached flows %s, masks %s; per connection: packet-ins %s/s (burst %s), queue %d (packet-ins behind at most %d)",
+		limitString(cfg.UpcallRate), limitString(cfg.UpcallBurst), limitString(cfg.PortFlowLimit), limitString(cfg.PortMaskLimit),
+		limitString(cfg.PacketInRate), limitString(cfg.PacketInBurst), connQueue, packetInQueue))
+	for _, p := range ports {
+		lines = append(lines, fmt.Sprintf("  port %d %s: flows %d, masks %d, drops: %s, refused: %s",
+			p.OFPort, p.Name, p.Flows, p.Masks, countsString(p.Drops), countsString(p.Refused)))
+	}
+	conns := s.connReports()
+	for _, c := range conns {
+		lines = append(lines, fmt.Sprintf("  connection %d %s: queued %d, packet-ins dropped: rate limit %d, queue %d; other async dropped %d",
+			c.ID, c.Peer, c.Queued, c.PacketInRateDrops, c.PacketInQueueDrops, c.AsyncQueueDrops))
+	}
 	data := map[string]any{"counters": c, "revalidator": rv, "mac_table": ms, "cached_flows": s.cache.len(), "installed": st.installed.Load(),
-		"placement": s.placementStats()}
+		"placement": s.placementStats(), "drops": dropNames(drops), "ports": ports, "connections": conns}
 	return lines, data, nil
+}
+
+func dropNames(d map[datapath.DropReason]uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(d))
+	for r, n := range d {
+		out[r.String()] = n
+	}
+	return out
+}
+
+// limitString renders a budget (0: none).
+func limitString(v int) string {
+	if v == 0 {
+		return "unlimited"
+	}
+	return fmt.Sprint(v)
 }
 
 // trace translates a packet description and shows every table visited,

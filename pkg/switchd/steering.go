@@ -69,6 +69,7 @@ func (s *Switch) serveMetrics(ctx context.Context) error {
 		return nil
 	}
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(switchCollector{s})
 	if s.steer != nil {
 		reg.MustRegister(steering.NewCollector(s.steer))
 	}
@@ -90,7 +91,8 @@ func (s *Switch) serveMetrics(ctx context.Context) error {
 		defer s.wg.Done()
 		_ = srv.Serve(l)
 	}()
-	s.log.Info("metrics", "addr", l.Addr().String())
+	s.metricsAddr = l.Addr().String()
+	s.log.Info("metrics", "addr", s.metricsAddr)
 	return nil
 }
 

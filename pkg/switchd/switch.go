@@ -244,14 +244,15 @@ type Switch struct {
 	swFlags     uint16
 	missSendLen uint16
 
-	numTables int
-	ports     *portTable
-	cache     *flowCache
-	stats     slowStats
-	refused   portCounts // slow-path refusals by port and reason
-	rv        *revalidator
-	place     *placements
-	onloader  atomic.Pointer[datapath.Onloader] // set once the onload loop runs
+	numTables   int
+	ports       *portTable
+	cache       *flowCache
+	stats       slowStats
+	refused     portCounts // slow-path refusals by port and reason
+	rv          *revalidator
+	place       *placements
+	onloader    atomic.Pointer[datapath.Onloader] // set once the onload loop runs
+	metricsAddr string                            // where /metrics is served (MetricsAddr, port resolved)
 
 	lock      *os.File // flock on cfg.LockFile(), held until Close or Destroy
 	listeners []net.Listener
