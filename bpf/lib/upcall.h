@@ -139,6 +139,15 @@ static __always_inline int upcall_admit(const struct __sk_buff *skb, const struc
 	return ok;
 }
 
+/* upcall_admit_port is upcall_admit for code without the config at hand. */
+static __always_inline int upcall_admit_port(const struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct dp_config *cfg = bpf_map_lookup_elem(&config, &zero);
+
+	return !cfg || upcall_admit(skb, cfg);
+}
+
 /* send_upcall returns 0, or -1 when the ring is full. */
 static __always_inline int send_upcall(struct __sk_buff *skb, const struct flow_key *key,
 				       __u32 reason, __u64 cookie)

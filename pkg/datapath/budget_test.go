@@ -58,6 +58,29 @@ func TestUpcallPortBudget(t *testing.T) {
 	}
 }
 
+// A cached flow's controller (userspace) action shares its port's upcall
+// budget: a flow to the controller is no way around it.
+func TestUserspaceActionUpcallBudget(t *testing.T) {
+	d := newTestDP(t)
+	const burst, sent = 10, 200
+	if err := d.SetUpcallBudget(1, burst); err != nil {
+		t.Fatal(err)
+	}
+	m := flow.Mask{InPort: ^uint32(0)}
+	d.put(flow.Flow{Key: flow.Key{InPort: portIn}, Mask: m, Actions: []flow.Action{flow.Userspace{Cookie: 7}}})
+	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, "x")
+	if err := d.inNetns(func() error {
+		_, _, err := d.objs.NagarePortIngress.Benchmark(pkt, sent, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, drops := d.counters(), d.drops()
+	if c["upcall"] < burst || c["upcall"] > burst+2 || c["upcall"]+drops[DropUpcallBudget] != sent {
+		t.Fatalf("%d packets to a userspace action: %d upcalls, %d budget drops (burst %d)", sent, c["upcall"], drops[DropUpcallBudget], burst)
+	}
+}
+
 // A port's flows and new masks stop at its budgets; other ports' do not,
 // and a port at its mask budget may still use a mask others brought.
 func TestPortFlowAndMaskBudgets(t *testing.T) {
