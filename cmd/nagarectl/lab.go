@@ -42,6 +42,8 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 			return usagef("lab report takes one results directory")
 		}
 		return labReport(args[1], stdout)
+	case "slowctl":
+		return lab.SlowControllerMain(args[1:])
 	case "pktgen":
 		// The flow-setup packet generator; the lab runs it inside pod
 		// namespaces (ip netns exec) as this very executable.

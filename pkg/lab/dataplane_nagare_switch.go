@@ -428,3 +428,48 @@ func (p *nagareSwitchPlane) RevalidationRound(ctx context.Context, tableChange b
 	}
 	return RevalidationRound{Flows: d.Flows, Duration: time.Duration(d.DurationNs)}, nil
 }
+
+// ReplaceFlows sets every switch's table to flows (FlowTablePlane).
+func (p *nagareSwitchPlane) ReplaceFlows(ctx context.Context, t *Topology, flows []string) error {
+	for _, sw := range p.sws {
+		file := filepath.Join(sw.runDir, "flows.txt")
+		if err := os.WriteFile(file, []byte(strings.Join(flows, "\n")+"\n"), 0o644); err != nil {
+			return err
+		}
+		t.Sh.logf("# %s: %s\n#   %s", sw.bridge, file, strings.Join(flows, "\n#   "))
+		if _, err := sw.ofctl(ctx, t, "del-flows"); err != nil {
+			return err
+		}
+		if _, err := sw.ofctl(ctx, t, "add-flows", file); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// switchOf is the switch of pod's node.
+func (p *nagareSwitchPlane) switchOf(pod *Pod) *nagareSwitch {
+	for _, sw := range p.sws {
+		if sw.node == pod.Node {
+			return sw
+		}
+	}
+	return nil
+}
+
+// ControllerSocket is the management socket of pod's node's switch.
+func (p *nagareSwitchPlane) ControllerSocket(pod *Pod) string {
+	if sw := p.switchOf(pod); sw != nil {
+		return sw.socket()
+	}
+	return ""
+}
+
+// Isolation samples the cache of the victims' node's switch.
+func (p *nagareSwitchPlane) Isolation(ctx context.Context, t *Topology, attacker *Pod, victims []*Pod) (IsolationResult, error) {
+	sw := p.switchOf(victims[0])
+	if sw == nil {
+		return IsolationResult{}, fmt.Errorf("no switch on %s's node", victims[0].Name)
+	}
+	return nagareIsolation(ctx, sw, attacker, victims)
+}

@@ -2,6 +2,10 @@ package lab
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 )
 
 // ovsNetdevPlane is Open vSwitch's userspace datapath (datapath_type=netdev,
@@ -61,4 +65,68 @@ func ovsPIDs(os []*ovsInstance) []int {
 		pids = append(pids, o.VswitchdPID)
 	}
 	return pids
+}
+
+// ReplaceFlows sets every node's bridge table to flows (FlowTablePlane).
+func (d *ovsNetdevPlane) ReplaceFlows(ctx context.Context, t *Topology, flows []string) error {
+	for _, o := range d.ovs {
+		file := filepath.Join(o.dir, "flows.txt")
+		if err := os.WriteFile(file, []byte(strings.Join(flows, "\n")+"\n"), 0o644); err != nil {
+			return err
+		}
+		t.Sh.logf("# ovs %s: %s\n#   %s", o.dir, file, strings.Join(flows, "\n#   "))
+		if _, err := o.ofctl(ctx, "del-flows"); err != nil {
+			return err
+		}
+		if _, err := o.ofctl(ctx, "add-flows", file); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ovsOf is the instance of pod's node (one per node with pods, in order).
+func (d *ovsNetdevPlane) ovsOf(t *Topology, pod *Pod) *ovsInstance {
+	for i, n := range t.NodesWithPods() {
+		if n == pod.Node && i < len(d.ovs) {
+			return d.ovs[i]
+		}
+	}
+	return nil
+}
+
+// ControllerSocket is the bridge's management socket. (Open vSwitch sends
+// a service connection PACKET_INs once it sets a miss_send_len.)
+func (d *ovsNetdevPlane) ControllerSocket(pod *Pod) string {
+	if len(d.ovs) == 0 {
+		return ""
+	}
+	return filepath.Join(d.ovs[0].dir, "br0.mgmt")
+}
+
+// Isolation samples the datapath's flows and masks (dpctl/dump-flows).
+// The netdev datapath has no per-port drop counters: VictimDrops is -1
+// (the victims' losses are in their RTT samples).
+func (d *ovsNetdevPlane) Isolation(ctx context.Context, t *Topology, attacker *Pod, victims []*Pod) (IsolationResult, error) {
+	o := d.ovsOf(t, victims[0])
+	if o == nil {
+		return IsolationResult{}, fmt.Errorf("no Open vSwitch on %s's node", victims[0].Name)
+	}
+	show, err := o.appctl(ctx, "dpctl/show")
+	if err != nil {
+		return IsolationResult{}, err
+	}
+	dump, err := o.appctl(ctx, "dpctl/dump-flows")
+	if err != nil {
+		return IsolationResult{}, err
+	}
+	attackerIf := ""
+	if attacker != nil {
+		attackerIf = attacker.HostIf
+	}
+	res := OVSIsolation(show, dump, attackerIf)
+	if attacker == nil {
+		res.AttackerMasks = 0
+	}
+	return res, nil
 }

@@ -290,6 +290,11 @@ func (r *planeRun) startLoad(ctx context.Context, l LoadSpec, step *Cleanup, bud
 			return err
 		}
 	}
+	if a := l.Attack; a != nil {
+		if err := r.startAttack(ctx, a, step, budget); err != nil {
+			return err
+		}
+	}
 	if p := l.CPUPods; p != nil {
 		// The CPU pods belong to p.Node conceptually; CPU time is shared by
 		// the whole VM anyway, so they are not pinned.

@@ -25,6 +25,11 @@ type RTTResult struct {
 	// (post-warm-up) window; one request is outstanding at a time.
 	TransPerSec  float64 `json:"trans_per_s"`
 	Observations int     `json:"observations"`
+	// Sent and Received are the request messages sent and replies
+	// received in the valid window (a lost request or reply is their
+	// difference, give or take the one in flight).
+	Sent     int `json:"sent"`
+	Received int `json:"received"`
 }
 
 var (
@@ -50,6 +55,8 @@ func ParseSockperf(out string) (RTTResult, error) {
 	}
 	secs, _ := strconv.ParseFloat(m[1], 64)
 	recv, _ := strconv.ParseFloat(m[3], 64)
+	r.Sent, _ = strconv.Atoi(m[2])
+	r.Received, _ = strconv.Atoi(m[3])
 	if secs > 0 {
 		r.TransPerSec = recv / secs
 	}

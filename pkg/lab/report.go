@@ -69,6 +69,7 @@ func (res *Result) Rows() []*Row {
 			add("p99.9", r.P999Us)
 			add("max", r.MaxUs)
 			add("trans/s", r.TransPerSec)
+			add("lost", float64(r.Sent-r.Received))
 		}
 		if r := s.TCP; r != nil {
 			add("gbps", r.Gbps)
@@ -90,6 +91,13 @@ func (res *Result) Rows() []*Row {
 			add("flows mbps", sumMbps)
 		}
 		addFlowSetupValues(s, add)
+		if r := s.Isolation; r != nil {
+			add("flows", float64(r.Flows))
+			add("masks", float64(r.Masks))
+			add("attacker flows", float64(r.AttackerFlows))
+			add("attacker masks", float64(r.AttackerMasks))
+			add("victim drops", float64(r.VictimDrops))
+		}
 		if s.BackgroundBusyPct >= 0 {
 			add("bg busy", s.BackgroundBusyPct)
 		}
@@ -294,6 +302,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	res.writeCost(w, rows)
 	res.writePaper(w, rows)
 	res.writeFlowSetupVsOVS(w, rows)
+	res.writeIsolation(w, rows)
 	var failures []string
 	for _, row := range rows {
 		for _, e := range row.Errors {

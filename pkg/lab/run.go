@@ -62,7 +62,9 @@ type Sample struct {
 	// FlowSetup and Revalidation are the flow-setup kinds' results.
 	FlowSetup    *FlowSetupResult    `json:"flow_setup,omitempty"`
 	Revalidation *RevalidationResult `json:"revalidation,omitempty"`
-	CPU          *CPUUsage           `json:"cpu,omitempty"`
+	// Isolation is the switch's cache after the sample's load step.
+	Isolation *IsolationResult `json:"isolation,omitempty"`
+	CPU       *CPUUsage        `json:"cpu,omitempty"`
 	// SwitchProcs is how many switch processes were accounted (0 = the data
 	// plane is in the kernel and its cost is inside host CPU).
 	SwitchProcs int `json:"switch_procs"`
@@ -384,6 +386,9 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 		if n := tc.load.Net; n != nil {
 			addPair(n.Client, n.Server)
 		}
+		if a := tc.load.Attack; a != nil {
+			addPair(a.From, a.To)
+		}
 	}
 	c := &Cleanup{}
 	t := newTopology(r.s, r.prefix, pods, r.sh, c)
@@ -423,6 +428,15 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 	}
 	if err := r.dp.Setup(ctx, t); err != nil {
 		return r.failAll(fmt.Errorf("%s setup: %w", r.dp.Name(), err)), nil
+	}
+	if len(r.s.Flows) > 0 {
+		fp, ok := r.dp.(FlowTablePlane)
+		if !ok {
+			return r.failAll(fmt.Errorf("%s cannot take the scenario's OpenFlow table", r.dp.Name())), nil
+		}
+		if err := fp.ReplaceFlows(ctx, t, r.s.Flows); err != nil {
+			return r.failAll(fmt.Errorf("installing the scenario's flows: %w", err)), nil
+		}
 	}
 	for _, p := range t.Pairs {
 		if err := r.waitConnected(ctx, p[0], p[1]); err != nil {
@@ -504,5 +518,6 @@ func (r *planeRun) runLoadStep(ctx context.Context, tests []test) []Sample {
 		out = append(out, r.runMeasurement(ctx, tests[i:j])...)
 		i = j
 	}
+	r.sampleIsolation(ctx, tests, out)
 	return out
 }

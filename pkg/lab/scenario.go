@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/nagare-net/nagare/lab/scenarios"
+	"github.com/nagare-net/nagare/pkg/lab/pktgen"
 )
 
 // Scenario is one lab experiment as written in a YAML file under
@@ -47,6 +48,10 @@ type Scenario struct {
 	Loads []LoadSpec `yaml:"loads"`
 	// Paper holds the source paper's numbers, printed beside ours.
 	Paper []PaperRow `yaml:"paper"`
+	// Flows, if given, replace the OpenFlow table of every switch plane
+	// (ovs-ofctl syntax; planes that take no table fail): the isolation
+	// scenario's allow-list ACL.
+	Flows []string `yaml:"flows"`
 }
 
 // PaperRow is one row of the source paper's results: its numbers for a
@@ -154,6 +159,8 @@ type LoadSpec struct {
 	// CPUPods creates extra pods on a node, each running one CPU-heavy
 	// stress-ng worker.
 	CPUPods *CPUPodsSpec `yaml:"cpu_pods"`
+	// Attack runs a hostile pod's traffic (isolation.go).
+	Attack *AttackSpec `yaml:"attack"`
 }
 
 // CPULoadSpec is stress-ng --cpu len(CPUs) --cpu-load Percent, pinned to CPUs.
@@ -502,6 +509,22 @@ func (s *Scenario) Validate() error {
 						bad("%s: net load pod %q is also measured by %q; use other pods", where, p, m.Name)
 					}
 				}
+			}
+		}
+		if a := l.Attack; a != nil {
+			for _, role := range []struct{ name, pod string }{{"from", a.From}, {"to", a.To}} {
+				if _, ok := pods[role.pod]; !ok {
+					bad("%s: attack.%s %q is not a pod", where, role.name, role.pod)
+				}
+			}
+			if a.Pattern != pktgen.PatternRandom && a.Pattern != pktgen.PatternTSE {
+				bad("%s: attack.pattern %q, want random or tse", where, a.Pattern)
+			}
+			if a.Rate < 0 {
+				bad("%s: attack.rate %d, want >= 0 (0: flat out)", where, a.Rate)
+			}
+			if len(s.Flows) == 0 {
+				bad("%s: an attack needs the scenario's flows (the ACL it attacks)", where)
 			}
 		}
 		if p := l.CPUPods; p != nil {

@@ -66,6 +66,7 @@ func TestDropsAndRefusalsByPort(t *testing.T) {
 	}
 
 	r := ts.control(CtlRequest{Cmd: "show"})
+	t.Logf("show:\n%s", strings.Join(r.Lines, "\n"))
 	want := fmt.Sprintf("port 1 v1: flows 5, masks 1, drops: upcall-port-budget=%d", p1.Drops["upcall-port-budget"])
 	if !strings.Contains(strings.Join(r.Lines, "\n"), want) {
 		t.Fatalf("show lacks %q:\n%s", want, strings.Join(r.Lines, "\n"))

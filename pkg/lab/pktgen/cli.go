@@ -16,6 +16,9 @@ import (
 // ReadyMarker is printed by `recv` once its sockets are bound.
 const ReadyMarker = "pktgen: receiving"
 
+// SendMarker is printed (on stderr) by `send` once its socket is open.
+const SendMarker = "pktgen: sending"
+
 // Main is `nagarectl lab pktgen send|recv ...`, run inside a pod's
 // namespace. Each writes a JSON report (SendReport, RecvReport) to --out,
 // or to stdout without --out.
@@ -57,6 +60,8 @@ func mainSend(args []string, stdout io.Writer) error {
 	frameLen := fs.Int("frame-len", 64, "Ethernet frame length without FCS")
 	batch := fs.Int("batch", 32, "frames per sendmmsg call")
 	out := fs.String("out", "", "write the JSON report here (default stdout)")
+	pattern := fs.String("pattern", PatternFlows, "flows (one packet per flow of --flows), random (never-repeating random 5-tuples) or tse (tuple-space explosion around src-ip, dst-ip, dst-port); random and tse run for --duration")
+	duration := fs.Duration("duration", 10*time.Second, "how long random and tse send")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,7 +83,13 @@ func mainSend(args []string, stdout io.Writer) error {
 	defer s.Close()
 	c := SendConfig{Dev: *dev, DstMAC: mac, SrcIP: src, DstIP: dst, Space: FlowSpace{Flows: *flows, DstPortBase: uint16(*dport)},
 		Rate: *rate, FrameLen: *frameLen, Batch: *batch}
-	rep, err := s.Send(c, NewPacer(RealClock(), c.Rate, c.Batch))
+	fmt.Fprintln(os.Stderr, SendMarker)
+	var rep SendReport
+	if *pattern == PatternFlows {
+		rep, err = s.Send(c, NewPacer(RealClock(), c.Rate, c.Batch))
+	} else {
+		rep, err = s.Attack(AttackConfig{SendConfig: c, Pattern: *pattern, Duration: *duration}, NewPacer(RealClock(), c.Rate, c.Batch))
+	}
 	if err != nil {
 		return err
 	}

@@ -92,10 +92,21 @@ func (s *Sender) MAC() net.HardwareAddr { return s.mac }
 
 // Send sends one frame per flow of c.Space, paced by p.
 func (s *Sender) Send(c SendConfig, p *Pacer) (SendReport, error) {
-	rep := SendReport{Flows: c.Space.Flows, TargetPPS: c.Rate}
 	if err := c.Space.Validate(); err != nil {
-		return rep, err
+		return SendReport{Flows: c.Space.Flows, TargetPPS: c.Rate}, err
 	}
+	next := 0
+	return s.send(c, p, 0, func(b []byte, tmpl *Template) {
+		src, dst := c.Space.Ports(next)
+		tmpl.Build(b, uint32(next), src, dst)
+		next++
+	})
+}
+
+// send sends c.Space.Flows frames (or, with d > 0, frames until d has
+// passed), each written by build, paced by p.
+func (s *Sender) send(c SendConfig, p *Pacer, d time.Duration, build func(b []byte, tmpl *Template)) (SendReport, error) {
+	rep := SendReport{Flows: c.Space.Flows, TargetPPS: c.Rate}
 	tmpl, err := NewTemplate(Header{SrcMAC: s.mac, DstMAC: c.DstMAC, SrcIP: c.SrcIP, DstIP: c.DstIP}, c.FrameLen)
 	if err != nil {
 		return rep, err
@@ -111,13 +122,17 @@ func (s *Sender) Send(c SendConfig, p *Pacer) (SendReport, error) {
 		msgs[i].Hdr.SetIovlen(1)
 	}
 	drop0 := txDropped(s.dev)
-	rep.StartNs = time.Now().UnixNano()
+	start := time.Now()
+	rep.StartNs = start.UnixNano()
+	total := c.Space.Flows
+	if d > 0 {
+		total = int(^uint(0) >> 1)
+	}
 	next := 0
-	for next < c.Space.Flows {
-		n := p.Next(c.Space.Flows - next)
+	for next < total && (d == 0 || time.Since(start) < d) {
+		n := p.Next(total - next)
 		for k := 0; k < n; k++ {
-			src, dst := c.Space.Ports(next + k)
-			tmpl.Build(bufs[k*tmpl.Len():], uint32(next+k), src, dst)
+			build(bufs[k*tmpl.Len():], tmpl)
 		}
 		for off := 0; off < n; {
 			r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&msgs[off])), uintptr(n-off), 0, 0, 0)
@@ -135,6 +150,9 @@ func (s *Sender) Send(c SendConfig, p *Pacer) (SendReport, error) {
 	}
 	rep.EndNs = time.Now().UnixNano()
 	rep.Sent = next
+	if d > 0 {
+		rep.Flows = next
+	}
 	rep.Stalls = p.Stalls
 	if d := float64(rep.EndNs-rep.StartNs) / 1e9; d > 0 {
 		rep.OfferedPPS = float64(rep.Sent) / d
