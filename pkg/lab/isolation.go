@@ -58,7 +58,7 @@ type IsolationResult struct {
 	// AttackerMasks: distinct masks of the attacker's flows (-1: unknown).
 	AttackerMasks int `json:"attacker_masks"`
 	// VictimDrops: packets the switch dropped on the measured pods' ports
-	// (-1: the switch does not count by port). With the attacker inside
+	// during the step (-1: the switch does not count by port). With the attacker inside
 	// a victim's pod, its own dropped packets count here too.
 	VictimDrops int64 `json:"victim_drops"`
 }
@@ -97,12 +97,13 @@ func (r *planeRun) startAttack(ctx context.Context, a *AttackSpec, step *Cleanup
 		})
 	}
 	if a.SlowController > 0 {
-		exe, err := os.Executable()
+		cmd, err := SlowControllerCommand()
 		if err != nil {
 			return err
 		}
-		p, err := r.sh.Start(step, slowControllerReady, "ip", "netns", "exec", from.Node.NS, exe, "lab", "slowctl",
-			"--connect", "unix:"+fp.ControllerSocket(from), "--read-every", time.Duration(a.SlowController).String())
+		args := append([]string{"ip", "netns", "exec", from.Node.NS}, cmd...)
+		args = append(args, "--connect", "unix:"+fp.ControllerSocket(from), "--read-every", time.Duration(a.SlowController).String())
+		p, err := r.sh.Start(step, slowControllerReady, args...)
 		if err != nil {
 			return err
 		}
@@ -136,12 +137,14 @@ func (r *planeRun) startAttack(ctx context.Context, a *AttackSpec, step *Cleanup
 	return p.WaitReady(ctx, 10*time.Second)
 }
 
-// sampleIsolation fills the step's samples with the switch's cache after
-// the step (attack steps and the no-attack reference alike).
-func (r *planeRun) sampleIsolation(ctx context.Context, tests []test, samples []Sample) {
+// sampleIsolation samples the switch's cache for a step's tests: before
+// the step (before is nil) it returns the sample; after it (before is the
+// sample from before), it fills the step's samples, with the drops on the
+// victims' ports counted over the step.
+func (r *planeRun) sampleIsolation(ctx context.Context, tests []test, samples []Sample, before *IsolationResult) *IsolationResult {
 	fp, ok := r.dp.(FlowTablePlane)
 	if !ok || len(r.s.Flows) == 0 {
-		return
+		return nil
 	}
 	t := r.topo
 	var attacker *Pod
@@ -160,11 +163,25 @@ func (r *planeRun) sampleIsolation(ctx context.Context, tests []test, samples []
 	res, err := fp.Isolation(ctx, t, attacker, vs)
 	if err != nil {
 		r.sh.logf("# isolation sample: %v", err)
-		return
+		return nil
+	}
+	if before == nil {
+		return &res
+	}
+	if res.VictimDrops >= 0 && before.VictimDrops >= 0 {
+		res.VictimDrops -= before.VictimDrops
 	}
 	for i := range samples {
 		samples[i].Isolation = &res
 	}
+	return &res
+}
+
+// SlowControllerCommand returns the command that runs SlowControllerMain:
+// by default this executable as `nagarectl lab slowctl`.
+var SlowControllerCommand = func() ([]string, error) {
+	exe, err := os.Executable()
+	return []string{exe, "lab", "slowctl"}, err
 }
 
 // slowControllerReady is printed by `nagarectl lab slowctl` once connected.

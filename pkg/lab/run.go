@@ -499,6 +499,7 @@ func (r *planeRun) runLoadStep(ctx context.Context, tests []test) []Sample {
 		budget += time.Duration(tc.m.Duration) + 10*time.Second
 	}
 	r.sh.logf("# ---- load step %s ----", tests[0].load.Name)
+	iso := r.sampleIsolation(ctx, tests, nil, nil)
 	if err := r.startLoad(ctx, tests[0].load, step, budget+60*time.Second); err != nil {
 		var out []Sample
 		for _, tc := range tests {
@@ -518,6 +519,8 @@ func (r *planeRun) runLoadStep(ctx context.Context, tests []test) []Sample {
 		out = append(out, r.runMeasurement(ctx, tests[i:j])...)
 		i = j
 	}
-	r.sampleIsolation(ctx, tests, out)
+	if iso != nil {
+		r.sampleIsolation(ctx, tests, out, iso)
+	}
 	return out
 }

@@ -71,7 +71,7 @@ func TestDropsAndRefusalsByPort(t *testing.T) {
 	if !strings.Contains(strings.Join(r.Lines, "\n"), want) {
 		t.Fatalf("show lacks %q:\n%s", want, strings.Join(r.Lines, "\n"))
 	}
-	resp, err := http.Get("http://" + ts.metricsAddr + "/metrics")
+	resp, err := http.Get("http://" + ts.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

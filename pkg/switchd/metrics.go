@@ -62,3 +62,11 @@ func (c switchCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// MetricsAddr is the address /metrics is served on ("" if none).
+func (s *Switch) MetricsAddr() string {
+	if a := s.metricsAddr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}

@@ -91,8 +91,9 @@ func (s *Switch) serveMetrics(ctx context.Context) error {
 		defer s.wg.Done()
 		_ = srv.Serve(l)
 	}()
-	s.metricsAddr = l.Addr().String()
-	s.log.Info("metrics", "addr", s.metricsAddr)
+	addr := l.Addr().String()
+	s.metricsAddr.Store(&addr)
+	s.log.Info("metrics", "addr", addr)
 	return nil
 }
 

@@ -96,7 +96,7 @@ type Config struct {
 	// Per-port budgets (docs/switch.md, "Per-port budgets"); 0 takes the
 	// default, a negative value removes the limit. UpcallRate: misses one
 	// port may send to the slow path per second, enforced in the fast path
-	// before the upcall ring (default 10000); UpcallBurst: at once (2000).
+	// before the upcall ring (default 2000); UpcallBurst: at once (1000).
 	// PortFlowLimit: cached flows entering on one port (half FlowLimit).
 	// PortMaskLimit: masks one port's flows may use before it may add no
 	// new mask to the datapath (16 of datapath.MaxMasks).
@@ -111,8 +111,8 @@ type Config struct {
 
 // Per-port budget defaults.
 const (
-	DefaultUpcallRate    = 10000
-	DefaultUpcallBurst   = 2000
+	DefaultUpcallRate    = 2000
+	DefaultUpcallBurst   = 1000
 	DefaultPortMaskLimit = datapath.MaxMasks / 4
 	DefaultPacketInRate  = 1000
 	DefaultPacketInBurst = 250
@@ -252,7 +252,7 @@ type Switch struct {
 	rv          *revalidator
 	place       *placements
 	onloader    atomic.Pointer[datapath.Onloader] // set once the onload loop runs
-	metricsAddr string                            // where /metrics is served (MetricsAddr, port resolved)
+	metricsAddr atomic.Pointer[string]            // where /metrics is served (MetricsAddr, port resolved)
 
 	lock      *os.File // flock on cfg.LockFile(), held until Close or Destroy
 	listeners []net.Listener
