@@ -49,6 +49,46 @@ struct upcall {
  * hence two sizes. */
 #define UPCALL_SMALL 256
 
+/* Wakeups. Every record submitted to an idle ring wakes the handler
+ * thread; a stream of controller-action upcalls (a port whose packets go
+ * to the controller) would wake it thousands of times a second, and each
+ * wakeup takes the handler's core from whatever runs there (a victim pod
+ * on the same core: its p99 doubled at 2000 a second). A PACKET_IN can
+ * wait a few milliseconds, a first packet cannot: an action upcall wakes
+ * the handler only if this CPU has not woken it in the last
+ * ACTION_WAKE_GAP_NS; misses always do. A record that wakes forces the
+ * wakeup: the ring's default wakes only a reader that has read everything
+ * before the record, and records left unread without a wakeup would
+ * silence every later one. The reader keeps looking (upcallLinger in
+ * pkg/datapath/upcall.go, longer than the gap) until a while after its
+ * last action upcall, so a record submitted without a wakeup is never
+ * left in the ring. */
+#define ACTION_WAKE_GAP_NS (4 * 1000 * 1000)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} upcall_wake SEC(".maps");
+
+static __always_inline __u64 upcall_wakeup(__u32 reason)
+{
+	__u32 zero = 0;
+	__u64 *last, now;
+
+	if (reason != UPCALL_ACTION)
+		return BPF_RB_FORCE_WAKEUP;
+	last = bpf_map_lookup_elem(&upcall_wake, &zero);
+	if (!last)
+		return BPF_RB_FORCE_WAKEUP;
+	now = bpf_ktime_get_ns();
+	if (now - *last < ACTION_WAKE_GAP_NS)
+		return BPF_RB_NO_WAKEUP;
+	*last = now;
+	return BPF_RB_FORCE_WAKEUP;
+}
+
 /* ring_packet writes one record to ring (a ring buffer map) with up to
  * snap bytes of the packet; with seq, it counts the record in seq->enq
  * before userspace can see it. Returns 0, or -1 when the ring is full. */
@@ -77,7 +117,9 @@ static __always_inline int ring_packet(void *ring, struct __sk_buff *skb, const 
 	u->cap_len = cap;
 	if (seq)
 		__sync_fetch_and_add(seq, 1);
-	bpf_ringbuf_submit(u, 0);
+	/* Onload rings keep the ring's default wakeup; the upcall ring's
+	 * action records are throttled (upcall_wakeup). */
+	bpf_ringbuf_submit(u, seq ? 0 : upcall_wakeup(reason));
 	count(seq ? CTR_ONLOAD : CTR_UPCALL);
 	return 0;
 }

@@ -3,6 +3,9 @@ package datapath
 import (
 	"errors"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nagare-net/nagare/pkg/flow"
 )
@@ -131,5 +134,60 @@ func TestPortFlowAndMaskBudgets(t *testing.T) {
 	}
 	if _, err := d.Install(mk(1, 9, 4)); err != nil {
 		t.Fatalf("after a delete: %v", err)
+	}
+}
+
+// Controller-action upcalls right after one that woke the reader are
+// submitted without a wakeup (bpf/lib/upcall.h, ACTION_WAKE_GAP_NS); the
+// reader's linger after a batch with action upcalls still finds them.
+func TestThrottledActionUpcallsAreRead(t *testing.T) {
+	d := newTestDP(t)
+	r, err := d.Upcalls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	m := flow.Mask{InPort: ^uint32(0)}
+	d.put(flow.Flow{Key: flow.Key{InPort: portIn}, Mask: m, Actions: []flow.Action{flow.Userspace{Cookie: 7}}})
+	// Every CPU woke the reader just now: the next action upcalls do not.
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	now := make([]uint64, d.ncpu)
+	for i := range now {
+		now[i] = uint64(ts.Nano())
+	}
+	if err := d.objs.UpcallWake.Put(uint32(0), now); err != nil {
+		t.Fatal(err)
+	}
+	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, "x")
+	if err := d.inNetns(func() error {
+		_, _, err := d.objs.NagarePortIngress.Benchmark(pkt, 5, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r.lingerUntil = time.Now().Add(upcallLinger) // as after a batch with action upcalls
+	got := make(chan int, 1)
+	go func() {
+		ups := make([]Upcall, 16)
+		n := 0
+		for n < 5 {
+			k, err := r.ReadBatch(ups)
+			if err != nil {
+				break
+			}
+			n += k
+		}
+		got <- n
+	}()
+	select {
+	case n := <-got:
+		if n != 5 {
+			t.Fatalf("read %d of 5 upcalls", n)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("upcalls submitted without a wakeup were never read")
 	}
 }

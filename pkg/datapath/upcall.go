@@ -2,9 +2,12 @@ package datapath
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
@@ -106,7 +109,16 @@ type UpcallReader struct {
 	// race, and a nil dereference, when a switch stops mid-batch).
 	closeMu sync.Mutex
 	closed  bool
+
+	// lingerUntil: until upcallLinger after the last action upcall read,
+	// the fast path may submit action upcalls without waking the reader
+	// (bpf/lib/upcall.h, ACTION_WAKE_GAP_NS): until then a wait ends at
+	// lingerUntil at the latest, to find them.
+	lingerUntil time.Time
 }
+
+// upcallLinger is longer than the fast path's ACTION_WAKE_GAP_NS (4 ms).
+const upcallLinger = 8 * time.Millisecond
 
 // waiting reports whether more records are in the ring.
 func (r *UpcallReader) waiting() bool {
@@ -150,15 +162,30 @@ func (r *UpcallReader) ReadBatch(ups []Upcall) (int, error) {
 		if n > 0 && !r.waiting() {
 			break
 		}
-		if err := r.r.ReadInto(&r.rec); err != nil {
+		lingering := n == 0 && !r.lingerUntil.IsZero()
+		if lingering {
+			r.r.SetDeadline(r.lingerUntil)
+		}
+		err := r.r.ReadInto(&r.rec)
+		if lingering {
+			r.r.SetDeadline(time.Time{})
+		}
+		if err != nil {
 			if n > 0 {
 				break
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				r.lingerUntil = time.Time{} // nothing more came: wait for a wakeup
+				continue
 			}
 			return 0, err
 		}
 		if err := ups[n].UnmarshalBinary(r.rec.RawSample); err != nil {
 			r.Malformed++
 			continue
+		}
+		if ups[n].Reason == UpcallAction {
+			r.lingerUntil = time.Now().Add(upcallLinger)
 		}
 		n++
 	}
