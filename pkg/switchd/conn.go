@@ -147,23 +147,23 @@ func (oc *ofConn) finish() {
 	oc.close()
 }
 
-// sendAsync queues an asynchronous message of type kind without waiting.
-// It returns "" when queued, else why it was dropped (and counted).
-func (oc *ofConn) sendAsync(kind openflow.MsgType, b []byte) string {
-	if kind == openflow.TypePacketIn {
-		if !oc.pinLimit.take(time.Now()) {
-			oc.drops.packetInRate.Add(1)
-			return refusedPacketInCap
-		}
-		if len(oc.txq) >= packetInQueue || !oc.enqueue(b, false) {
-			oc.drops.packetInQueue.Add(1)
-			return refusedPacketInQ
-		}
-		return ""
-	}
+// sendAsync queues an asynchronous message other than PACKET_IN without
+// waiting. It returns "" when queued, else why it was dropped (and
+// counted).
+func (oc *ofConn) sendAsync(b []byte) string {
 	if !oc.enqueue(b, false) {
 		oc.drops.asyncQueue.Add(1)
 		return "async-queue"
+	}
+	return ""
+}
+
+// queuePacketIn queues a PACKET_IN that passed the rate limit
+// (packetInTargets) unless packetInQueue messages wait already.
+func (oc *ofConn) queuePacketIn(b []byte) string {
+	if len(oc.txq) >= packetInQueue || !oc.enqueue(b, false) {
+		oc.drops.packetInQueue.Add(1)
+		return refusedPacketInQ
 	}
 	return ""
 }

@@ -621,12 +621,7 @@ func (s *Switch) broadcast(m openflow.Message, reason uint8) {
 		return
 	}
 	for _, c := range targets {
-		dropped := c.sendAsync(m.MsgType(), b)
-		if pi, ok := m.(*openflow.PacketIn); ok && dropped != "" {
-			if v, ok := pi.Match.Get(openflow.FieldInPort); ok {
-				s.refused.add(uint32(v.Uint()), dropped)
-			}
-		}
+		c.sendAsync(b) // PACKET_INs go through sendPacketIn
 	}
 }
 

@@ -389,6 +389,12 @@ func (s *Switch) handleActionUpcall(u *datapath.Upcall) {
 
 // sendPacketIn sends pkt to the controllers that want this reason.
 func (s *Switch) sendPacketIn(pi ofproto.PacketIn, pkt []byte, total int, key flow.Key) {
+	// The rate limits first: a PACKET_IN no connection takes is not built
+	// (most of an attacker's, whose upcalls share the handler's core).
+	targets := s.packetInTargets(pi.Reason, key.InPort)
+	if len(targets) == 0 {
+		return
+	}
 	data := pkt
 	if pi.MaxLen != openflow.ControllerNoBuffer && int(pi.MaxLen) < len(data) {
 		data = data[:pi.MaxLen]
@@ -398,8 +404,39 @@ func (s *Switch) sendPacketIn(pi ofproto.PacketIn, pkt []byte, total int, key fl
 		match = pi.MatchFor(key)
 	}
 	s.stats.packetIns.Add(1)
-	s.broadcast(&openflow.PacketIn{
+	b, err := openflow.Marshal(&openflow.PacketIn{
 		BufferID: openflow.NoBuffer, TotalLen: uint16(min(total, 0xffff)), Reason: pi.Reason,
 		TableID: pi.TableID, Cookie: pi.Cookie, Match: match, Data: data,
-	}, pi.Reason)
+	})
+	if err != nil {
+		s.log.Warn("encoding PACKET_IN", "err", err)
+		return
+	}
+	for _, c := range targets {
+		if dropped := c.queuePacketIn(b); dropped != "" {
+			s.refused.add(key.InPort, dropped)
+		}
+	}
+}
+
+// packetInTargets are the connections that want a PACKET_IN of this reason
+// and whose rate limit lets one through now (the others count it, and
+// the port, as rate-limited).
+func (s *Switch) packetInTargets(reason uint8, port uint32) []*ofConn {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	var out []*ofConn
+	now := time.Now()
+	for c := range s.conns {
+		if !c.wants(openflow.TypePacketIn, reason) {
+			continue
+		}
+		if !c.pinLimit.take(now) {
+			c.drops.packetInRate.Add(1)
+			s.refused.add(port, refusedPacketInCap)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
 }
