@@ -419,9 +419,9 @@ func (s *Switch) sendPacketIn(pi ofproto.PacketIn, pkt []byte, total int, key fl
 	}
 }
 
-// packetInTargets are the connections that want a PACKET_IN of this reason
-// and whose rate limit lets one through now (the others count it, and
-// the port, as rate-limited).
+// packetInTargets are the connections that want a PACKET_IN of this reason,
+// whose rate limit lets one through now and whose queue has room for one
+// (the others count it, and the port, as rate-limited or queue-full).
 func (s *Switch) packetInTargets(reason uint8, port uint32) []*ofConn {
 	s.connMu.Lock()
 	defer s.connMu.Unlock()
@@ -434,6 +434,11 @@ func (s *Switch) packetInTargets(reason uint8, port uint32) []*ofConn {
 		if !c.pinLimit.take(now) {
 			c.drops.packetInRate.Add(1)
 			s.refused.add(port, refusedPacketInCap)
+			continue
+		}
+		if len(c.txq) >= packetInQueue { // a controller that is not reading
+			c.drops.packetInQueue.Add(1)
+			s.refused.add(port, refusedPacketInQ)
 			continue
 		}
 		out = append(out, c)
