@@ -356,8 +356,15 @@ static __always_inline void count(__u32 ctr)
  * returns the verdict that drops the packet. */
 static __always_inline int drop_skb(const struct __sk_buff *skb, __u32 reason)
 {
-	struct port_drop_key pk = { .ifindex = skb->ifindex, .reason = reason };
+	struct port_drop_key pk = { .reason = reason };
 	__u64 *v = bpf_map_lookup_elem(&drops, &reason), one = 1;
+
+	/* One load from the context at a constant offset, in asm: inside the
+	 * action loop clang hoists &skb->ifindex into a register, and the
+	 * verifier refuses loads through a context pointer that was moved. */
+	asm volatile("%[res] = *(u32 *)(%[skb] + %[off])"
+		     : [res] "=r"(pk.ifindex)
+		     : [skb] "r"(skb), [off] "i"(offsetof(struct __sk_buff, ifindex)));
 
 	if (v)
 		*v += 1;
