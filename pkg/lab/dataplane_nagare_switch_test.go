@@ -32,15 +32,7 @@ measurements:
 // no namespace, switch process or fast-path pin of its bridges is left.
 func TestNagareSwitchPlane(t *testing.T) {
 	skipUnlessLab(t, "sockperf", "ovs-ofctl")
-	bin := filepath.Join(buildNagare(t, "nagare-switch"), "nagare-switch")
-	savedBin := NagareSwitchBinary
-	NagareSwitchBinary = func() (string, error) { return bin, nil }
-	defer func() { NagareSwitchBinary = savedBin }()
-	t.Setenv(pktgenTestEnv, "1")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, exe := useBuiltNagareSwitch(t)
 	savedGen := PktgenCommand
 	PktgenCommand = func() ([]string, error) { return []string{exe}, nil }
 	defer func() { PktgenCommand = savedGen }()
@@ -125,4 +117,21 @@ func processesOf(path string) []int {
 		}
 	}
 	return pids
+}
+
+// useBuiltNagareSwitch builds nagare-switch, makes the lab start that
+// binary for the rest of the test, and returns it with this test
+// executable (which stands in for pktgen and the slow controller).
+func useBuiltNagareSwitch(t *testing.T) (bin, exe string) {
+	t.Helper()
+	bin = filepath.Join(buildNagare(t, "nagare-switch"), "nagare-switch")
+	savedBin := NagareSwitchBinary
+	NagareSwitchBinary = func() (string, error) { return bin, nil }
+	t.Cleanup(func() { NagareSwitchBinary = savedBin })
+	t.Setenv(pktgenTestEnv, "1")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin, exe
 }

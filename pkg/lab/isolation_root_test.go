@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -54,15 +53,7 @@ loads:
 // switch's per-port budgets and the victims' ports dropped nothing.
 func TestIsolationScenario(t *testing.T) {
 	skipUnlessLab(t, "sockperf", "ovs-ofctl")
-	bin := filepath.Join(buildNagare(t, "nagare-switch"), "nagare-switch")
-	savedBin := NagareSwitchBinary
-	NagareSwitchBinary = func() (string, error) { return bin, nil }
-	defer func() { NagareSwitchBinary = savedBin }()
-	t.Setenv(pktgenTestEnv, "1")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, exe := useBuiltNagareSwitch(t)
 	savedGen, savedCtl := PktgenCommand, SlowControllerCommand
 	PktgenCommand = func() ([]string, error) { return []string{"env", pktgenTestEnv + "=1", exe}, nil }
 	SlowControllerCommand = func() ([]string, error) { return []string{"env", pktgenTestEnv + "=", slowctlTestEnv + "=1", exe}, nil }
