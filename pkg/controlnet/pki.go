@@ -22,6 +22,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -30,6 +31,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nagare-net/nagare/internal/atomicfile"
 )
 
 // Role is who a certificate is for.
@@ -194,25 +197,11 @@ func writeKey(path string, key *ecdsa.PrivateKey) error {
 	return writePEM(path, "EC PRIVATE KEY", der, 0o600)
 }
 
-// writePEM writes atomically (temporary file, fsync, rename) with mode.
+// writePEM replaces path with one PEM block of typ, with mode.
 func writePEM(path, typ string, der []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
-	if err != nil {
-		return err
-	}
-	if err := pem.Encode(f, &pem.Block{Type: typ, Bytes: der}); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, mode, func(w io.Writer) error {
+		return pem.Encode(w, &pem.Block{Type: typ, Bytes: der})
+	})
 }
 
 func parseCert(b []byte) (*x509.Certificate, error) {

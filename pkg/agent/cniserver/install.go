@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/nagare-net/nagare/internal/atomicfile"
 )
 
 // ConflistName is the file Install writes into the runtime's config
@@ -39,42 +41,20 @@ func Install(src, binDir, confDir string, conflist []byte) error {
 		return fmt.Errorf("install: %w", err)
 	}
 	defer in.Close()
-	if err := writeAtomic(filepath.Join(binDir, "nagare-cni"), 0o755, func(w io.Writer) error {
-		_, err := io.Copy(w, in)
-		return err
+	bin := filepath.Join(binDir, "nagare-cni")
+	if err := atomicfile.Write(bin, 0o755, func(w io.Writer) error {
+		if _, err := io.Copy(w, in); err != nil {
+			return fmt.Errorf("install %s: %w", bin, err)
+		}
+		return nil
 	}); err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(confDir, ConflistName), 0o644, func(w io.Writer) error {
-		_, err := w.Write(conflist)
-		return err
+	conf := filepath.Join(confDir, ConflistName)
+	return atomicfile.Write(conf, 0o644, func(w io.Writer) error {
+		if _, err := w.Write(conflist); err != nil {
+			return fmt.Errorf("install %s: %w", conf, err)
+		}
+		return nil
 	})
-}
-
-func writeAtomic(path string, mode os.FileMode, fill func(io.Writer) error) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := fill(f); err != nil {
-		f.Close()
-		return fmt.Errorf("install %s: %w", path, err)
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
