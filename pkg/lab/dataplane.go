@@ -57,6 +57,24 @@ func dpuProcesses(dp DataPlane) []int {
 	return nil
 }
 
+// UplinkPlane is a data plane that can make the uplink ports of a
+// scenario (PodSpec.Uplink): switch ports towards a tester namespace,
+// attached like pods. UplinkSupport returns nil, or why not (an error
+// wrapping ErrNotAvailable). Planes that do not implement it are skipped
+// in scenarios with uplinks.
+type UplinkPlane interface {
+	UplinkSupport() error
+}
+
+// uplinkSupport says whether dp can run a scenario with uplink ports.
+func uplinkSupport(dp DataPlane) error {
+	u, ok := dp.(UplinkPlane)
+	if !ok {
+		return notAvailable("%s does not make uplink ports to a tester namespace (the scenario's pods with uplink:)", dp.Name())
+	}
+	return u.UplinkSupport()
+}
+
 // Scope is a set of traffic classes a data plane carries.
 type Scope uint8
 

@@ -44,3 +44,7 @@ func addBridge(ctx context.Context, t *Topology, n *Node) error {
 func (*bridgePlane) Teardown(context.Context, *Topology) error { return nil }
 
 func (*bridgePlane) Processes() []int { return nil }
+
+// UplinkSupport: uplink ports are bridge ports like the pods' (the
+// in-kernel floor of a switch with uplinks; no switch process).
+func (*bridgePlane) UplinkSupport() error { return nil }

@@ -275,3 +275,12 @@ func (p *nagarePlane) pids(switches, agents bool) []int {
 // there the DPU keeps a core to itself, as on the real DPU; cross-core
 // shares it with the client.
 func dpuCPUs() string { return "0" }
+
+// UplinkSupport: not in this plane. The agent attaches pods by CNI ADD
+// (addresses from its IPAM) and routes them through its gateway and
+// tunnel ports; a plain L2 port towards a tester namespace is no part of
+// its pipeline. nagare-switch (the same fast path, every flow
+// offloaded) stands for it in scenarios with uplinks.
+func (*nagarePlane) UplinkSupport() error {
+	return notAvailable("the agent's pipeline has no uplink port towards a plain tester namespace (pods get IPAM addresses and are routed through its gateway); nagare-switch runs the same fast path with uplink ports")
+}

@@ -473,3 +473,7 @@ func (p *nagareSwitchPlane) Isolation(ctx context.Context, t *Topology, attacker
 	}
 	return nagareIsolation(ctx, sw, attacker, victims)
 }
+
+// UplinkSupport: uplink ports are switch ports like the pods' (on one
+// node the NORMAL table learns the tester's addresses behind them).
+func (*nagareSwitchPlane) UplinkSupport() error { return nil }

@@ -130,3 +130,6 @@ func (d *ovsNetdevPlane) Isolation(ctx context.Context, t *Topology, attacker *P
 	}
 	return res, nil
 }
+
+// UplinkSupport: uplink ports are bridge ports like the pods'.
+func (*ovsNetdevPlane) UplinkSupport() error { return nil }

@@ -23,7 +23,7 @@ measurements:
 		t.Fatal("accepted")
 	}
 	for _, want := range []string{
-		`"r": with: more flows are for udp-pps measurements only`,
+		`"r": with: more flows are for udp-pps and tcp measurements only`,
 		`"u": with[0].server "zz" is not a pod`,
 		`"u": with[1]: client and server are the same pod`,
 		`"u": with[2]: c → d is not inter-node like the measured flow`,

@@ -171,6 +171,14 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port
 	smp.SwitchProcs = len(pids)
 	dpuPids := dpuProcesses(r.dp)
 	smp.DPUProcs = len(dpuPids)
+	// Uplink counters are read outside the CPU window.
+	var upBefore []UplinkBytes
+	var err error
+	if len(r.topo.Uplinks()) > 0 {
+		if upBefore, err = r.topo.uplinkCounters(ctx); err != nil {
+			return smp, err
+		}
+	}
 	smp.Start = time.Now()
 	before, err := takeSnapshot(pids, dpuPids...)
 	if err != nil {
@@ -203,6 +211,16 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port
 	}
 	usage := usageBetween(before, after, window)
 	smp.CPU = &usage
+	if upBefore != nil {
+		upAfter, err := r.topo.uplinkCounters(ctx)
+		if err != nil {
+			return smp, err
+		}
+		for k, a := range upAfter {
+			b := upBefore[k]
+			smp.Uplinks = append(smp.Uplinks, UplinkBytes{Uplink: a.Uplink, Rx: a.Rx - b.Rx, Tx: a.Tx - b.Tx})
+		}
+	}
 	switch m.Kind {
 	case KindRTT:
 		v, err := ParseSockperf(output)

@@ -155,8 +155,9 @@ func savePlot(p *plot.Plot, leg plot.Legend, w, h vg.Length, file string) (err e
 //   - <measurement>-<placement>-vs-load.png, when the scenario has more than
 //     one load step: p50 and p99 RTT (or throughput) per data plane across
 //     the load steps;
-//   - tcp-<send|recv>-<gbps|switch-cpu|host-cpu>-vs-pods.png, when TCP
-//     measurements differ in their number of client pods (vsPods).
+//   - tcp-<send|recv>[-<n>port]-<gbps|switch-cpu|host-cpu>-vs-pods.png,
+//     when TCP measurements differ in their number of client pods (vsPods;
+//     one file per number of uplink ports the flows cross).
 func (res *Result) WritePlots(dir string) error {
 	rows := res.Rows()
 	s := res.Scenario
@@ -315,24 +316,49 @@ func (res *Result) vsLoad(dir string, m MeasurementSpec, pl string, find rowFind
 // vsPods writes, for scenarios whose TCP measurements differ in the number
 // of client pods (seed 004's 1, 2, 4, 8 VMs), tcp-<send|recv>-<column>-vs-pods.png:
 // throughput, switch CPU and host CPU per data plane against the number
-// of pods, one file per direction and column (the paper's figures).
+// of pods, one file per direction and column (the paper's figures). When
+// the flows cross uplink ports (PodSpec.Uplink), one file per number of
+// uplinks too: tcp-<send|recv>-<n>port-<column>-vs-pods.png.
 func (res *Result) vsPods(dir string, find rowFinder) error {
 	s := res.Scenario
-	for _, reverse := range []bool{false, true} {
-		var ms []MeasurementSpec
+	type group struct {
+		reverse bool
+		ports   int
+	}
+	var groups []group
+	byGroup := map[group][]MeasurementSpec{}
+	for _, m := range s.Measurements {
+		if m.Kind != KindTCP || m.Client == m.Server {
+			continue
+		}
+		_, ups := s.flowPods(m)
+		g := group{m.Reverse, len(ups)}
+		if byGroup[g] == nil {
+			groups = append(groups, g)
+		}
+		byGroup[g] = append(byGroup[g], m)
+	}
+	for _, g := range groups {
+		ms := byGroup[g]
 		counts := map[int]bool{}
-		for _, m := range s.Measurements {
-			if m.Kind == KindTCP && m.Reverse == reverse && m.Client != m.Server {
-				ms = append(ms, m)
-				counts[1+len(m.Also)] = true
-			}
+		for _, m := range ms {
+			n, _ := s.flowPods(m)
+			counts[n] = true
 		}
 		if len(counts) < 2 {
 			continue
 		}
 		dirName := "send"
-		if reverse {
+		if g.reverse {
 			dirName = "recv"
+		}
+		name, ports := dirName, ""
+		if g.ports > 0 {
+			name = fmt.Sprintf("%s-%dport", dirName, g.ports)
+			ports = fmt.Sprintf(", %d uplink port", g.ports)
+			if g.ports > 1 {
+				ports += "s"
+			}
 		}
 		for _, c := range []struct{ col, label, file string }{
 			{"gbps", "TCP throughput, all pods (Gbit/s)", "gbps"},
@@ -340,10 +366,10 @@ func (res *Result) vsPods(dir string, find rowFinder) error {
 			{"host cpu", "whole VM busy (CPU s per test)", "host-cpu"},
 		} {
 			p := plot.New()
-			p.Title.Text = fmt.Sprintf("TCP %s: %s vs pods", dirName, c.col)
+			p.Title.Text = fmt.Sprintf("TCP %s%s: %s vs pods", dirName, ports, c.col)
 			p.Y.Label.Text = c.label
 			p.X.Label.Text = "pods sending at once"
-			if reverse {
+			if g.reverse {
 				p.X.Label.Text = "pods receiving at once"
 			}
 			leg := newLegend()
@@ -351,10 +377,11 @@ func (res *Result) vsPods(dir string, find rowFinder) error {
 			for _, pi := range res.Planes {
 				var xys plotter.XYs
 				for _, m := range ms {
+					n, _ := s.flowPods(m)
 					for _, pl := range m.Placements {
 						if r := find(m.Name, pl, s.Loads[0].Name, pi.Name); r != nil {
 							if v := r.Cell(c.col).Median; !math.IsNaN(v) {
-								xys = append(xys, plotter.XY{X: float64(1 + len(m.Also)), Y: v})
+								xys = append(xys, plotter.XY{X: float64(n), Y: v})
 							}
 						}
 					}
@@ -376,7 +403,7 @@ func (res *Result) vsPods(dir string, find rowFinder) error {
 			}
 			p.Add(plotter.NewGrid())
 			p.Y.Min = 0
-			if err := savePlot(p, leg, 20*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("tcp-%s-%s-vs-pods.png", dirName, c.file))); err != nil {
+			if err := savePlot(p, leg, 20*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("tcp-%s-%s-vs-pods.png", name, c.file))); err != nil {
 				return err
 			}
 		}

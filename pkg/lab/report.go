@@ -90,6 +90,12 @@ func (res *Result) Rows() []*Row {
 		if len(s.Flows) > 0 {
 			add("flows mbps", sumMbps)
 		}
+		if c := s.CPU; c != nil && c.WindowSeconds > 0 {
+			for _, u := range s.Uplinks {
+				add(uplinkColumn(u.Uplink, "rx"), float64(u.Rx)*8/c.WindowSeconds/1e9)
+				add(uplinkColumn(u.Uplink, "tx"), float64(u.Tx)*8/c.WindowSeconds/1e9)
+			}
+		}
 		addFlowSetupValues(s, add)
 		if r := s.Isolation; r != nil {
 			add("flows", float64(r.Flows))
@@ -205,6 +211,13 @@ func (res *Result) measurementTitle(m MeasurementSpec, placement string) string 
 		if n := len(m.Also); n > 0 {
 			what = fmt.Sprintf("TCP throughput summed over %d clients (%s and %s), 1 stream each (iperf3)", n+1, m.Client, strings.Join(m.Also, ", "))
 		}
+		if n := len(m.With); n > 0 {
+			fl := []string{m.Client + " → " + m.Server}
+			for _, f := range m.With {
+				fl = append(fl, f.Client+" → "+f.Server)
+			}
+			what = fmt.Sprintf("TCP throughput summed over %d flows (%s), 1 stream each (iperf3)", n+1, strings.Join(fl, ", "))
+		}
 		if m.Reverse {
 			what += ", server sending (-R)"
 		}
@@ -298,6 +311,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 		}
 	}
 	res.writeFlows(w, rows)
+	res.writeUplinks(w, rows)
 	res.writeNetRx(w, rows)
 	res.writeCost(w, rows)
 	res.writePaper(w, rows)
@@ -576,8 +590,8 @@ func flowColumn(i int, what string) string { return fmt.Sprintf("flow%d %s", i, 
 // and 7 (who gets what when flows collide or overcommit the CPUs).
 func (res *Result) writeFlows(w io.Writer, rows []*Row) {
 	for _, m := range res.Scenario.Measurements {
-		if len(m.With) == 0 {
-			continue
+		if len(m.With) == 0 || m.Kind != KindUDPPPS {
+			continue // tcp: summed, the uplinks table splits them
 		}
 		flows := append([]FlowSpec{{Client: m.Client, Server: m.Server}}, m.With...)
 		for _, pl := range m.Placements {
@@ -607,6 +621,37 @@ func (res *Result) writeFlows(w io.Writer, rows []*Row) {
 				fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 			}
 		}
+	}
+}
+
+func uplinkColumn(uplink, dir string) string { return "uplink " + uplink + " " + dir }
+
+// writeUplinks prints, for scenarios with uplink ports, what each uplink
+// carried in every test, at the tester's end: Gbit/s received (the pods'
+// sending) and sent, over the CPU window (a little longer than the test).
+func (res *Result) writeUplinks(w io.Writer, rows []*Row) {
+	var ups []string
+	for _, p := range res.Scenario.Pods {
+		if p.Uplink != "" {
+			ups = append(ups, p.Name)
+		}
+	}
+	if len(ups) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n### Uplink ports: Gbit/s at the tester, received / sent\n\n")
+	hdr := []string{"measurement", "data plane"}
+	hdr = append(hdr, ups...)
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
+	for _, row := range rows {
+		if row.OK == 0 || len(row.Values[uplinkColumn(ups[0], "rx")]) == 0 {
+			continue
+		}
+		cells := []string{row.Measurement, row.DataPlane}
+		for _, u := range ups {
+			cells = append(cells, formatMedian(row.Cell(uplinkColumn(u, "rx")), 2)+" / "+formatMedian(row.Cell(uplinkColumn(u, "tx")), 2))
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
 }
 

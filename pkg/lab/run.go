@@ -71,6 +71,9 @@ type Sample struct {
 	// DPUProcs is how many switch processes ran in a DPU domain (DPU CPU).
 	DPUProcs int       `json:"dpu_procs,omitempty"`
 	Start    time.Time `json:"start"`
+	// Uplinks are the bytes each uplink port (PodSpec.Uplink) carried
+	// during the test, counted at the tester's end.
+	Uplinks []UplinkBytes `json:"uplinks,omitempty"`
 	// BackgroundBusyPct is how busy the VM was (percent of all CPUs) in the
 	// half second before this data plane's run started, i.e. with none of
 	// the run's processes alive: load from other users of the machine;
@@ -199,7 +202,15 @@ func Run(ctx context.Context, s *Scenario, opts Options) (*Result, error) {
 		}
 		info := PlaneInfo{Name: name, Description: dp.Description(), Scope: dp.Scope().String()}
 		tests := applicableTests(s, dp.Scope())
-		if err := dp.Available(); err != nil {
+		// A plane without uplink ports is skipped for that, whether it
+		// could run here or not.
+		if s.HasUplinks() {
+			err = uplinkSupport(dp)
+		}
+		if err == nil {
+			err = dp.Available()
+		}
+		if err != nil {
 			info.Skipped = err.Error()
 			for _, tc := range tests {
 				res.Samples = append(res.Samples, newSample(s, name, tc, 0, StatusSkipped, err.Error()))
@@ -428,6 +439,9 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 	}
 	if err := r.dp.Setup(ctx, t); err != nil {
 		return r.failAll(fmt.Errorf("%s setup: %w", r.dp.Name(), err)), nil
+	}
+	if err := t.setupTesters(ctx); err != nil {
+		return r.failAll(fmt.Errorf("tester namespaces: %w", err)), nil
 	}
 	if len(r.s.Flows) > 0 {
 		fp, ok := r.dp.(FlowTablePlane)

@@ -73,6 +73,52 @@ type PaperRow struct {
 type PodSpec struct {
 	Name string `yaml:"name"`
 	Node string `yaml:"node"`
+	// Uplink, if set, makes this "pod" an uplink port of its node's switch
+	// instead: a veth whose node end is a switch port like a pod's and
+	// whose far end is in the tester namespace of that name (a peer node
+	// without a switch, seed 004's traffic generator). The interface there
+	// is named after the pod and has the pod's address; several uplinks
+	// may share one tester, whose replies leave by the uplink of the
+	// address they come from (source routing).
+	Uplink string `yaml:"uplink"`
+}
+
+// flowPods returns the client pods of m's flows (the measured one, Also,
+// With) and the uplink ports among its flows' ends.
+func (s *Scenario) flowPods(m MeasurementSpec) (clients int, uplinks []string) {
+	up := map[string]bool{}
+	for _, p := range s.Pods {
+		if p.Uplink != "" {
+			up[p.Name] = true
+		}
+	}
+	seen := map[string]bool{}
+	add := func(names ...string) {
+		for _, n := range names {
+			if up[n] && !seen[n] {
+				seen[n] = true
+				uplinks = append(uplinks, n)
+			}
+		}
+	}
+	add(m.Client, m.Server)
+	for range m.Also {
+		add(m.Server)
+	}
+	for _, f := range m.With {
+		add(f.Client, f.Server)
+	}
+	return 1 + len(m.Also) + len(m.With), uplinks
+}
+
+// HasUplinks reports whether any pod of s is an uplink port (PodSpec.Uplink).
+func (s *Scenario) HasUplinks() bool {
+	for _, p := range s.Pods {
+		if p.Uplink != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // UnderlaySpec describes the link between nodes. Two nodes are joined by one
@@ -136,10 +182,11 @@ type MeasurementSpec struct {
 	// Reverse (tcp only) makes the server send (iperf3 -R): the clients
 	// receive.
 	Reverse bool `yaml:"reverse"`
-	// With lists further udp-pps flows that run at the same time as the
-	// measured one (Client → Server), each with its own iperf3 server and
-	// its clients on the same CPUs: seed 001's colliding "VM" flows and
-	// its overcommit. Each flow's throughput and loss are reported.
+	// With lists further flows that run at the same time as the measured
+	// one (Client → Server), each with its own iperf3 server and its
+	// clients on the same CPUs: seed 001's colliding "VM" flows and its
+	// overcommit (udp-pps: each flow's throughput and loss are reported),
+	// seed 004's VMs split over two uplinks (tcp: summed, as Also).
 	With []FlowSpec `yaml:"with"`
 }
 
@@ -366,10 +413,24 @@ func (s *Scenario) Validate() error {
 			bad("pods: %q is already a %s", p.Name, what)
 		}
 		names[p.Name] = "pod"
+		if p.Uplink != "" {
+			if !nameRE.MatchString(p.Uplink) {
+				bad("pods: %q: uplink %q: names are 1-8 characters [a-z0-9], starting with a letter", p.Name, p.Uplink)
+			}
+		}
 		if !nodes[p.Node] {
 			bad("pods: pod %q is on unknown node %q (nodes: %s)", p.Name, p.Node, strings.Join(s.Nodes, ", "))
 		}
 		pods[p.Name] = p
+	}
+	for _, p := range s.Pods {
+		if p.Uplink != "" {
+			if what, dup := names[p.Uplink]; dup && what != "tester" {
+				bad("pods: %q: uplink tester %q is already a %s", p.Name, p.Uplink, what)
+				continue
+			}
+			names[p.Uplink] = "tester"
+		}
 	}
 	if s.Underlay.MTU < 1280 || s.Underlay.MTU > 9000 {
 		bad("underlay.mtu: %d, want 1280-9000", s.Underlay.MTU)
@@ -437,8 +498,11 @@ func (s *Scenario) Validate() error {
 		if len(m.Also) > maxWith {
 			bad("%s: also: %d clients, at most %d", where, len(m.Also), maxWith)
 		}
-		if len(m.With) > 0 && m.Kind != KindUDPPPS {
-			bad("%s: with: more flows are for udp-pps measurements only", where)
+		if len(m.With) > 0 && m.Kind != KindUDPPPS && m.Kind != KindTCP {
+			bad("%s: with: more flows are for udp-pps and tcp measurements only", where)
+		}
+		if len(m.Also)+len(m.With) > maxWith {
+			bad("%s: also and with: %d flows, at most %d", where, len(m.Also)+len(m.With), maxWith)
 		}
 		if len(m.With) > maxWith {
 			bad("%s: with: %d flows, at most %d", where, len(m.With), maxWith)

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -66,6 +67,23 @@ type Pod struct {
 	// HostIf is the name of the pod's veth peer in the node namespace
 	// (set by AddPodLink).
 	HostIf string
+	// Dev is the pod's interface in NS: eth0, or for an uplink port its
+	// name (several share the tester's namespace).
+	Dev string
+	// Tester is, for an uplink port (PodSpec.Uplink), the name of the
+	// tester whose namespace NS is; "" for a pod.
+	Tester string
+}
+
+// Uplinks returns the uplink ports of the topology (PodSpec.Uplink).
+func (t *Topology) Uplinks() []*Pod {
+	var ups []*Pod
+	for _, p := range t.Pods {
+		if p.Tester != "" {
+			ups = append(ups, p)
+		}
+	}
+	return ups
 }
 
 // CIDR returns the pod's address with the pod subnet's prefix length.
@@ -130,11 +148,16 @@ func newTopology(s *Scenario, prefix string, podNames map[string]bool, sh *Shell
 		if !podNames[ps.Name] {
 			continue
 		}
-		t.Pods = append(t.Pods, &Pod{
+		p := &Pod{
 			Name: ps.Name, NS: prefix + "-" + ps.Name, Node: t.Node(ps.Node), Index: i + 1,
 			IP:  fmt.Sprintf("%s%d", podSubnet, i+1),
 			MAC: fmt.Sprintf("02:99:00:00:00:%02x", i+1),
-		})
+			Dev: "eth0",
+		}
+		if ps.Uplink != "" {
+			p.NS, p.Dev, p.Tester = prefix+"-"+ps.Uplink, ps.Name, ps.Uplink
+		}
+		t.Pods = append(t.Pods, p)
 	}
 	return t
 }
@@ -195,7 +218,12 @@ func (t *Topology) build(ctx context.Context) error {
 			return err
 		}
 	}
+	made := map[string]bool{}
 	for _, p := range t.Pods {
+		if made[p.NS] { // a tester's namespace holds several uplinks
+			continue
+		}
+		made[p.NS] = true
 		if err := t.createNamespace(ctx, p.NS); err != nil {
 			return err
 		}
@@ -263,8 +291,9 @@ type PodLinkOptions struct {
 	TxOff bool
 }
 
-// AddPodLink gives pod p its eth0, a veth whose peer HostIf ("v-<pod>") is
-// in the node namespace, both up. The host side has no address.
+// AddPodLink gives pod p its eth0 (an uplink port its Dev in the tester's
+// namespace), a veth whose peer HostIf ("v-<pod>") is in the node
+// namespace, both up. The host side has no address.
 func (t *Topology) AddPodLink(ctx context.Context, p *Pod, o PodLinkOptions) error {
 	if o.MTU == 0 {
 		o.MTU = t.UnderlayMTU
@@ -279,13 +308,13 @@ func (t *Topology) AddPodLink(ctx context.Context, p *Pod, o PodLinkOptions) err
 	mtu := fmt.Sprint(o.MTU)
 	sh := t.Sh
 	cmds := [][]string{
-		{"ip", "link", "add", "eth0", "netns", p.NS, "mtu", mtu, "address", p.MAC, "type", "veth", "peer", "name", p.HostIf, "netns", p.Node.NS, "mtu", mtu},
-		{"ip", "-n", p.NS, "addr", "add", o.Addr, "dev", "eth0"},
-		{"ip", "-n", p.NS, "link", "set", "eth0", "up"},
+		{"ip", "link", "add", p.Dev, "netns", p.NS, "mtu", mtu, "address", p.MAC, "type", "veth", "peer", "name", p.HostIf, "netns", p.Node.NS, "mtu", mtu},
+		{"ip", "-n", p.NS, "addr", "add", o.Addr, "dev", p.Dev},
+		{"ip", "-n", p.NS, "link", "set", p.Dev, "up"},
 		{"ip", "-n", p.Node.NS, "link", "set", p.HostIf, "up"},
 	}
 	if o.TxOff {
-		cmds = append(cmds, []string{"ip", "netns", "exec", p.NS, "ethtool", "-K", "eth0", "tx", "off"})
+		cmds = append(cmds, []string{"ip", "netns", "exec", p.NS, "ethtool", "-K", p.Dev, "tx", "off"})
 	}
 	for _, c := range cmds {
 		if _, err := sh.Run(ctx, c...); err != nil {
@@ -293,6 +322,92 @@ func (t *Topology) AddPodLink(ctx context.Context, p *Pod, o PodLinkOptions) err
 		}
 	}
 	return nil
+}
+
+// setupTesters makes each tester namespace with several uplinks answer on
+// the right one: ARP only for the address of the interface asked on
+// (arp_ignore 1, arp_announce 2), no reverse-path filter, and a routing
+// table per uplink chosen by source address, so a connection to one
+// uplink's address is answered, and its data sent, over that uplink only.
+// Called after the data plane's Setup made the uplinks.
+func (t *Topology) setupTesters(ctx context.Context) error {
+	byNS := map[string][]*Pod{}
+	var order []string
+	for _, u := range t.Uplinks() {
+		if byNS[u.NS] == nil {
+			order = append(order, u.NS)
+		}
+		byNS[u.NS] = append(byNS[u.NS], u)
+	}
+	for _, ns := range order {
+		if _, err := t.Sh.NS(ctx, ns, "sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2",
+			"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"); err != nil {
+			return err
+		}
+		for k, u := range byNS[ns] {
+			table := fmt.Sprint(100 + k)
+			cmds := [][]string{
+				{"sysctl", "-qw", "net.ipv4.conf." + u.Dev + ".rp_filter=0"},
+				{"ip", "rule", "add", "from", u.IP, "lookup", table},
+				{"ip", "route", "add", podSubnet + "0/" + fmt.Sprint(podPrefixLen), "dev", u.Dev, "src", u.IP, "table", table},
+			}
+			for _, c := range cmds {
+				if _, err := t.Sh.NS(ctx, ns, c...); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// UplinkBytes are the bytes an uplink port carried, counted at its
+// tester's end: Rx the tester received (the pods' sending), Tx it sent.
+type UplinkBytes struct {
+	Uplink string `json:"uplink"`
+	Rx     uint64 `json:"rx_bytes"`
+	Tx     uint64 `json:"tx_bytes"`
+}
+
+// uplinkCounters reads every uplink's byte counters in its tester's
+// namespace (`ip -s -j link show`).
+func (t *Topology) uplinkCounters(ctx context.Context) ([]UplinkBytes, error) {
+	var out []UplinkBytes
+	for _, u := range t.Uplinks() {
+		js, err := t.Sh.Run(ctx, "ip", "-n", u.NS, "-s", "-j", "link", "show", "dev", u.Dev)
+		if err != nil {
+			return nil, err
+		}
+		b, err := ParseIPLinkBytes(js)
+		if err != nil {
+			return nil, fmt.Errorf("uplink %s: %w", u.Name, err)
+		}
+		b.Uplink = u.Name
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// ParseIPLinkBytes reads the byte counters of the one link in `ip -s -j
+// link show dev X`.
+func ParseIPLinkBytes(js string) (UplinkBytes, error) {
+	var links []struct {
+		Stats struct {
+			Rx struct {
+				Bytes *uint64 `json:"bytes"`
+			} `json:"rx"`
+			Tx struct {
+				Bytes *uint64 `json:"bytes"`
+			} `json:"tx"`
+		} `json:"stats64"`
+	}
+	if err := json.Unmarshal([]byte(js), &links); err != nil {
+		return UplinkBytes{}, fmt.Errorf("ip -s -j link: %w", err)
+	}
+	if len(links) != 1 || links[0].Stats.Rx.Bytes == nil || links[0].Stats.Tx.Bytes == nil {
+		return UplinkBytes{}, fmt.Errorf("ip -s -j link: want one link with stats64 rx/tx bytes, got %q", js)
+	}
+	return UplinkBytes{Rx: *links[0].Stats.Rx.Bytes, Tx: *links[0].Stats.Tx.Bytes}, nil
 }
 
 // AddDirectLink joins pods a and b with one veth pair (eth0 in each).
@@ -325,8 +440,12 @@ func (t *Topology) namespaces() []string {
 	for _, n := range t.Nodes {
 		out = append(out, n.NS)
 	}
+	seen := map[string]bool{}
 	for _, p := range t.Pods {
-		out = append(out, p.NS)
+		if !seen[p.NS] {
+			seen[p.NS] = true
+			out = append(out, p.NS)
+		}
 	}
 	if len(t.Nodes) > 2 {
 		out = append(out, t.Prefix+"-ul")
