@@ -32,7 +32,7 @@ enum drop_reason {
 	DROP_PBB = 22,               /* push/pop PBB failed */
 	DROP_SHORT_PBB = 23,         /* PBB I-TAG cut off */
 	DROP_ONLOAD_RING_FULL = 24,  /* onloaded flow, and the onload ring had no room */
-	DROP_ONLOAD_OVERSIZE = 25,   /* onloaded flow's packet larger than ONLOAD_SNAP (GSO) while earlier ones wait in userspace */
+	DROP_ONLOAD_OVERSIZE = 25,   /* onloaded flow's packet too big for the ring (over ONLOAD_GSO: BIG TCP) while earlier ones wait in userspace */
 	DROP_UPCALL_PORT_BUDGET = 30, /* miss past its port's upcall budget (upcall_admit) */
 	DROP__MAX = 32,
 };

@@ -189,7 +189,7 @@ enum counter {
 	CTR_MASK_PROBES = 5,  /* hash map lookups done by the megaflow search */
 	CTR_EMC_INSERT = 6,   /* exact-match cache entries written */
 	CTR_ONLOAD = 10,      /* packets of onloaded flows handed to userspace */
-	CTR_ONLOAD_GSO = 11,  /* GSO packets of onloaded flows run here: too big for the ring */
+	CTR_ONLOAD_GSO = 11,  /* packets of onloaded flows run here: too big for the ring (over ONLOAD_GSO) */
 	CTR__MAX = 16,
 };
 

@@ -21,12 +21,18 @@
 #include "maps.h"
 #include "upcall.h"
 
-/* The largest packet the onload path carries: a 9000-byte MTU frame and a
- * VLAN tag. GSO packets larger than that stay on the fast path when no
- * packet of their flow is in userspace (counted: onload-gso), and are
- * dropped when one is (counted: onload-oversize). Onloaded pods should
- * not use TSO, as with Open vSwitch's userspace datapath. */
+/* The largest frame the onload path carries in a jumbo record: a
+ * 9000-byte MTU frame and a VLAN tag. */
 #define ONLOAD_SNAP 9216
+/* GSO packets (a pod with TSO or UDP_SEGMENT) up to 64 KiB go whole in a
+ * record of this size, with their gso_size (struct upcall): userspace
+ * cuts them into the segments the device would have sent (Segment in
+ * pkg/datapath/gso.go; the kind, TCP or UDP, is read from the headers).
+ * A record takes a constant-size reservation, hence one more size. Past
+ * it (BIG TCP) a packet stays on the fast path when no packet of its flow
+ * is in userspace (counted: onload-gso), and is dropped when one is
+ * (counted: onload-oversize). */
+#define ONLOAD_GSO 65536
 /* Record sizes: small packets, standard MTU frames, jumbo frames. */
 #define ONLOAD_MID 1536
 
@@ -61,7 +67,7 @@ static __always_inline int onload_packet(struct __sk_buff *skb, const struct flo
 	pending = onload_pending(s);
 	if (!(fe->flags & FLOW_ONLOAD) && !pending)
 		return ONLOAD_NO;
-	if (skb->len > ONLOAD_SNAP) {
+	if (skb->len > ONLOAD_SNAP && (!skb->gso_size || skb->len > ONLOAD_GSO)) {
 		if (pending) {
 			drop(DROP_ONLOAD_OVERSIZE);
 			return ONLOAD_DROP;
@@ -74,8 +80,10 @@ static __always_inline int onload_packet(struct __sk_buff *skb, const struct flo
 		ret = ring_packet(&onload, skb, key, UPCALL_ONLOAD, cookie, UPCALL_SMALL, &s->enq);
 	else if (skb->len <= ONLOAD_MID)
 		ret = ring_packet(&onload, skb, key, UPCALL_ONLOAD, cookie, ONLOAD_MID, &s->enq);
-	else
+	else if (skb->len <= ONLOAD_SNAP)
 		ret = ring_packet(&onload, skb, key, UPCALL_ONLOAD, cookie, ONLOAD_SNAP, &s->enq);
+	else
+		ret = ring_packet(&onload, skb, key, UPCALL_ONLOAD, cookie, ONLOAD_GSO, &s->enq);
 	if (ret < 0) {
 		drop(DROP_ONLOAD_RING_FULL);
 		return ONLOAD_DROP;

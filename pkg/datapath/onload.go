@@ -115,8 +115,9 @@ func (d *Datapath) pruneRetired() {
 
 // OnloadStats are an Onloader's counters.
 type OnloadStats struct {
-	Packets, Bytes atomic.Uint64 // executed
+	Packets, Bytes atomic.Uint64 // executed (a GSO packet: each segment)
 	Batches        atomic.Uint64 // ring reads
+	Segmented      atomic.Uint64 // GSO packets cut into segments
 	Unknown        atomic.Uint64 // packets whose flow generation was unknown (dropped)
 	Failed         atomic.Uint64 // packets that could not be executed (dropped)
 	Malformed      atomic.Uint64 // records that did not decode
@@ -182,13 +183,22 @@ func (o *Onloader) Run() error {
 			case len(o.acts[i]) == 0: // a drop flow
 			case u.Truncated():
 				o.Stats.Failed.Add(1)
-			default:
-				if err := o.eb.Add(u.Packet, u.Key.InPort, o.acts[i]); err != nil {
+			case u.GSOSize > 0:
+				// A GSO packet (a pod with TSO): no device takes it
+				// whole; it goes out as the segments the pod's device
+				// would have sent, every checksum computed (the
+				// sender's CHECKSUM_PARTIAL is not in the record).
+				segs, err := Segment(u.Packet, u.GSOSize)
+				if err != nil {
 					o.Stats.Failed.Add(1)
 					continue
 				}
-				o.Stats.Packets.Add(1)
-				o.Stats.Bytes.Add(uint64(len(u.Packet)))
+				o.Stats.Segmented.Add(1)
+				for _, seg := range segs {
+					o.add(seg, u.Key.InPort, o.acts[i])
+				}
+			default:
+				o.add(u.Packet, u.Key.InPort, o.acts[i])
 			}
 		}
 		failed := o.eb.Failed
@@ -204,6 +214,16 @@ func (o *Onloader) Run() error {
 		}
 		d.pruneRetired()
 	}
+}
+
+// add queues one frame on the batch and counts it.
+func (o *Onloader) add(pkt []byte, inPort uint32, acts []flow.Action) {
+	if err := o.eb.Add(pkt, inPort, acts); err != nil {
+		o.Stats.Failed.Add(1)
+		return
+	}
+	o.Stats.Packets.Add(1)
+	o.Stats.Bytes.Add(uint64(len(pkt)))
 }
 
 // Close stops Run and releases the ring and the packet socket.

@@ -37,7 +37,9 @@ func (r UpcallReason) String() string {
 
 // Upcall is one packet the fast path handed to userspace. A TCP/UDP
 // checksum its sender left to offload is completed (see completeChecksum),
-// so Packet can be executed as it is.
+// so Packet can be executed as it is; except in an onloaded GSO packet,
+// which the Onloader sends as the segments Segment makes, checksums
+// computed.
 type Upcall struct {
 	Reason  UpcallReason
 	Ifindex int
@@ -91,7 +93,10 @@ func (u *Upcall) UnmarshalBinary(b []byte) error {
 	} else {
 		u.Packet = append(u.Packet[:0], pkt...)
 	}
-	if !u.Truncated() {
+	if !u.Truncated() && (u.GSOSize == 0 || u.Reason != UpcallOnload) {
+		// An onloaded GSO packet is only ever sent cut (Segment
+		// computes every segment's checksums): summing 64 KiB here
+		// would be wasted. (A missed one may become a PACKET_IN too.)
 		completeChecksum(u.Packet)
 	}
 	return nil

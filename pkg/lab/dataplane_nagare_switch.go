@@ -33,9 +33,8 @@ import (
 // pipeline can be compared with it in the same run.
 type nagareSwitchPlane struct {
 	// placement "onload" onloads every pod port; capacity > 0 runs with
-	// --fastpath-capacity (flows beyond it onloaded by rate). Either way
-	// the pods send without TSO, as for ovs-netdev: onloaded packets must
-	// fit the onload ring.
+	// --fastpath-capacity (flows beyond it onloaded by rate). The pods
+	// keep TSO: the onload path carries GSO packets and segments them.
 	placement string
 	capacity  int
 	exe       string
@@ -83,15 +82,12 @@ func (p *nagareSwitchPlane) Name() string {
 func (p *nagareSwitchPlane) Description() string {
 	switch {
 	case p.placement != "":
-		return "nagare-switch, every pod port onloaded: packets classified by the fast path, executed in userspace (batched ring + sendmmsg); pods tx-csum off"
+		return "nagare-switch, every pod port onloaded: packets classified by the fast path, executed in userspace (batched ring + sendmmsg; GSO packets segmented there)"
 	case p.capacity > 0:
-		return fmt.Sprintf("nagare-switch with --fastpath-capacity %d: the highest-rate flows offloaded, the rest onloaded; pods tx-csum off", p.capacity)
+		return fmt.Sprintf("nagare-switch with --fastpath-capacity %d: the highest-rate flows offloaded, the rest onloaded", p.capacity)
 	}
 	return "nagare-switch daemon per node (OpenFlow 1.3 via ovs-ofctl, eBPF fast path; NORMAL on one node, per-MAC flows + VXLAN tunnel ports across nodes)"
 }
-
-// txOff: onloading planes turn the pods' TSO off (see placement).
-func (p *nagareSwitchPlane) txOff() bool { return p.placement != "" || p.capacity > 0 }
 
 func (*nagareSwitchPlane) Scope() Scope { return ScopeIntraNode | ScopeInterNode }
 
@@ -132,7 +128,7 @@ func (p *nagareSwitchPlane) Setup(ctx context.Context, t *Topology) error {
 			if multi {
 				mtu = VXLANPodMTU
 			}
-			if err := t.AddPodLink(ctx, pod, PodLinkOptions{MTU: mtu, TxOff: p.txOff()}); err != nil {
+			if err := t.AddPodLink(ctx, pod, PodLinkOptions{MTU: mtu}); err != nil {
 				return err
 			}
 			sw.ports[pod] = uint32(i + 1)

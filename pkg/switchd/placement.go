@@ -255,6 +255,7 @@ type PlacementStats struct {
 	ToSlow    uint64 `json:"to_userspace"` // moves offload → onload
 	// The onload path (datapath.Onloader).
 	OnloadPackets, OnloadBytes, OnloadBatches, OnloadFailed, OnloadUnknown uint64
+	OnloadSegmented                                                        uint64 // GSO packets cut into segments
 }
 
 func (s *Switch) placementStats() PlacementStats {
@@ -265,6 +266,7 @@ func (s *Switch) placementStats() PlacementStats {
 	if o := s.onloader.Load(); o != nil {
 		st.OnloadPackets, st.OnloadBytes, st.OnloadBatches = o.Stats.Packets.Load(), o.Stats.Bytes.Load(), o.Stats.Batches.Load()
 		st.OnloadFailed, st.OnloadUnknown = o.Stats.Failed.Load(), o.Stats.Unknown.Load()
+		st.OnloadSegmented = o.Stats.Segmented.Load()
 	}
 	return st
 }

@@ -17,17 +17,14 @@ import (
 	"github.com/nagare-net/nagare/internal/nstest"
 )
 
-// placementSwitch is a two-pod switch whose pods send without TSO (onloaded
-// packets must fit the onload ring, as for Open vSwitch's userspace
-// datapath), know each other's MAC (no ARP flows) and are cross-connected
-// by two OpenFlow rules with cookies 0x1 and 0x2.
+// placementSwitch is a two-pod switch whose pods send with TSO (the
+// onload path segments GSO packets), know each other's MAC (no ARP
+// flows) and are cross-connected by two OpenFlow rules with cookies 0x1
+// and 0x2.
 func placementSwitch(t *testing.T, mod func(*Config)) *testSwitch {
 	t.Helper()
 	ts := startSwitch(t, 2, mod)
 	for i, p := range ts.Pods {
-		if err := p.Sh(t, "ethtool", "-K", "eth0", "tx", "off"); err != nil {
-			t.Fatal(err)
-		}
 		j := 2 - i
 		p.IP(t, "neigh", "replace", podIP(j), "lladdr", podMAC(j), "dev", "eth0", "nud", "permanent")
 	}
