@@ -80,16 +80,29 @@ func completeChecksum(pkt []byte) {
 	binary.BigEndian.PutUint16(l4[field:], full)
 }
 
+// sum16 is the one's-complement sum of b as big-endian 16-bit words,
+// folded to 16 bits (callers add more words and fold again). Eight bytes
+// a step: two 32-bit halves summed in 64 bits are the same sum modulo
+// 0xffff, which is all a one's-complement sum is; the onload path sums
+// every byte of the GSO packets it cuts.
 func sum16(b []byte) uint32 {
-	var s uint32
+	var s uint64
+	for len(b) >= 8 {
+		v := binary.BigEndian.Uint64(b)
+		s += v>>32 + v&0xffffffff
+		b = b[8:]
+	}
 	for len(b) >= 2 {
-		s += uint32(binary.BigEndian.Uint16(b))
+		s += uint64(binary.BigEndian.Uint16(b))
 		b = b[2:]
 	}
 	if len(b) == 1 {
-		s += uint32(b[0]) << 8
+		s += uint64(b[0]) << 8
 	}
-	return s
+	for s > 0xffff {
+		s = s&0xffff + s>>16
+	}
+	return uint32(s)
 }
 
 func fold(s uint32) uint16 {

@@ -22,6 +22,20 @@ const maxSegments = 1024
 // every checksum computed. The slow path delivers a missed first packet
 // larger than BPF_PROG_RUN takes this way, instead of losing it.
 func Segment(pkt []byte, gsoSize int) ([][]byte, error) {
+	_, segs, err := SegmentAppend(nil, nil, pkt, gsoSize)
+	return segs, err
+}
+
+// SegmentAppend is Segment writing the segments into arena (grown as
+// needed) and appending them to segs, so a caller that cuts many packets
+// reuses one buffer: the Onloader, once per batch. Segments stay valid
+// when arena grows (they keep the array they were written in).
+func SegmentAppend(arena []byte, segs [][]byte, pkt []byte, gsoSize int) ([]byte, [][]byte, error) {
+	out, err := segment(&arena, segs, pkt, gsoSize)
+	return arena, out, err
+}
+
+func segment(arena *[]byte, out [][]byte, pkt []byte, gsoSize int) ([][]byte, error) {
 	if gsoSize <= 0 || len(pkt) < 14 {
 		return nil, ErrNotSegmentable
 	}
@@ -83,10 +97,14 @@ func Segment(pkt []byte, gsoSize int) ([][]byte, error) {
 	if (len(payload)+gsoSize-1)/gsoSize > maxSegments {
 		return nil, ErrNotSegmentable
 	}
-	var out [][]byte
 	for i, off := 0, 0; off < len(payload) || i == 0; i, off = i+1, off+gsoSize {
 		n := min(gsoSize, len(payload)-off)
-		seg := make([]byte, hdr+n)
+		a := *arena
+		if cap(a)-len(a) < hdr+n {
+			a = make([]byte, 0, max(2*cap(a), hdr+n, 64<<10))
+		}
+		seg := a[len(a) : len(a)+hdr+n : len(a)+hdr+n]
+		*arena = a[:len(a)+hdr+n]
 		copy(seg, pkt[:hdr])
 		copy(seg[hdr:], payload[off:off+n])
 		last := off+n >= len(payload)

@@ -132,6 +132,9 @@ type Onloader struct {
 	ups   []Upcall
 	acts  [][]flow.Action
 	known []bool
+	// arena and segs hold one batch's segments of GSO packets.
+	arena []byte
+	segs  [][]byte
 	Stats OnloadStats
 }
 
@@ -188,13 +191,14 @@ func (o *Onloader) Run() error {
 				// whole; it goes out as the segments the pod's device
 				// would have sent, every checksum computed (the
 				// sender's CHECKSUM_PARTIAL is not in the record).
-				segs, err := Segment(u.Packet, u.GSOSize)
-				if err != nil {
+				var err error
+				n := len(o.segs)
+				if o.arena, o.segs, err = SegmentAppend(o.arena, o.segs, u.Packet, u.GSOSize); err != nil {
 					o.Stats.Failed.Add(1)
 					continue
 				}
 				o.Stats.Segmented.Add(1)
-				for _, seg := range segs {
+				for _, seg := range o.segs[n:] {
 					o.add(seg, u.Key.InPort, o.acts[i])
 				}
 			default:
@@ -204,6 +208,8 @@ func (o *Onloader) Run() error {
 		failed := o.eb.Failed
 		_ = o.eb.Flush()
 		o.Stats.Failed.Add(o.eb.Failed - failed)
+		// Sent: the segments' buffer is free for the next batch.
+		o.arena, o.segs = o.arena[:0], o.segs[:0]
 		// Sent on (or dropped): later packets of these flows may take the
 		// fast path again.
 		for i := range ups {
