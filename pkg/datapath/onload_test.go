@@ -97,14 +97,7 @@ func TestOnloadForwards(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []flow.Flow{
-		{Key: flow.Key{InPort: 1}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{flow.Output{Port: 2}}, Onload: true},
-		{Key: flow.Key{InPort: 2}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{flow.Output{Port: 1}}, Onload: true},
-	} {
-		if err := d.Put(f); err != nil {
-			t.Fatal(err)
-		}
-	}
+	onloadCrossConnect(t, d)
 	o := startOnloader(t, d)
 	if err := a.Sh(t, "ping", "-c", "3", "-i", "0.2", "-W", "2", "10.1.0.2"); err != nil {
 		t.Fatal(err)
@@ -140,14 +133,7 @@ func TestOnloadForwardsTSO(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []flow.Flow{
-		{Key: flow.Key{InPort: 1}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{flow.Output{Port: 2}}, Onload: true},
-		{Key: flow.Key{InPort: 2}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{flow.Output{Port: 1}}, Onload: true},
-	} {
-		if err := d.Put(f); err != nil {
-			t.Fatal(err)
-		}
-	}
+	onloadCrossConnect(t, d)
 	o := startOnloader(t, d)
 	nstest.TCPTransfer(t, b, a, "10.1.0.2:7001", 32<<20)
 	nstest.TCPTransfer(t, a, b, "10.1.0.1:7002", 8<<20)
@@ -161,6 +147,19 @@ func TestOnloadForwardsTSO(t *testing.T) {
 	}
 	if o.Stats.Bytes.Load() < 40<<20 {
 		t.Fatalf("onloader sent %d bytes for 40 MiB of TCP", o.Stats.Bytes.Load())
+	}
+}
+
+// onloadCrossConnect installs onloaded flows port 1 → 2 and 2 → 1.
+func onloadCrossConnect(t *testing.T, d *Datapath) {
+	t.Helper()
+	for _, f := range []flow.Flow{
+		{Key: flow.Key{InPort: 1}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{flow.Output{Port: 2}}, Onload: true},
+		{Key: flow.Key{InPort: 2}, Mask: flow.Mask{InPort: 0xffffffff}, Actions: []flow.Action{flow.Output{Port: 1}}, Onload: true},
+	} {
+		if err := d.Put(f); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
