@@ -341,3 +341,35 @@ func UDPPeer(t testing.TB, from, to NS, addr string) string {
 	}
 	return ""
 }
+
+// SNMP reads counter name of protocol proto ("Tcp", "Udp", "Ip", ...) in
+// namespace n's /proc/net/snmp (nstat's TcpInCsumErrors is "Tcp",
+// "InCsumErrors").
+func SNMP(t testing.TB, n NS, proto, name string) int {
+	t.Helper()
+	var b []byte
+	var err error
+	n.In(t, func() { b, err = os.ReadFile("/proc/thread-self/net/snmp") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != proto+":" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, n := range names {
+			if n == name && i < len(f) {
+				v, _ := strconv.Atoi(f[i])
+				return v
+			}
+		}
+	}
+	t.Fatalf("no %s %s in /proc/net/snmp", proto, name)
+	return 0
+}

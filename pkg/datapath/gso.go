@@ -35,64 +35,107 @@ func SegmentAppend(arena []byte, segs [][]byte, pkt []byte, gsoSize int) ([]byte
 	return arena, out, err
 }
 
-func segment(arena *[]byte, out [][]byte, pkt []byte, gsoSize int) ([][]byte, error) {
-	if gsoSize <= 0 || len(pkt) < 14 {
-		return nil, ErrNotSegmentable
+// gsoHeaders are the offsets of a GSO packet's headers.
+type gsoHeaders struct {
+	typ   uint16 // ethertype of the IP header: 0x0800 or 0x86dd
+	proto byte   // 6 (TCP) or 17 (UDP)
+	l3    int    // IP header
+	l4    int    // TCP or UDP header
+	hdr   int    // payload (end of the L4 header)
+	end   int    // end of the IP packet (the frame may be longer)
+}
+
+// parseGSO finds the headers of a TCP or UDP packet over IPv4 or IPv6
+// (one VLAN tag allowed, no IPv6 extension headers, no IPv4 fragment).
+func parseGSO(pkt []byte) (gsoHeaders, error) {
+	var h gsoHeaders
+	if len(pkt) < 14 {
+		return h, ErrNotSegmentable
 	}
-	l3 := 14
-	typ := binary.BigEndian.Uint16(pkt[12:])
-	if typ == 0x8100 || typ == 0x88a8 {
+	h.l3 = 14
+	h.typ = binary.BigEndian.Uint16(pkt[12:])
+	if h.typ == 0x8100 || h.typ == 0x88a8 {
 		if len(pkt) < 18 {
-			return nil, ErrNotSegmentable
+			return h, ErrNotSegmentable
 		}
-		typ, l3 = binary.BigEndian.Uint16(pkt[16:]), 18
+		h.typ, h.l3 = binary.BigEndian.Uint16(pkt[16:]), 18
 	}
-	var proto byte
-	var l4, end int
-	switch typ {
+	l3 := h.l3
+	switch h.typ {
 	case 0x0800:
 		if len(pkt) < l3+20 {
-			return nil, ErrNotSegmentable
+			return h, ErrNotSegmentable
 		}
 		ip := pkt[l3:]
 		ihl, total := int(ip[0]&0xf)*4, int(binary.BigEndian.Uint16(ip[2:]))
 		if ihl < 20 || binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
-			return nil, ErrNotSegmentable
+			return h, ErrNotSegmentable
 		}
 		// A GSO packet's total length may say 0 (over 64 KiB): the frame's length counts.
-		end = len(pkt)
+		h.end = len(pkt)
 		if total >= ihl && l3+total <= len(pkt) && total != 0 {
-			end = l3 + total
+			h.end = l3 + total
 		}
-		proto, l4 = ip[9], l3+ihl
+		h.proto, h.l4 = ip[9], l3+ihl
 	case 0x86dd:
 		if len(pkt) < l3+40 {
-			return nil, ErrNotSegmentable
+			return h, ErrNotSegmentable
 		}
 		ip := pkt[l3:]
-		end = len(pkt)
+		h.end = len(pkt)
 		if plen := int(binary.BigEndian.Uint16(ip[4:])); plen != 0 && l3+40+plen <= len(pkt) {
-			end = l3 + 40 + plen
+			h.end = l3 + 40 + plen
 		}
-		proto, l4 = ip[6], l3+40
+		h.proto, h.l4 = ip[6], l3+40
 	default:
-		return nil, ErrNotSegmentable
+		return h, ErrNotSegmentable
 	}
-	var hdr int
-	switch proto {
+	switch h.proto {
 	case 6:
-		if len(pkt) < l4+20 {
-			return nil, ErrNotSegmentable
+		if len(pkt) < h.l4+20 {
+			return h, ErrNotSegmentable
 		}
-		hdr = l4 + int(pkt[l4+12]>>4)*4
+		h.hdr = h.l4 + int(pkt[h.l4+12]>>4)*4
 	case 17:
-		hdr = l4 + 8
+		h.hdr = h.l4 + 8
 	default:
+		return h, ErrNotSegmentable
+	}
+	if h.hdr > h.end {
+		return h, ErrNotSegmentable
+	}
+	return h, nil
+}
+
+// pseudoSum is the one's-complement sum of the pseudo-header of the TCP
+// or UDP packet of h in pkt, for an L4 length of l4len.
+func (h *gsoHeaders) pseudoSum(pkt []byte, l4len int) uint32 {
+	var s uint32
+	if h.typ == 0x0800 {
+		s = sum16(pkt[h.l3+12 : h.l3+20])
+	} else {
+		s = sum16(pkt[h.l3+8 : h.l3+40])
+	}
+	return s + uint32(h.proto) + uint32(l4len)
+}
+
+// csumField is the offset of the L4 checksum field in the L4 header.
+func (h *gsoHeaders) csumField() int {
+	if h.proto == 6 {
+		return 16
+	}
+	return 6
+}
+
+func segment(arena *[]byte, out [][]byte, pkt []byte, gsoSize int) ([][]byte, error) {
+	if gsoSize <= 0 {
 		return nil, ErrNotSegmentable
 	}
-	if hdr > end {
-		return nil, ErrNotSegmentable
+	h, err := parseGSO(pkt)
+	if err != nil {
+		return nil, err
 	}
+	typ, proto, l3, l4, hdr, end := h.typ, h.proto, h.l3, h.l4, h.hdr, h.end
 	payload := pkt[hdr:end]
 	if (len(payload)+gsoSize-1)/gsoSize > maxSegments {
 		return nil, ErrNotSegmentable
@@ -119,7 +162,6 @@ func segment(arena *[]byte, out [][]byte, pkt []byte, gsoSize int) ([][]byte, er
 		} else {
 			binary.BigEndian.PutUint16(seg[l3+4:], uint16(len(seg)-l3-40))
 		}
-		var field int
 		if proto == 6 {
 			t := seg[l4:]
 			binary.BigEndian.PutUint32(t[4:], binary.BigEndian.Uint32(pkt[l4+4:])+uint32(off))
@@ -131,19 +173,12 @@ func segment(arena *[]byte, out [][]byte, pkt []byte, gsoSize int) ([][]byte, er
 				flags &^= 0x80 // CWR
 			}
 			t[13] = flags
-			field = l4 + 16
 		} else {
 			binary.BigEndian.PutUint16(seg[l4+4:], uint16(l4len))
-			field = l4 + 6
 		}
-		var pseudo uint32
-		if typ == 0x0800 {
-			pseudo = sum16(seg[l3+12 : l3+20])
-		} else {
-			pseudo = sum16(seg[l3+8 : l3+40])
-		}
+		field := l4 + h.csumField()
 		seg[field], seg[field+1] = 0, 0
-		c := ^fold(pseudo + uint32(proto) + uint32(l4len) + sum16(seg[l4:]))
+		c := ^fold(h.pseudoSum(seg, l4len) + sum16(seg[l4:]))
 		if proto == 17 && c == 0 {
 			c = 0xffff
 		}

@@ -4,43 +4,16 @@ import (
 	"bytes"
 	"io"
 	"net"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nagare-net/nagare/internal/nstest"
 )
 
-// retransSegs reads TCP's RetransSegs of the calling thread's netns.
+// retransSegs reads TCP's RetransSegs of namespace ns.
 func retransSegs(t *testing.T, ns nstest.NS) int {
 	t.Helper()
-	var b []byte
-	var err error
-	ns.In(t, func() { b, err = os.ReadFile("/proc/thread-self/net/snmp") })
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != "Tcp:" {
-			continue
-		}
-		if names == nil {
-			names = f
-			continue
-		}
-		for i, n := range names {
-			if n == "RetransSegs" && i < len(f) {
-				v, _ := strconv.Atoi(f[i])
-				return v
-			}
-		}
-	}
-	t.Fatal("no RetransSegs in /proc/net/snmp")
-	return 0
+	return nstest.SNMP(t, ns, "Tcp", "RetransSegs")
 }
 
 // TestGSOFirstPacketDelivered: a pod with TSO (veths have it) hands its
