@@ -159,16 +159,23 @@ type ExecBatch struct {
 	iovs  []unix.Iovec
 	msgs  []unix.Mmsghdr
 	keep  []queued // the queued copies, referenced by iovs
-	err   error    // first error since the last Flush
+	// hdrs: with vnet headers on (enableVnetHdr, vnet.go), each message's
+	// struct virtio_net_hdr, its first iovec.
+	hdrs []vnetHdr
+	err  error // first error since the last Flush
 	// Sent counts copies sendmmsg handed to devices, Failed the copies
-	// that could not be delivered at all.
-	Sent, Failed uint64
+	// that could not be delivered at all; GSOWhole the GSO packet copies
+	// sent whole (AddGSO), GSORefused those the kernel refused whole and
+	// that were cut instead.
+	Sent, Failed         uint64
+	GSOWhole, GSORefused uint64
 }
 
 // queued is one packet copy waiting for sendmmsg.
 type queued struct {
 	pkt          []byte
 	inPort, port uint32
+	gso          int // a GSO packet sent whole: its segment size
 }
 
 // execBatchMax is the most queued packet copies: past it Add sends.
@@ -208,18 +215,29 @@ func (b *ExecBatch) Add(pkt []byte, inPort uint32, actions []flow.Action) error 
 	if len(pkt) < 14 {
 		return fmt.Errorf("datapath: execute %d bytes: %w", len(pkt), ErrPacketSize)
 	}
-	if len(b.keep)+n > execBatchMax {
+	b.queue(pkt, inPort, actions, devs[:n], vnetHdr{}, 0)
+	return nil
+}
+
+// queue adds a copy of pkt for each of devs (the devices of actions, plain
+// outputs), with vnet header h when vnet headers are on.
+func (b *ExecBatch) queue(pkt []byte, inPort uint32, actions []flow.Action, devs []int, h vnetHdr, gso int) {
+	if len(b.keep)+len(devs) > execBatchMax {
 		b.send()
 	}
 	proto := *(*uint16)(unsafe.Pointer(&pkt[12])) // network order, as sll_protocol wants it
-	for j, ifindex := range devs[:n] {
+	for j, ifindex := range devs {
 		i := len(b.keep)
 		b.addrs[i] = unix.RawSockaddrLinklayer{Family: unix.AF_PACKET, Protocol: proto, Ifindex: int32(ifindex)}
-		b.iovs[i].Base = &pkt[0]
-		b.iovs[i].SetLen(len(pkt))
-		b.keep = append(b.keep, queued{pkt: pkt, inPort: inPort, port: actions[j].(flow.Output).Port})
+		iov := &b.iovs[i]
+		if b.hdrs != nil {
+			b.hdrs[i] = h
+			iov = &b.iovs[2*i+1]
+		}
+		iov.Base = &pkt[0]
+		iov.SetLen(len(pkt))
+		b.keep = append(b.keep, queued{pkt: pkt, inPort: inPort, port: actions[j].(flow.Output).Port, gso: gso})
 	}
-	return nil
 }
 
 // outputDevices returns the devices of actions when they are nothing but
@@ -267,7 +285,9 @@ func (b *ExecBatch) send() {
 			// for the first message it tried).
 			q := b.keep[off]
 			err := error(e)
-			if e == unix.EMSGSIZE {
+			if q.gso > 0 {
+				err = b.sendSegmented(q, &b.addrs[off])
+			} else if e == unix.EMSGSIZE {
 				err = b.d.ExecuteLocal(q.pkt, q.inPort, []flow.Action{flow.Output{Port: q.port}})
 			}
 			if err != nil {
@@ -278,6 +298,11 @@ func (b *ExecBatch) send() {
 			}
 			off++
 		default:
+			for _, q := range b.keep[off : off+int(r)] {
+				if q.gso > 0 {
+					b.GSOWhole++
+				}
+			}
 			b.Sent += uint64(r)
 			off += int(r)
 		}

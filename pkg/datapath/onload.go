@@ -115,13 +115,21 @@ func (d *Datapath) pruneRetired() {
 
 // OnloadStats are an Onloader's counters.
 type OnloadStats struct {
-	Packets, Bytes atomic.Uint64 // executed (a GSO packet: each segment)
+	Packets, Bytes atomic.Uint64 // executed (a GSO packet sent whole: once; cut: each segment)
 	Batches        atomic.Uint64 // ring reads
+	Whole          atomic.Uint64 // GSO packet copies sent whole (vnet header)
 	Segmented      atomic.Uint64 // GSO packets cut into segments
 	Unknown        atomic.Uint64 // packets whose flow generation was unknown (dropped)
 	Failed         atomic.Uint64 // packets that could not be executed (dropped)
 	Malformed      atomic.Uint64 // records that did not decode
+	// VnetHdr says whether GSO packets can be sent whole: "on", or why
+	// not (they are then all cut).
+	VnetHdr string
 }
+
+// onloadVnetHdr turns sending GSO packets whole off when false (tests of
+// the cutting fallback).
+var onloadVnetHdr = true
 
 // Onloader executes the packets of onloaded flows. One per instance; it
 // belongs to a goroutine that called LockToNetns.
@@ -154,8 +162,16 @@ func (d *Datapath) NewOnloader() (*Onloader, error) {
 		// Without a packet socket, BPF_PROG_RUN still executes (slower).
 		err = nil
 	}
-	return &Onloader{d: d, r: r, eb: eb, ups: make([]Upcall, onloadBatch),
-		acts: make([][]flow.Action, onloadBatch), known: make([]bool, onloadBatch)}, err
+	o := &Onloader{d: d, r: r, eb: eb, ups: make([]Upcall, onloadBatch),
+		acts: make([][]flow.Action, onloadBatch), known: make([]bool, onloadBatch)}
+	o.Stats.VnetHdr = "off"
+	if onloadVnetHdr {
+		o.Stats.VnetHdr = "on"
+		if verr := eb.enableVnetHdr(); verr != nil {
+			o.Stats.VnetHdr = verr.Error()
+		}
+	}
+	return o, err
 }
 
 // Run executes onloaded packets until Close.
@@ -186,11 +202,15 @@ func (o *Onloader) Run() error {
 			case len(o.acts[i]) == 0: // a drop flow
 			case u.Truncated():
 				o.Stats.Failed.Add(1)
+			case u.GSOSize > 0 && o.eb.AddGSO(u.Packet, u.GSOSize, u.Key.InPort, o.acts[i]):
+				// A GSO packet (a pod with TSO) to plain outputs: sent
+				// whole, the kernel finishes its checksum (vnet.go).
+				o.Stats.Packets.Add(1)
+				o.Stats.Bytes.Add(uint64(len(u.Packet)))
 			case u.GSOSize > 0:
-				// A GSO packet (a pod with TSO): no device takes it
-				// whole; it goes out as the segments the pod's device
-				// would have sent, every checksum computed (the
-				// sender's CHECKSUM_PARTIAL is not in the record).
+				// Other actions, no vnet header, or no partial
+				// checksum: it goes out as the segments the pod's
+				// device would have sent, every checksum computed.
 				var err error
 				n := len(o.segs)
 				if o.arena, o.segs, err = SegmentAppend(o.arena, o.segs, u.Packet, u.GSOSize); err != nil {
@@ -205,9 +225,11 @@ func (o *Onloader) Run() error {
 				o.add(u.Packet, u.Key.InPort, o.acts[i])
 			}
 		}
-		failed := o.eb.Failed
+		failed, whole, refused := o.eb.Failed, o.eb.GSOWhole, o.eb.GSORefused
 		_ = o.eb.Flush()
 		o.Stats.Failed.Add(o.eb.Failed - failed)
+		o.Stats.Whole.Add(o.eb.GSOWhole - whole)
+		o.Stats.Segmented.Add(o.eb.GSORefused - refused)
 		// Sent: the segments' buffer is free for the next batch.
 		o.arena, o.segs = o.arena[:0], o.segs[:0]
 		// Sent on (or dropped): later packets of these flows may take the

@@ -1,9 +1,13 @@
 package datapath
 
 import (
+	"encoding/binary"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nagare-net/nagare/internal/nstest"
 
@@ -121,12 +125,95 @@ func TestOnloadForwards(t *testing.T) {
 	}
 }
 
-// TestOnloadForwardsTSO: pods that send with TSO (GSO packets up to
-// 64 KiB, checksums left to the device) through onloaded flows: a TCP
-// stream completes with every packet carried by the Onloader, which cuts
-// the GSO packets into segments; none runs in the fast path for its size
-// (onload-gso) or is dropped (onload-oversize).
+// TestOnloadForwardsTSO: pods with TSO hand their veths GSO packets; the
+// Onloader sends them whole to the other pod's veth (a packet socket with
+// vnet headers: the kernel finishes the checksum), none cut in userspace.
+// The streams arrive intact (SHA-256 of each), and neither pod's TCP saw a
+// bad checksum.
 func TestOnloadForwardsTSO(t *testing.T) {
+	o, a, b := onloadTSO(t, true)
+	if o.Stats.VnetHdr != "on" {
+		t.Fatalf("vnet header: %s", o.Stats.VnetHdr)
+	}
+	if o.Stats.Whole.Load() == 0 || o.Stats.Segmented.Load() != 0 {
+		t.Fatalf("onloader: %d GSO packets sent whole, %d segmented; want some, none", o.Stats.Whole.Load(), o.Stats.Segmented.Load())
+	}
+	checkNoCsumErrors(t, a, b)
+}
+
+// TestOnloadSegmentsTSO: with vnet headers off, the Onloader cuts the GSO
+// packets (Segment) and the streams still arrive intact.
+func TestOnloadSegmentsTSO(t *testing.T) {
+	onloadVnetHdr = false
+	t.Cleanup(func() { onloadVnetHdr = true })
+	o, a, b := onloadTSO(t, false)
+	if o.Stats.VnetHdr != "off" || o.Stats.Segmented.Load() == 0 || o.Stats.Whole.Load() != 0 {
+		t.Fatalf("onloader (vnet header %s): %d GSO packets segmented, %d sent whole; want some, none",
+			o.Stats.VnetHdr, o.Stats.Segmented.Load(), o.Stats.Whole.Load())
+	}
+	checkNoCsumErrors(t, a, b)
+}
+
+// TestOnloadBadChecksumNotDelivered: a frame with a bad UDP checksum on an
+// onloaded flow reaches the pod as it was, and the pod's UDP drops it
+// (InCsumErrors); the same datagram with its checksum right is delivered.
+// The Onloader with vnet headers must not make a bad frame good.
+func TestOnloadBadChecksumNotDelivered(t *testing.T) {
+	_, a, b, d := podPair(t)
+	onloadCrossConnect(t, d)
+	o := startOnloader(t, d)
+	var macA, macB net.HardwareAddr
+	a.In(t, func() {
+		if ifc, err := net.InterfaceByName("eth0"); err == nil {
+			macA = ifc.HardwareAddr
+		}
+	})
+	b.In(t, func() {
+		if ifc, err := net.InterfaceByName("eth0"); err == nil {
+			macB = ifc.HardwareAddr
+		}
+	})
+	var srv net.PacketConn
+	var err error
+	b.In(t, func() { srv, err = net.ListenPacket("udp4", "10.1.0.2:7003") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	frame := func(payload string, bad bool) []byte {
+		p := udpPkt(t, "10.1.0.1", "10.1.0.2", 7004, 7003, payload)
+		copy(p[0:], macB)
+		copy(p[6:], macA)
+		if bad {
+			c := binary.BigEndian.Uint16(p[14+20+6:])
+			binary.BigEndian.PutUint16(p[14+20+6:], c^0x0101)
+		}
+		return p
+	}
+	before := nstest.SNMP(t, b, "Udp", "InCsumErrors")
+	fd := nstest.RawSocket(t, a, "eth0")
+	for _, f := range [][]byte{frame("bad checksum", true), frame("good checksum", false)} {
+		if _, err := unix.Write(fd, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = srv.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 100)
+	n, _, err := srv.ReadFrom(buf)
+	if err != nil || string(buf[:n]) != "good checksum" {
+		t.Fatalf("pod b read %q, %v; want the datagram with the good checksum only", buf[:n], err)
+	}
+	if got := nstest.SNMP(t, b, "Udp", "InCsumErrors") - before; got != 1 {
+		t.Fatalf("pod b: UDP InCsumErrors +%d, want +1 (the bad frame dropped there)", got)
+	}
+	if o.Stats.Packets.Load() < 2 {
+		t.Fatalf("onloader executed %d packets, want both frames", o.Stats.Packets.Load())
+	}
+}
+
+// onloadTSO sends TCP both ways between two pods with TSO through
+// onloaded flows and checks that every packet went through the Onloader.
+func onloadTSO(t *testing.T, whole bool) (*Onloader, nstest.NS, nstest.NS) {
 	_, a, b, d := podPair(t)
 	for _, ns := range []nstest.NS{a, b} {
 		if err := ns.Sh(t, "ethtool", "-K", "eth0", "tx", "on", "tso", "on", "gso", "on"); err != nil {
@@ -142,11 +229,23 @@ func TestOnloadForwardsTSO(t *testing.T) {
 	if c["onload-gso"] != 0 || len(dr) != 0 {
 		t.Fatalf("counters %v, drops %v: packets of onloaded flows ran in the fast path or were dropped for their size", c, dr)
 	}
-	if o.Stats.Segmented.Load() == 0 || o.Stats.Failed.Load() != 0 {
-		t.Fatalf("onloader: %d GSO packets segmented, %d failed; want some, none", o.Stats.Segmented.Load(), o.Stats.Failed.Load())
+	if o.Stats.Failed.Load() != 0 {
+		t.Fatalf("onloader: %d packets failed", o.Stats.Failed.Load())
 	}
 	if o.Stats.Bytes.Load() < 40<<20 {
 		t.Fatalf("onloader sent %d bytes for 40 MiB of TCP", o.Stats.Bytes.Load())
+	}
+	return o, a, b
+}
+
+// checkNoCsumErrors fails the test if a pod's TCP dropped a segment for its
+// checksum (nstat's TcpInCsumErrors).
+func checkNoCsumErrors(t *testing.T, pods ...nstest.NS) {
+	t.Helper()
+	for _, ns := range pods {
+		if n := nstest.SNMP(t, ns, "Tcp", "InCsumErrors"); n != 0 {
+			t.Errorf("namespace %s: TcpInCsumErrors %d", ns.Name, n)
+		}
 	}
 }
 

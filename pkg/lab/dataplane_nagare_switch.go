@@ -82,7 +82,7 @@ func (p *nagareSwitchPlane) Name() string {
 func (p *nagareSwitchPlane) Description() string {
 	switch {
 	case p.placement != "":
-		return "nagare-switch, every pod port onloaded: packets classified by the fast path, executed in userspace (batched ring + sendmmsg; GSO packets segmented there)"
+		return "nagare-switch, every pod port onloaded: packets classified by the fast path, executed in userspace (batched ring + sendmmsg; GSO packets sent whole with a vnet header)"
 	case p.capacity > 0:
 		return fmt.Sprintf("nagare-switch with --fastpath-capacity %d: the highest-rate flows offloaded, the rest onloaded", p.capacity)
 	}

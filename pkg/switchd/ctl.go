@@ -337,8 +337,8 @@ func placementSummary(st PlacementStats) string {
 	if st.Capacity > 0 {
 		capacity = fmt.Sprint(st.Capacity)
 	}
-	return fmt.Sprintf("placement: fast-path capacity %s, offloaded %d, onloaded %d, moved to the fast path %d, to userspace %d; onload path: packets %d, bytes %d, batches %d, GSO packets segmented %d, failed %d, unknown flow %d",
-		capacity, st.Offloaded, st.Onloaded, st.ToFast, st.ToSlow, st.OnloadPackets, st.OnloadBytes, st.OnloadBatches, st.OnloadSegmented, st.OnloadFailed, st.OnloadUnknown)
+	return fmt.Sprintf("placement: fast-path capacity %s, offloaded %d, onloaded %d, moved to the fast path %d, to userspace %d; onload path: packets %d, bytes %d, batches %d, GSO packets sent whole %d (vnet header: %s), segmented %d, failed %d, unknown flow %d",
+		capacity, st.Offloaded, st.Onloaded, st.ToFast, st.ToSlow, st.OnloadPackets, st.OnloadBytes, st.OnloadBatches, st.OnloadWhole, st.OnloadVnetHdr, st.OnloadSegmented, st.OnloadFailed, st.OnloadUnknown)
 }
 
 func (s *Switch) show() ([]string, any, error) {

@@ -256,6 +256,8 @@ type PlacementStats struct {
 	// The onload path (datapath.Onloader).
 	OnloadPackets, OnloadBytes, OnloadBatches, OnloadFailed, OnloadUnknown uint64
 	OnloadSegmented                                                        uint64 // GSO packets cut into segments
+	OnloadWhole                                                            uint64 // GSO packet copies sent whole (vnet header)
+	OnloadVnetHdr                                                          string // "on", "off", or why the packet socket refused it
 }
 
 func (s *Switch) placementStats() PlacementStats {
@@ -266,7 +268,8 @@ func (s *Switch) placementStats() PlacementStats {
 	if o := s.onloader.Load(); o != nil {
 		st.OnloadPackets, st.OnloadBytes, st.OnloadBatches = o.Stats.Packets.Load(), o.Stats.Bytes.Load(), o.Stats.Batches.Load()
 		st.OnloadFailed, st.OnloadUnknown = o.Stats.Failed.Load(), o.Stats.Unknown.Load()
-		st.OnloadSegmented = o.Stats.Segmented.Load()
+		st.OnloadSegmented, st.OnloadWhole = o.Stats.Segmented.Load(), o.Stats.Whole.Load()
+		st.OnloadVnetHdr = o.Stats.VnetHdr
 	}
 	return st
 }
