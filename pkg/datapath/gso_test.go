@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 
 	"github.com/gopacket/gopacket"
@@ -134,6 +135,55 @@ func BenchmarkSegment64K(b *testing.B) {
 		var err error
 		if arena, segs, err = SegmentAppend(arena[:0], segs[:0], super, 8948); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestVnetGSOHeader: the virtio_net_hdr of a GSO packet whose checksum
+// field holds the pseudo-header sum (as a sender with TSO leaves it), and
+// no header for one with a full checksum, a VLAN tag or trailing bytes.
+func TestVnetGSOHeader(t *testing.T) {
+	payload := gopacket.Payload(make([]byte, 5000))
+	partial := func(pkt []byte) []byte {
+		g, err := parseGSO(pkt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		binary.BigEndian.PutUint16(pkt[g.l4+g.csumField():], fold(g.pseudoSum(pkt, g.end-g.l4)))
+		return pkt
+	}
+	tcp := func(cwr bool) *layers.TCP {
+		return &layers.TCP{SrcPort: 1, DstPort: 2, ACK: true, CWR: cwr, Window: 100}
+	}
+	for _, tc := range []struct {
+		name          string
+		pkt           []byte
+		ok            bool
+		typ           byte
+		start, offset uint16
+		hdrLen        uint16
+	}{
+		{"tcp4", partial(serialize(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolTCP, "10.0.0.1", "10.0.0.2"), tcp(false), payload)), true, vnetGSOTCPv4, 34, 16, 54},
+		{"tcp4-cwr", partial(serialize(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolTCP, "10.0.0.1", "10.0.0.2"), tcp(true), payload)), true, vnetGSOTCPv4 | vnetGSOECN, 34, 16, 54},
+		{"tcp6", partial(serialize(t, eth(layers.EthernetTypeIPv6), ip6(layers.IPProtocolTCP, "fd00::1", "fd00::2"), tcp(false), payload)), true, vnetGSOTCPv6, 54, 16, 74},
+		{"udp4", partial(serialize(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolUDP, "10.0.0.1", "10.0.0.2"), &layers.UDP{SrcPort: 1, DstPort: 2}, payload)), true, vnetGSOUDPL4, 34, 6, 42},
+		{"tcp4-full-checksum", serialize(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolTCP, "10.0.0.1", "10.0.0.2"), tcp(false), payload), false, 0, 0, 0, 0},
+		{"tcp4-vlan", partial(serialize(t, eth(layers.EthernetTypeDot1Q), &layers.Dot1Q{VLANIdentifier: 5, Type: layers.EthernetTypeIPv4},
+			ip4(layers.IPProtocolTCP, "10.0.0.1", "10.0.0.2"), tcp(false), payload)), false, 0, 0, 0, 0},
+		{"tcp4-trailer", append(partial(serialize(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolTCP, "10.0.0.1", "10.0.0.2"), tcp(false), payload)), 0, 0), false, 0, 0, 0, 0},
+	} {
+		h, ok := vnetGSOHeader(tc.pkt, 1448)
+		if ok != tc.ok {
+			t.Errorf("%s: ok %v, want %v", tc.name, ok, tc.ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		ne := binary.NativeEndian
+		if h[0] != vnetFlagNeedsCsum || h[1] != tc.typ || ne.Uint16(h[2:]) != tc.hdrLen || ne.Uint16(h[4:]) != 1448 ||
+			ne.Uint16(h[6:]) != tc.start || ne.Uint16(h[8:]) != tc.offset {
+			t.Errorf("%s: header % x, want flags 1 type %#x hdr_len %d gso_size 1448 csum %d+%d", tc.name, h, tc.typ, tc.hdrLen, tc.start, tc.offset)
 		}
 	}
 }
