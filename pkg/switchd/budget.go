@@ -96,6 +96,7 @@ type ConnReport struct {
 	ID                 uint64 `json:"id"`
 	Peer               string `json:"peer"`
 	Queued             int    `json:"queued"`
+	PacketInPorts      int    `json:"packet_in_ports"` // ports with a share of its PACKET_IN budget (pinsched.go)
 	PacketInRateDrops  uint64 `json:"packet_in_rate_drops"`
 	PacketInQueueDrops uint64 `json:"packet_in_queue_drops"`
 	AsyncQueueDrops    uint64 `json:"async_queue_drops"`
@@ -155,7 +156,7 @@ func (s *Switch) connReports() []ConnReport {
 	out := make([]ConnReport, 0, len(s.conns))
 	for c := range s.conns {
 		out = append(out, ConnReport{
-			ID: c.id, Peer: c.c.RemoteAddr().String(), Queued: len(c.txq),
+			ID: c.id, Peer: c.c.RemoteAddr().String(), Queued: len(c.txq), PacketInPorts: c.pins.ports(),
 			PacketInRateDrops: c.drops.packetInRate.Load(), PacketInQueueDrops: c.drops.packetInQueue.Load(),
 			AsyncQueueDrops: c.drops.asyncQueue.Load(),
 		})

@@ -32,10 +32,10 @@ type ofConn struct {
 
 	// Everything this connection is sent goes through txq, written by
 	// its own writer goroutine (see "Send queue" below).
-	txq      chan []byte
-	wdone    chan struct{} // closed when the writer has ended
-	pinLimit tokenBucket   // PACKET_IN rate limit
-	drops    connDrops
+	txq   chan []byte
+	wdone chan struct{} // closed when the writer has ended
+	pins  *pinSched     // PACKET_IN rate limit, shared fairly by port
+	drops connDrops
 
 	mu    sync.Mutex // role and async config
 	role  uint32
@@ -66,7 +66,7 @@ func (s *Switch) newConn(c net.Conn, controller bool) *ofConn {
 		txq:   make(chan []byte, connQueue),
 		wdone: make(chan struct{}),
 	}
-	oc.pinLimit.init(s.cfg.PacketInRate, s.cfg.PacketInBurst)
+	oc.pins = newPinSched(s.cfg.PacketInRate, s.cfg.PacketInBurst)
 	oc.lastRx.Store(time.Now().UnixNano())
 	go oc.writer()
 	return oc
@@ -166,40 +166,6 @@ func (oc *ofConn) queuePacketIn(b []byte) string {
 		return refusedPacketInQ
 	}
 	return ""
-}
-
-// tokenBucket is a rate limit: rate per second, burst at once (rate 0:
-// no limit). Open vSwitch's controller rate limit is one per connection.
-type tokenBucket struct {
-	mu          sync.Mutex
-	rate, burst float64
-	tokens      float64
-	last        time.Time
-}
-
-func (tb *tokenBucket) init(rate, burst int) {
-	tb.rate, tb.burst = float64(rate), float64(burst)
-	if tb.burst < 1 {
-		tb.burst = 1
-	}
-	tb.tokens = tb.burst
-}
-
-func (tb *tokenBucket) take(now time.Time) bool {
-	if tb.rate <= 0 {
-		return true
-	}
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	if !tb.last.IsZero() {
-		tb.tokens = min(tb.burst, tb.tokens+now.Sub(tb.last).Seconds()*tb.rate)
-	}
-	tb.last = now
-	if tb.tokens < 1 {
-		return false
-	}
-	tb.tokens--
-	return true
 }
 
 // send writes one message; errors close the connection.

@@ -387,8 +387,8 @@ func (s *Switch) show() ([]string, any, error) {
 	}
 	conns := s.connReports()
 	for _, c := range conns {
-		lines = append(lines, fmt.Sprintf("  connection %d %s: queued %d, packet-ins dropped: rate limit %d, queue %d; other async dropped %d",
-			c.ID, c.Peer, c.Queued, c.PacketInRateDrops, c.PacketInQueueDrops, c.AsyncQueueDrops))
+		lines = append(lines, fmt.Sprintf("  connection %d %s: queued %d, packet-ins shared by %d ports, dropped: rate limit %d, queue %d; other async dropped %d",
+			c.ID, c.Peer, c.Queued, c.PacketInPorts, c.PacketInRateDrops, c.PacketInQueueDrops, c.AsyncQueueDrops))
 	}
 	data := map[string]any{"counters": c, "revalidator": rv, "mac_table": ms, "cached_flows": s.cache.len(), "installed": st.installed.Load(), "masks": s.dp.NumMasks(),
 		"placement": s.placementStats(), "drops": dropNames(drops), "ports": ports, "connections": conns}

@@ -131,3 +131,61 @@ func TestPacketInRateLimit(t *testing.T) {
 		t.Fatalf("%d PACKET_INs in %v (burst %d, %d/s: at most %d), %d counted as limited", got.Load(), elapsed, burst, rate, max, limited)
 	}
 }
+
+// One port whose packets all go to the controller must not take the
+// connection's whole PACKET_IN budget (Open vSwitch's pinsched): a port
+// sending well within its share gets every PACKET_IN while the heavy port
+// (table-miss traffic at many times the connection's limit) is cut, and
+// the refusals are counted for the heavy port only.
+func TestPacketInFairBetweenPorts(t *testing.T) {
+	const rate, burst = 100, 20
+	ts := startSwitch(t, 3, func(c *Config) { c.PacketInRate, c.PacketInBurst = rate, burst })
+	c := dialController(t, ts.Sock)
+	c.flow(t, "priority=0,actions=CONTROLLER:128") // the table-miss entry
+	c.barrier(t)
+	if err := ts.Pods[1].Sh(t, "ip", "neigh", "replace", podIP(3), "lladdr", podMAC(3), "dev", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	wg := floodController(t, ts, stop) // pod 1, flat out: thousands a second
+	defer func() { close(stop); wg.Wait() }()
+	waitFor(t, "the heavy port past the connection's limit", func() bool {
+		for _, r := range ts.refused.snapshot() {
+			if r.Port == 1 && r.Reason == refusedPacketInCap {
+				return true
+			}
+		}
+		return false
+	})
+	// Pod 2: 10 a second (its share: a third of 100), a new flow each.
+	const light = 20
+	for i := range light {
+		ts.udpFrom(2, 3, 7000+i, []byte("light"))
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.barrier(t) // every PACKET_IN sent before it has arrived
+	byPort := map[uint64]int{}
+	c.mu.Lock()
+	for _, m := range c.msgs {
+		if pi, ok := m.(*openflow.PacketIn); ok {
+			if in, ok := pi.Match.Get(openflow.FieldInPort); ok {
+				byPort[in.Uint()]++
+			}
+		}
+	}
+	c.mu.Unlock()
+	refused := map[uint32]uint64{}
+	for _, r := range ts.refused.snapshot() {
+		if r.Reason == refusedPacketInCap {
+			refused[r.Port] = r.N
+		}
+	}
+	t.Logf("PACKET_INs: heavy port %d, light port %d of %d; refused by the rate limit: heavy %d, light %d",
+		byPort[1], byPort[2], light, refused[1], refused[2])
+	if byPort[2] < light || refused[2] != 0 {
+		t.Errorf("light port: %d of its %d PACKET_INs, %d refused", byPort[2], light, refused[2])
+	}
+	if byPort[1] == 0 || refused[1] == 0 {
+		t.Errorf("heavy port: %d PACKET_INs, %d refused: it should be cut, not silenced", byPort[1], refused[1])
+	}
+}

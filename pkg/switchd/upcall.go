@@ -431,7 +431,7 @@ func (s *Switch) packetInTargets(reason uint8, port uint32) []*ofConn {
 		if !c.wants(openflow.TypePacketIn, reason) {
 			continue
 		}
-		if !c.pinLimit.take(now) {
+		if !c.pins.take(port, now) {
 			c.drops.packetInRate.Add(1)
 			s.refused.add(port, refusedPacketInCap)
 			continue
