@@ -521,8 +521,12 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 			have_output = 1; /* userspace now owns the packet */
 			/* A cached flow's controller action shares the port's
 			 * upcall budget with its misses: otherwise a flow to the
-			 * controller would be a way around it. */
-			if (mode == MODE_PATH && !upcall_admit_port(skb))
+			 * controller would be a way around it. Before that, the
+			 * rate the controllers accept (action_upcall_admit): what
+			 * they would refuse does not spend the port's budget. */
+			if (mode == MODE_PATH && !action_upcall_admit(skb))
+				drop(DROP_UPCALL_CONTROLLER_BUDGET);
+			else if (mode == MODE_PATH && !upcall_admit_port(skb))
 				drop(DROP_UPCALL_PORT_BUDGET);
 			else if (send_upcall(skb, key, UPCALL_ACTION, a->u64[0]) < 0)
 				drop(DROP_UPCALL_RING_FULL);

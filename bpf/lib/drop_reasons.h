@@ -34,6 +34,7 @@ enum drop_reason {
 	DROP_ONLOAD_RING_FULL = 24,  /* onloaded flow, and the onload ring had no room */
 	DROP_ONLOAD_OVERSIZE = 25,   /* onloaded flow's packet too big for the ring (over ONLOAD_GSO: BIG TCP) while earlier ones wait in userspace */
 	DROP_UPCALL_PORT_BUDGET = 30, /* miss past its port's upcall budget (upcall_admit) */
+	DROP_UPCALL_CONTROLLER_BUDGET = 31, /* controller-action upcall past what the controllers accept (action_upcall_admit) */
 	DROP__MAX = 32,
 };
 

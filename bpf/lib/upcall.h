@@ -181,6 +181,59 @@ static __always_inline int upcall_admit(const struct __sk_buff *skb, const struc
 	return ok;
 }
 
+/* Controller-action budget. A cached flow whose action is the controller
+ * sends each packet up as an action upcall, which only turns into a
+ * PACKET_IN if a controller connection's budget takes it (pkg/switchd,
+ * pinsched.go). When the controllers take far fewer than the port's upcall
+ * budget admits, the rest is work the handler thread does for nothing, on
+ * a core it may share with pods. Userspace watches what is refused
+ * (actionPacer, pkg/switchd/pinfeedback.go) and writes here, per ingress
+ * device, the rate the controllers accept; action upcalls past it are
+ * dropped before the ring (counted: controller-upcall-budget), misses are
+ * not affected. No entry: no limit beyond the port's budget. Userspace
+ * writes cost_ns and cap_ns with a full credit; the fast path spends it. */
+struct action_meter {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 credit_ns;
+	__u64 last_ns;
+	__u64 cost_ns; /* 1e9 / rate */
+	__u64 cap_ns;  /* credit kept at most: the burst */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct action_meter);
+} action_meters SEC(".maps");
+
+static __always_inline int action_upcall_admit(const struct __sk_buff *skb)
+{
+	struct action_meter *m;
+	__u32 ifindex = skb->ifindex;
+	__u64 now, credit;
+	int ok;
+
+	m = bpf_map_lookup_elem(&action_meters, &ifindex);
+	if (!m)
+		return 1;
+	now = bpf_ktime_get_ns();
+	bpf_spin_lock(&m->lock);
+	credit = m->credit_ns;
+	if (now > m->last_ns)
+		credit += now - m->last_ns;
+	m->last_ns = now;
+	if (credit > m->cap_ns)
+		credit = m->cap_ns;
+	ok = credit >= m->cost_ns;
+	if (ok)
+		credit -= m->cost_ns;
+	m->credit_ns = credit;
+	bpf_spin_unlock(&m->lock);
+	return ok;
+}
+
 /* upcall_admit_port is upcall_admit for code without the config at hand. */
 static __always_inline int upcall_admit_port(const struct __sk_buff *skb)
 {

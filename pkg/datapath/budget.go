@@ -87,6 +87,35 @@ func (d *Datapath) SetUpcallBudget(rate, burst uint32) error {
 	return d.writeConfig(func(c *nagareDpConfig) { c.UpcallRate, c.UpcallBurst = rate, burst })
 }
 
+// SetActionUpcallRate limits the controller-action upcalls of OpenFlow
+// port ofport to rate per second, burst at once, before they spend the
+// port's upcall budget (bpf/lib/upcall.h, action_upcall_admit); those past
+// it are dropped before the ring and counted as controller-upcall-budget.
+// rate 0 removes the limit. The bucket starts full.
+func (d *Datapath) SetActionUpcallRate(ofport, rate, burst uint32) error {
+	d.mu.Lock()
+	p, ok := d.ports[ofport]
+	ifindex := 0
+	if ok {
+		ifindex = p.Ifindex
+	}
+	d.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("datapath: no port %d", ofport)
+	}
+	if rate == 0 {
+		err := d.objs.ActionMeters.Delete(uint32(ifindex))
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			err = nil
+		}
+		return err
+	}
+	cost := uint64(1e9) / uint64(rate)
+	m := nagareActionMeter{CostNs: cost, CapNs: cost * uint64(max(burst, 1))}
+	m.CreditNs = m.CapNs
+	return d.objs.ActionMeters.Put(uint32(ifindex), m)
+}
+
 // PortDrops returns the fast path's drops by device (ifindex) and reason,
 // summed over CPUs (see Drops for the totals).
 func (d *Datapath) PortDrops() (map[int]map[DropReason]uint64, error) {
@@ -115,6 +144,7 @@ func (d *Datapath) PortDrops() (map[int]map[DropReason]uint64, error) {
 // starts afresh.
 func (d *Datapath) forgetDevice(ifindex int) {
 	_ = d.objs.UpcallMeters.Delete(uint32(ifindex))
+	_ = d.objs.ActionMeters.Delete(uint32(ifindex))
 	var k nagarePortDropKey
 	var stale []nagarePortDropKey
 	vals := make([]uint64, d.ncpu)

@@ -84,6 +84,58 @@ func TestUserspaceActionUpcallBudget(t *testing.T) {
 	}
 }
 
+// A port's controller-action rate (what its controllers accept, set by the
+// switch's feedback) drops the action upcalls past it before they spend the
+// port's upcall budget: the port's misses keep all of it. The packet's
+// other actions still run.
+func TestActionUpcallRate(t *testing.T) {
+	d := newTestDP(t)
+	const burst, sent = 100, 200
+	if err := d.SetUpcallBudget(1, burst); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetActionUpcallRate(portIn, 1, 5); err != nil { // 1/s: the burst of 5 is all
+		t.Fatal(err)
+	}
+	m := flow.Mask{InPort: ^uint32(0), EthType: 0xffff, NwProto: 0xff}
+	d.put(flow.Flow{Key: flow.Key{InPort: portIn, EthType: 0x0800, NwProto: 17}, Mask: m,
+		Actions: []flow.Action{flow.Userspace{Cookie: 7}, flow.Output{Port: portOut}}})
+	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, "x")
+	for range sent {
+		if r := d.run(pkt, "lo"); r.verdict == tcActShot {
+			t.Fatal("a packet past the controller budget lost its output")
+		}
+	}
+	c, drops := d.counters(), d.drops()
+	if c["upcall"] != 5 || drops[DropControllerBudget] != sent-5 || drops[DropUpcallBudget] != 0 {
+		t.Fatalf("%d packets to a userspace action at 1/s, burst 5: %d upcalls, %d controller-budget drops, %d port-budget drops",
+			sent, c["upcall"], drops[DropControllerBudget], drops[DropUpcallBudget])
+	}
+	// The port's misses still have its upcall burst, less the 5 action
+	// upcalls admitted (the 195 past the controllers' rate spent nothing).
+	miss := tcpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, true) // no cached flow
+	for range burst {
+		d.run(miss, "lo")
+	}
+	if got := d.counters()["upcall"] - c["upcall"]; got < burst-5 {
+		t.Fatalf("%d of the port's %d-miss burst were upcalls after its action upcalls were cut", got, burst)
+	}
+	// Rate 0 lifts the limit.
+	if err := d.SetActionUpcallRate(portIn, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetUpcallBudget(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	before := d.counters()["upcall"]
+	for range 10 {
+		d.run(pkt, "lo")
+	}
+	if got := d.counters()["upcall"] - before; got != 10 {
+		t.Fatalf("no limit: %d of 10 action upcalls", got)
+	}
+}
+
 // A port's flows and new masks stop at its budgets; other ports' do not,
 // and a port at its mask budget may still use a mask others brought.
 func TestPortFlowAndMaskBudgets(t *testing.T) {

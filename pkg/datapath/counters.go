@@ -34,6 +34,7 @@ var dropNames = []string{
 	24: "onload-ring-full",
 	25: "onload-oversize",
 	30: "upcall-port-budget",
+	31: "controller-upcall-budget",
 }
 
 func (r DropReason) String() string {
@@ -45,23 +46,24 @@ func (r DropReason) String() string {
 
 // Drop reasons tests and tools refer to by value.
 const (
-	DropShortEth       DropReason = 1
-	DropShortVLAN      DropReason = 2
-	DropShortIP        DropReason = 3
-	DropBadIPHeader    DropReason = 4
-	DropShortL4        DropReason = 5
-	DropShortARP       DropReason = 6
-	DropIPv6ExtChain   DropReason = 7
-	DropUpcallRingFull DropReason = 9
-	DropTTLExceeded    DropReason = 10
-	DropAction         DropReason = 11
-	DropMissNoUpcall   DropReason = 18
-	DropShortMPLS      DropReason = 19
-	DropMPLS           DropReason = 20
-	DropMeter          DropReason = 21
-	DropOnloadRingFull DropReason = 24
-	DropOnloadOversize DropReason = 25
-	DropUpcallBudget   DropReason = 30
+	DropShortEth         DropReason = 1
+	DropShortVLAN        DropReason = 2
+	DropShortIP          DropReason = 3
+	DropBadIPHeader      DropReason = 4
+	DropShortL4          DropReason = 5
+	DropShortARP         DropReason = 6
+	DropIPv6ExtChain     DropReason = 7
+	DropUpcallRingFull   DropReason = 9
+	DropTTLExceeded      DropReason = 10
+	DropAction           DropReason = 11
+	DropMissNoUpcall     DropReason = 18
+	DropShortMPLS        DropReason = 19
+	DropMPLS             DropReason = 20
+	DropMeter            DropReason = 21
+	DropOnloadRingFull   DropReason = 24
+	DropOnloadOversize   DropReason = 25
+	DropUpcallBudget     DropReason = 30
+	DropControllerBudget DropReason = 31
 )
 
 // counterNames lists enum counter in bpf/lib/maps.h.

@@ -66,6 +66,16 @@ func (d *Datapath) restore() error {
 	if c.Layout != layoutV1 {
 		return fmt.Errorf("pinned maps have layout %d, this build understands %d", c.Layout, layoutV1)
 	}
+	// Controller-action limits are the previous process's feedback
+	// (pkg/switchd, actionPacer): this one starts without them.
+	var ifindex uint32
+	var stale []uint32
+	for it := d.objs.ActionMeters.Iterate(); it.Next(&ifindex, new(nagareActionMeter)); {
+		stale = append(stale, ifindex)
+	}
+	for _, k := range stale {
+		_ = d.objs.ActionMeters.Delete(k)
+	}
 	if c.UpcallRate != d.cfg.UpcallRate || c.UpcallBurst != d.cfg.UpcallBurst {
 		c.UpcallRate, c.UpcallBurst = d.cfg.UpcallRate, d.cfg.UpcallBurst // this process's budget wins
 		if err := d.objs.Config.Put(uint32(0), c); err != nil {

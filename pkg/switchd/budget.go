@@ -83,12 +83,16 @@ type portCount struct {
 // PortReport is one port's share of the switch's shared resources and
 // what was dropped or refused for it (nagarectl show, /metrics).
 type PortReport struct {
-	OFPort  uint32            `json:"ofport"`
-	Name    string            `json:"name"`
-	Flows   int               `json:"flows"`   // cached flows entering on it
-	Masks   int               `json:"masks"`   // distinct masks they use
-	Drops   map[string]uint64 `json:"drops"`   // fast-path drops by reason
-	Refused map[string]uint64 `json:"refused"` // slow-path refusals by reason
+	OFPort uint32 `json:"ofport"`
+	Name   string `json:"name"`
+	Flows  int    `json:"flows"` // cached flows entering on it
+	Masks  int    `json:"masks"` // distinct masks they use
+	// ControllerUpcallLimit: controller-action upcalls per second the
+	// fast path admits, fed back from what the controllers accept
+	// (actionPacer); 0: none beyond the upcall budget.
+	ControllerUpcallLimit int               `json:"controller_upcall_limit"`
+	Drops                 map[string]uint64 `json:"drops"`   // fast-path drops by reason
+	Refused               map[string]uint64 `json:"refused"` // slow-path refusals by reason
 }
 
 // ConnReport is one OpenFlow connection's send queue and its drops.
@@ -119,9 +123,11 @@ func (s *Switch) portReports() ([]PortReport, error) {
 		return r
 	}
 	byIfindex := map[int]*PortReport{}
+	paced := s.pacer.limits()
 	for _, p := range s.ports.list() {
 		r := get(p.no)
 		r.Name = p.name
+		r.ControllerUpcallLimit = paced[p.no]
 		r.Flows, r.Masks = s.dp.PortUse(p.no)
 		if p.ifindex > 0 {
 			byIfindex[p.ifindex] = r

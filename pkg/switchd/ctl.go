@@ -382,8 +382,12 @@ func (s *Switch) show() ([]string, any, error) {
 		limitString(cfg.UpcallRate), limitString(cfg.UpcallBurst), limitString(cfg.PortFlowLimit), limitString(cfg.PortMaskLimit),
 		limitString(cfg.PacketInRate), limitString(cfg.PacketInBurst), connQueue, packetInQueue))
 	for _, p := range ports {
-		lines = append(lines, fmt.Sprintf("  port %d %s: flows %d, masks %d, drops: %s, refused: %s",
-			p.OFPort, p.Name, p.Flows, p.Masks, countsString(p.Drops), countsString(p.Refused)))
+		paced := ""
+		if p.ControllerUpcallLimit > 0 {
+			paced = fmt.Sprintf(", controller upcalls paced to %d/s", p.ControllerUpcallLimit)
+		}
+		lines = append(lines, fmt.Sprintf("  port %d %s: flows %d, masks %d%s, drops: %s, refused: %s",
+			p.OFPort, p.Name, p.Flows, p.Masks, paced, countsString(p.Drops), countsString(p.Refused)))
 	}
 	conns := s.connReports()
 	for _, c := range conns {

@@ -12,13 +12,16 @@ import (
 
 var (
 	descPortDrops = prometheus.NewDesc("nagare_switch_port_drops_total",
-		"Packets the fast path dropped, by ingress port and reason (upcall-port-budget: past the port's upcall budget).",
+		"Packets the fast path dropped, by ingress port and reason (upcall-port-budget: past the port's upcall budget; controller-upcall-budget: controller-action upcalls past what the controllers accept).",
 		[]string{"port", "ofport", "reason"}, nil)
 	descPortRefused = prometheus.NewDesc("nagare_switch_port_refused_total",
 		"What the slow path refused a port, by reason: flows not cached (flow-limit, port-flow-budget, port-mask-budget, mask-limit, install-error) and PACKET_INs not sent (packet-in-limit, packet-in-queue).",
 		[]string{"port", "ofport", "reason"}, nil)
 	descPortFlows = prometheus.NewDesc("nagare_switch_port_flows", "Cached flows entering on the port.", []string{"port", "ofport"}, nil)
 	descPortMasks = prometheus.NewDesc("nagare_switch_port_masks", "Distinct masks the port's cached flows use.", []string{"port", "ofport"}, nil)
+	descPortPaced = prometheus.NewDesc("nagare_switch_port_controller_upcall_limit",
+		"Controller-action upcalls per second the fast path admits for the port, fed back from what the controllers accept (0: no limit beyond the upcall budget).",
+		[]string{"port", "ofport"}, nil)
 	descConnDrops = prometheus.NewDesc("nagare_switch_connection_drops_total",
 		"Asynchronous messages an OpenFlow connection was not sent, by reason (packet-in-limit, packet-in-queue, async-queue).",
 		[]string{"conn", "peer", "reason"}, nil)
@@ -30,7 +33,7 @@ var (
 type switchCollector struct{ s *Switch }
 
 func (c switchCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPortDrops, descPortRefused, descPortFlows, descPortMasks, descConnDrops, descConnQueued, descFlows, descMasks} {
+	for _, d := range []*prometheus.Desc{descPortDrops, descPortRefused, descPortFlows, descPortMasks, descPortPaced, descConnDrops, descConnQueued, descFlows, descMasks} {
 		ch <- d
 	}
 }
@@ -47,6 +50,7 @@ func (c switchCollector) Collect(ch chan<- prometheus.Metric) {
 		no := strconv.FormatUint(uint64(p.OFPort), 10)
 		ch <- prometheus.MustNewConstMetric(descPortFlows, prometheus.GaugeValue, float64(p.Flows), p.Name, no)
 		ch <- prometheus.MustNewConstMetric(descPortMasks, prometheus.GaugeValue, float64(p.Masks), p.Name, no)
+		ch <- prometheus.MustNewConstMetric(descPortPaced, prometheus.GaugeValue, float64(p.ControllerUpcallLimit), p.Name, no)
 		for r, n := range p.Drops {
 			ch <- prometheus.MustNewConstMetric(descPortDrops, prometheus.CounterValue, float64(n), p.Name, no, r)
 		}

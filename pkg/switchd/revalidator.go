@@ -79,8 +79,9 @@ func (r *revalidator) run(ctx context.Context) {
 		case k := <-r.kick:
 			r.roundOf(k.all)
 			close(k.done)
-		case <-expire.C:
+		case now := <-expire.C:
 			r.expireRules()
+			r.s.pacer.expire(now, false)
 		}
 	}
 }

@@ -188,4 +188,24 @@ func TestPacketInFairBetweenPorts(t *testing.T) {
 	if byPort[1] == 0 || refused[1] == 0 {
 		t.Errorf("heavy port: %d PACKET_INs, %d refused: it should be cut, not silenced", byPort[1], refused[1])
 	}
+	// What the connection refuses is fed back to the fast path: the heavy
+	// port's controller-action upcalls are paced there (actionPacer), the
+	// light port's are not.
+	reps, err := ts.portReports()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reps {
+		switch r.OFPort {
+		case 1:
+			if r.ControllerUpcallLimit == 0 || r.ControllerUpcallLimit > 2*rate || r.Drops["controller-upcall-budget"] == 0 {
+				t.Errorf("heavy port: fast path paced to %d/s (connection limit %d/s), %d dropped there",
+					r.ControllerUpcallLimit, rate, r.Drops["controller-upcall-budget"])
+			}
+		case 2:
+			if r.ControllerUpcallLimit != 0 || r.Drops["controller-upcall-budget"] != 0 {
+				t.Errorf("light port paced to %d/s, %d dropped", r.ControllerUpcallLimit, r.Drops["controller-upcall-budget"])
+			}
+		}
+	}
 }

@@ -251,6 +251,7 @@ type Switch struct {
 	refused     portCounts // slow-path refusals by port and reason
 	rv          *revalidator
 	place       *placements
+	pacer       *actionPacer                      // controller-action upcalls: what the controllers accept, fed back to the fast path
 	onloader    atomic.Pointer[datapath.Onloader] // set once the onload loop runs
 	metricsAddr atomic.Pointer[string]            // where /metrics is served (MetricsAddr, port resolved)
 
@@ -362,6 +363,7 @@ func New(cfg Config) (*Switch, error) {
 	s.ports = newPortTable(s)
 	s.cache = newFlowCache()
 	s.place = newPlacements(&s.cfg)
+	s.pacer = newActionPacer(s.cfg.UpcallRate, s.dp.SetActionUpcallRate)
 	s.rv = newRevalidator(s)
 	if err := s.ports.restore(); err != nil {
 		s.Close()
@@ -570,6 +572,7 @@ func (s *Switch) connUp(oc *ofConn) {
 	}
 	s.connMu.Unlock()
 	s.updateFailMode()
+	s.pacer.expire(time.Now(), true) // a new controller may take more
 	if s.steer != nil && oc.dialled {
 		// VS-extend: the host report follows the handshake with a
 		// controller the switch dialled. Connections to the switch's own

@@ -384,16 +384,18 @@ func (s *Switch) handleActionUpcall(u *datapath.Upcall) {
 		return
 	}
 	key, _ := s.pipelineKey(u.Key) // in_port: the tunnel endpoint's port
-	s.sendPacketIn(pi, u.Packet, u.Len, key)
+	sent := s.sendPacketIn(pi, u.Packet, u.Len, key)
+	s.pacer.record(u.Key.InPort, sent, time.Now())
 }
 
-// sendPacketIn sends pkt to the controllers that want this reason.
-func (s *Switch) sendPacketIn(pi ofproto.PacketIn, pkt []byte, total int, key flow.Key) {
+// sendPacketIn sends pkt to the controllers that want this reason. It
+// reports whether at least one connection took it.
+func (s *Switch) sendPacketIn(pi ofproto.PacketIn, pkt []byte, total int, key flow.Key) bool {
 	// The rate limits first: a PACKET_IN no connection takes is not built
 	// (most of an attacker's, whose upcalls share the handler's core).
 	targets := s.packetInTargets(pi.Reason, key.InPort)
 	if len(targets) == 0 {
-		return
+		return false
 	}
 	data := pkt
 	if pi.MaxLen != openflow.ControllerNoBuffer && int(pi.MaxLen) < len(data) {
@@ -410,13 +412,17 @@ func (s *Switch) sendPacketIn(pi ofproto.PacketIn, pkt []byte, total int, key fl
 	})
 	if err != nil {
 		s.log.Warn("encoding PACKET_IN", "err", err)
-		return
+		return false
 	}
+	sent := false
 	for _, c := range targets {
 		if dropped := c.queuePacketIn(b); dropped != "" {
 			s.refused.add(key.InPort, dropped)
+		} else {
+			sent = true
 		}
 	}
+	return sent
 }
 
 // packetInTargets are the connections that want a PACKET_IN of this reason,
