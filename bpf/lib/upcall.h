@@ -191,10 +191,18 @@ static __always_inline int upcall_admit(const struct __sk_buff *skb, const struc
  * device, the rate the controllers accept; action upcalls past it are
  * dropped before the ring (counted: controller-upcall-budget), misses are
  * not affected. No entry: no limit beyond the port's budget. Userspace
- * writes cost_ns and cap_ns with a full credit; the fast path spends it. */
+ * writes cost_ns and cap_ns with a full credit; the fast path spends it.
+ *
+ * The bucket lets upcalls through in clumps: once full it stays open
+ * until spent, then closes until full again. The rate is the same, but
+ * the upcalls of a paced port (a tenth of a second's worth per clump)
+ * reach the ring back to back, and the handler thread wakes once per
+ * clump rather than once per upcall (upcall_wakeup). A paced port's
+ * PACKET_INs were being refused anyway; waiting up to a tenth of a second
+ * costs them little. */
 struct action_meter {
 	struct bpf_spin_lock lock;
-	__u32 pad;
+	__u32 open;     /* spending a full bucket, see action_upcall_admit */
 	__u64 credit_ns;
 	__u64 last_ns;
 	__u64 cost_ns; /* 1e9 / rate */
@@ -224,11 +232,15 @@ static __always_inline int action_upcall_admit(const struct __sk_buff *skb)
 	if (now > m->last_ns)
 		credit += now - m->last_ns;
 	m->last_ns = now;
-	if (credit > m->cap_ns)
+	if (credit >= m->cap_ns) {
 		credit = m->cap_ns;
-	ok = credit >= m->cost_ns;
+		m->open = 1;
+	}
+	ok = m->open && credit >= m->cost_ns;
 	if (ok)
 		credit -= m->cost_ns;
+	if (credit < m->cost_ns)
+		m->open = 0;
 	m->credit_ns = credit;
 	bpf_spin_unlock(&m->lock);
 	return ok;
