@@ -101,7 +101,10 @@ func (r *planeRun) startAttack(ctx context.Context, a *AttackSpec, step *Cleanup
 		if err != nil {
 			return err
 		}
-		args := append([]string{"ip", "netns", "exec", from.Node.NS}, cmd...)
+		// On the client CPU, with the attacker: a controller runs on
+		// some other machine, never on the victim's core; left to the
+		// scheduler, its wakeups landed there in some runs.
+		args := append([]string{"ip", "netns", "exec", from.Node.NS, "taskset", "-c", strconv.Itoa(r.s.CPUs.Client)}, cmd...)
 		args = append(args, "--connect", "unix:"+fp.ControllerSocket(from), "--read-every", time.Duration(a.SlowController).String())
 		p, err := r.sh.Start(step, slowControllerReady, args...)
 		if err != nil {
