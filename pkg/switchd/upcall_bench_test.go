@@ -11,6 +11,7 @@ import "testing"
 func BenchmarkFlowSetup(b *testing.B) {
 	sw := idleSwitch(b, func(c *Config) {
 		c.MaxFlows, c.FlowLimit, c.DisableMegaflows = b.N+1024, b.N+1024, true
+		c.PortFlowLimit = -1 // every flow enters on one port
 	})
 	addFlow(b, sw, "table=0,priority=100,in_port=1,actions=output:2")
 	ups := udpUpcalls(b, b.N, 0)
