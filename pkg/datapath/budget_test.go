@@ -52,13 +52,18 @@ func TestUpcallPortBudget(t *testing.T) {
 	if err := d.SetUpcallBudget(0, 0); err != nil {
 		t.Fatal(err)
 	}
-	before := d.counters()["upcall"]
-	for range 10 {
-		d.run(pkt, "lo")
-	}
-	if got := d.counters()["upcall"] - before; got != 10 {
+	if got := newUpcalls(d, pkt, "lo", 10); got != 10 {
 		t.Fatalf("unlimited: %d of 10 upcalls", got)
 	}
+}
+
+// newUpcalls runs n copies of pkt in on dev and returns the upcalls they made.
+func newUpcalls(d *testDP, pkt []byte, dev string, n int) uint64 {
+	before := d.counters()["upcall"]
+	for range n {
+		d.run(pkt, dev)
+	}
+	return d.counters()["upcall"] - before
 }
 
 // A cached flow's controller (userspace) action shares its port's upcall
@@ -114,10 +119,7 @@ func TestActionUpcallRate(t *testing.T) {
 	// The port's misses still have its upcall burst, less the 5 action
 	// upcalls admitted (the 195 past the controllers' rate spent nothing).
 	miss := tcpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, true) // no cached flow
-	for range burst {
-		d.run(miss, "lo")
-	}
-	if got := d.counters()["upcall"] - c["upcall"]; got < burst-5 {
+	if got := newUpcalls(d, miss, "lo", burst); got < burst-5 {
 		t.Fatalf("%d of the port's %d-miss burst were upcalls after its action upcalls were cut", got, burst)
 	}
 	// Rate 0 lifts the limit.
@@ -127,11 +129,7 @@ func TestActionUpcallRate(t *testing.T) {
 	if err := d.SetUpcallBudget(0, 0); err != nil {
 		t.Fatal(err)
 	}
-	before := d.counters()["upcall"]
-	for range 10 {
-		d.run(pkt, "lo")
-	}
-	if got := d.counters()["upcall"] - before; got != 10 {
+	if got := newUpcalls(d, pkt, "lo", 10); got != 10 {
 		t.Fatalf("no limit: %d of 10 action upcalls", got)
 	}
 }
