@@ -17,10 +17,10 @@ import (
 // upcalls at what the connections took, plus a quarter (so that it sees
 // when they take more); a window without a refusal in which the port used
 // at least half its limit doubles it, until it reaches the port's upcall
-// budget and is lifted. A port whose
-// action upcalls stop for paceIdle, or a new connection, lifts it at
-// once. Misses are never paced: a flow's first packet always reaches
-// userspace within the port's budget.
+// budget and is lifted. A port whose action upcalls stop for paceIdle, or
+// a new controller connection (a --controller target or a ptcp
+// listener's), lifts it at once. Misses are never paced: a flow's first
+// packet always reaches userspace within the port's budget.
 type actionPacer struct {
 	mu      sync.Mutex
 	ports   map[uint32]*pacedPort

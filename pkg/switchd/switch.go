@@ -572,7 +572,13 @@ func (s *Switch) connUp(oc *ofConn) {
 	}
 	s.connMu.Unlock()
 	s.updateFailMode()
-	s.pacer.expire(time.Now(), true) // a new controller may take more
+	if oc.controller {
+		// A new controller may take more. Not for every connection:
+		// ovs-ofctl on the management socket would lift the limits each
+		// time it runs (the doubling finds a connection that takes more
+		// within about a second anyway).
+		s.pacer.expire(time.Now(), true)
+	}
 	if s.steer != nil && oc.dialled {
 		// VS-extend: the host report follows the handshake with a
 		// controller the switch dialled. Connections to the switch's own
