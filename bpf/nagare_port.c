@@ -6,6 +6,8 @@
  *   nagare_execute       run by userspace with BPF_PROG_RUN to send a packet
  *                        through an action list (upcalled first packets,
  *                        OpenFlow PACKET_OUT)
+ *   nagare_port_xdp      XDP on ports whose flows may be onloaded: their
+ *                        packets to an AF_XDP socket (nagare_port_xdp.h)
  *
  * One packet's way: port lookup → parse → exact-match cache → megaflow
  * search → stats → actions; a miss goes to userspace on the upcall ring,
@@ -187,6 +189,9 @@ int nagare_port_ingress(struct __sk_buff *skb)
 	}
 
 	update_stats(fid, skb->len, key.tcp_flags);
+	if (bpf_map_lookup_elem(&xdp_ports, &ifindex))
+		/* XDP saw this packet first and left it to us. */
+		return run_actions(skb, fe, &ps, &key, MODE_PATH);
 	switch (onload_packet(skb, &key, fe, fid)) {
 	case ONLOAD_TAKEN:
 		return TC_ACT_SHOT; /* userspace sends it on */
@@ -217,3 +222,5 @@ int nagare_execute(struct __sk_buff *skb)
 	run_actions(skb, fe, &ps, &key, MODE_EXECUTE);
 	return TC_ACT_SHOT;
 }
+
+#include "nagare_port_xdp.h"

@@ -345,6 +345,16 @@ struct {
 	__type(value, struct onload_seq);
 } onload_seqs SEC(".maps");
 
+/* xdp_ports: ifindex → 1 for the ports whose onloaded packets XDP hands to
+ * an AF_XDP socket (nagare_port_xdp.h); tc leaves their packets in the
+ * fast path. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} xdp_ports SEC(".maps");
+
 static __always_inline void count(__u32 ctr)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &ctr);

@@ -306,22 +306,17 @@ static __always_inline int parse_arp(void *data, void *data_end, __u32 off,
 	return 0;
 }
 
-/* parse_packet fills key (zeroed by the caller) and ps from skb. Returns 0
- * or -DROP_*. */
-static __always_inline int parse_packet(struct __sk_buff *skb, struct flow_key *key,
-					struct parse_state *ps)
+/* parse_frame fills key (zeroed by the caller) and ps from the frame
+ * between data and data_end. vlan_meta is a tag the frame's metadata holds
+ * (network order, VLAN_CFI set), 0 for none. Returns 0 or -DROP_*. Used by
+ * tc (parse_packet) and by XDP (nagare_port_xdp), which see the same frame. */
+static __always_inline int parse_frame(void *data, void *data_end, __be16 vlan_meta,
+				       struct flow_key *key, struct parse_state *ps)
 {
-	void *data, *data_end;
-	struct ethhdr *eth;
+	struct ethhdr *eth = data;
 	__u32 off = sizeof(struct ethhdr);
 	__be16 proto;
 
-	if (skb->data_end - skb->data < PARSE_PULL && skb->len > skb->data_end - skb->data)
-		bpf_skb_pull_data(skb, skb->len < PARSE_PULL ? skb->len : PARSE_PULL);
-
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
-	eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return -DROP_SHORT_ETH;
 
@@ -329,8 +324,8 @@ static __always_inline int parse_packet(struct __sk_buff *skb, struct flow_key *
 	copy_mac(key->eth_dst, eth->h_dest);
 	proto = eth->h_proto;
 
-	if (skb->vlan_present) {
-		key->vlan_tci = bpf_htons(skb->vlan_tci | VLAN_CFI);
+	if (vlan_meta) {
+		key->vlan_tci = vlan_meta;
 	} else if (proto == ETH_P_8021Q_BE || proto == ETH_P_8021AD_BE) {
 		__be16 *tag = data + off;
 		if ((void *)(tag + 2) > data_end)
@@ -373,6 +368,18 @@ static __always_inline int parse_packet(struct __sk_buff *skb, struct flow_key *
 	}
 	}
 	return 0;
+}
+
+/* parse_packet fills key (zeroed by the caller) and ps from skb. Returns 0
+ * or -DROP_*. */
+static __always_inline int parse_packet(struct __sk_buff *skb, struct flow_key *key,
+					struct parse_state *ps)
+{
+	if (skb->data_end - skb->data < PARSE_PULL && skb->len > skb->data_end - skb->data)
+		bpf_skb_pull_data(skb, skb->len < PARSE_PULL ? skb->len : PARSE_PULL);
+
+	return parse_frame((void *)(long)skb->data, (void *)(long)skb->data_end,
+			   skb->vlan_present ? bpf_htons(skb->vlan_tci | VLAN_CFI) : 0, key, ps);
 }
 
 #endif
