@@ -189,15 +189,11 @@ int nagare_port_ingress(struct __sk_buff *skb)
 	}
 
 	update_stats(fid, skb->len, key.tcp_flags);
-	if (bpf_map_lookup_elem(&xdp_ports, &ifindex))
-		/* XDP saw this packet first and left it to us. */
-		return run_actions(skb, fe, &ps, &key, MODE_PATH);
-	switch (onload_packet(skb, &key, fe, fid)) {
-	case ONLOAD_TAKEN:
-		return TC_ACT_SHOT; /* userspace sends it on */
-	case ONLOAD_DROP:
-		return TC_ACT_SHOT; /* counted */
-	}
+	/* On a PORT_XDP port, XDP saw this packet first and left it to the
+	 * fast path. */
+	if (!(port->flags & PORT_XDP) &&
+	    onload_packet(skb, &key, fe, fid) != ONLOAD_NO)
+		return TC_ACT_SHOT; /* userspace sends it on, or dropped and counted */
 	return run_actions(skb, fe, &ps, &key, MODE_PATH);
 }
 

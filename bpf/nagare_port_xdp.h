@@ -13,8 +13,8 @@
  * struct xsk_hdr, which names the flow generation and the packet's place
  * in its flow (enq after this packet). Everything else goes on to tc
  * unchanged (XDP_PASS): misses, offloaded flows, tunnel ports, a port
- * whose socket is not in xsks. tc does not onload packets on a port in
- * xdp_ports: XDP already decided where they go (see onload_packet). */
+ * whose socket is not in xsks. tc does not onload packets on a PORT_XDP
+ * port: XDP already decided where they go. */
 
 struct xsk_hdr {
 	__u64 cookie;  /* gen << 32 | flow id, as the onload ring's records */

@@ -49,6 +49,7 @@
 #define UPCALL_RING_BYTES (8 << 20)
 
 #define PORT_TUNNEL (1 << 0) /* external-mode tunnel device: read tunnel metadata */
+#define PORT_XDP (1 << 1)    /* XDP hands its onloaded packets to AF_XDP (nagare_port_xdp.h); tc does not onload */
 
 struct port_info {
 	__u32 ofport;
@@ -344,16 +345,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct onload_seq);
 } onload_seqs SEC(".maps");
-
-/* xdp_ports: ifindex → 1 for the ports whose onloaded packets XDP hands to
- * an AF_XDP socket (nagare_port_xdp.h); tc leaves their packets in the
- * fast path. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u32);
-} xdp_ports SEC(".maps");
 
 static __always_inline void count(__u32 ctr)
 {

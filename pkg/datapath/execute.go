@@ -163,6 +163,10 @@ type ExecBatch struct {
 	// struct virtio_net_hdr, its first iovec.
 	hdrs []vnetHdr
 	err  error // first error since the last Flush
+	// xsk: output devices with an AF_XDP socket of the Onloader's, whose
+	// plain outputs (not GSO packets) go on its TX ring (xsk_onload.go);
+	// nil otherwise.
+	xsk map[int]*XSK
 	// Sent counts copies sendmmsg handed to devices, Failed the copies
 	// that could not be delivered at all; GSOWhole the GSO packet copies
 	// sent whole (AddGSO), GSORefused those the kernel refused whole and
@@ -208,6 +212,7 @@ func (b *ExecBatch) Add(pkt []byte, inPort uint32, actions []flow.Action) error 
 	n, ok := b.d.outputDevices(actions, devs[:])
 	if !ok || b.fd < 0 {
 		b.send()
+		b.kickXSK()
 		return b.d.ExecuteLocal(pkt, inPort, actions) // checks the size BPF_PROG_RUN takes
 	}
 	// The packet socket takes frames up to the device's MTU (onloaded
@@ -227,6 +232,15 @@ func (b *ExecBatch) queue(pkt []byte, inPort uint32, actions []flow.Action, devs
 	}
 	proto := *(*uint16)(unsafe.Pointer(&pkt[12])) // network order, as sll_protocol wants it
 	for j, ifindex := range devs {
+		if x := b.xsk[ifindex]; x != nil && gso == 0 {
+			if err := x.Queue(pkt); err != nil {
+				b.Failed++
+				if b.err == nil {
+					b.err = err
+				}
+			}
+			continue
+		}
 		i := len(b.keep)
 		b.addrs[i] = unix.RawSockaddrLinklayer{Family: unix.AF_PACKET, Protocol: proto, Ifindex: int32(ifindex)}
 		iov := &b.iovs[i]
@@ -266,6 +280,7 @@ func (d *Datapath) outputDevices(actions []flow.Action, devs []int) (int, bool) 
 // last Flush (a packet that could not be delivered; the others still go).
 func (b *ExecBatch) Flush() error {
 	b.send()
+	b.kickXSK()
 	err := b.err
 	b.err = nil
 	return err

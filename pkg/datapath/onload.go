@@ -125,6 +125,8 @@ type OnloadStats struct {
 	// VnetHdr says whether GSO packets can be sent whole: "on", or why
 	// not (they are then all cut).
 	VnetHdr string
+	XDP     atomic.Uint64 // packets of Packets that came through AF_XDP sockets
+	Lost    atomic.Uint64 // frames the AF_XDP sockets dropped (ring full)
 }
 
 // onloadVnetHdr turns sending GSO packets whole off when false (tests of
@@ -143,16 +145,23 @@ type Onloader struct {
 	// arena and segs hold one batch's segments of GSO packets.
 	arena []byte
 	segs  [][]byte
+	pkts  []onloadPacket
+	xdp   *xdpSource // AF_XDP sockets, nil on the ring path only
 	Stats OnloadStats
 }
 
 // onloadBatch is the most ring records one Run iteration takes.
 const onloadBatch = 64
 
-// NewOnloader opens the onload ring. Call it on the goroutine that will
-// call Run, after LockToNetns: the packet socket it sends with is opened in
-// the instance's namespace.
-func (d *Datapath) NewOnloader() (*Onloader, error) {
+// NewOnloader opens the onload ring (the ring path only). Call it on the
+// goroutine that will call Run, after LockToNetns: the packet socket it
+// sends with is opened in the instance's namespace.
+func (d *Datapath) NewOnloader() (*Onloader, error) { return d.NewOnloaderPath(OnloadPathRing) }
+
+// NewOnloaderPath is NewOnloader for a path (xsk_onload.go): with auto or
+// afxdp it can also take ports onto AF_XDP sockets (EnableXDP); where the
+// kernel has no AF_XDP it stays on the ring, and err says why.
+func (d *Datapath) NewOnloaderPath(path OnloadPath) (*Onloader, error) {
 	r, err := d.newUpcallReader(d.objs.Onload)
 	if err != nil {
 		return nil, err
@@ -171,11 +180,20 @@ func (d *Datapath) NewOnloader() (*Onloader, error) {
 			o.Stats.VnetHdr = verr.Error()
 		}
 	}
+	if path != OnloadPathRing {
+		if xerr := o.startXDP(); xerr != nil {
+			err = errors.Join(err, xerr)
+		}
+	}
 	return o, err
 }
 
 // Run executes onloaded packets until Close.
 func (o *Onloader) Run() error {
+	if o.xdp != nil {
+		defer o.xdp.release()
+		return o.xdpLoop()
+	}
 	d := o.d
 	for {
 		n, err := o.r.ReadBatch(o.ups)
@@ -186,60 +204,7 @@ func (o *Onloader) Run() error {
 			}
 			return err
 		}
-		o.Stats.Batches.Add(1)
-		ups := o.ups[:n]
-		d.mu.Lock()
-		for i := range ups {
-			c := ups[i].Cookie
-			o.acts[i], o.known[i] = d.onloadActions(uint32(c), uint32(c>>32))
-		}
-		d.mu.Unlock()
-		for i := range ups {
-			u := &ups[i]
-			switch {
-			case !o.known[i]:
-				o.Stats.Unknown.Add(1)
-			case len(o.acts[i]) == 0: // a drop flow
-			case u.Truncated():
-				o.Stats.Failed.Add(1)
-			case u.GSOSize > 0 && o.eb.AddGSO(u.Packet, u.GSOSize, u.Key.InPort, o.acts[i]):
-				// A GSO packet (a pod with TSO) to plain outputs: sent
-				// whole, the kernel finishes its checksum (vnet.go).
-				o.Stats.Packets.Add(1)
-				o.Stats.Bytes.Add(uint64(len(u.Packet)))
-			case u.GSOSize > 0:
-				// Other actions, no vnet header, or no partial
-				// checksum: it goes out as the segments the pod's
-				// device would have sent, every checksum computed.
-				var err error
-				n := len(o.segs)
-				if o.arena, o.segs, err = SegmentAppend(o.arena, o.segs, u.Packet, u.GSOSize); err != nil {
-					o.Stats.Failed.Add(1)
-					continue
-				}
-				o.Stats.Segmented.Add(1)
-				for _, seg := range o.segs[n:] {
-					o.add(seg, u.Key.InPort, o.acts[i])
-				}
-			default:
-				o.add(u.Packet, u.Key.InPort, o.acts[i])
-			}
-		}
-		failed, whole, refused := o.eb.Failed, o.eb.GSOWhole, o.eb.GSORefused
-		_ = o.eb.Flush()
-		o.Stats.Failed.Add(o.eb.Failed - failed)
-		o.Stats.Whole.Add(o.eb.GSOWhole - whole)
-		o.Stats.Segmented.Add(o.eb.GSORefused - refused)
-		// Sent: the segments' buffer is free for the next batch.
-		o.arena, o.segs = o.arena[:0], o.segs[:0]
-		// Sent on (or dropped): later packets of these flows may take the
-		// fast path again.
-		for i := range ups {
-			if _, done := d.seqCounters(uint32(ups[i].Cookie)); done != nil {
-				atomic.AddUint64(done, 1)
-			}
-			o.acts[i] = nil
-		}
+		o.executeRing(o.ups[:n])
 		d.pruneRetired()
 	}
 }
@@ -254,8 +219,89 @@ func (o *Onloader) add(pkt []byte, inPort uint32, acts []flow.Action) {
 	o.Stats.Bytes.Add(uint64(len(pkt)))
 }
 
+// onloadPacket is one packet handed up, whatever brought it (the onload
+// ring, an AF_XDP socket).
+type onloadPacket struct {
+	cookie    uint64 // flow generation << 32 | flow id
+	inPort    uint32
+	pkt       []byte
+	truncated bool
+	gsoSize   int // a GSO packet's segment size (ring records only), else 0
+}
+
+// execute runs a batch of handed-up packets through their flows' cached
+// actions and sends them on (one Flush).
+func (o *Onloader) execute(pkts []onloadPacket) {
+	d := o.d
+	o.Stats.Batches.Add(1)
+	d.mu.Lock()
+	for i := range pkts {
+		c := pkts[i].cookie
+		o.acts[i], o.known[i] = d.onloadActions(uint32(c), uint32(c>>32))
+	}
+	d.mu.Unlock()
+	for i := range pkts {
+		p := &pkts[i]
+		switch {
+		case !o.known[i]:
+			o.Stats.Unknown.Add(1)
+		case len(o.acts[i]) == 0: // a drop flow
+		case p.truncated:
+			o.Stats.Failed.Add(1)
+		case p.gsoSize > 0 && o.eb.AddGSO(p.pkt, p.gsoSize, p.inPort, o.acts[i]):
+			// A GSO packet (a pod with TSO) to plain outputs: sent
+			// whole, the kernel finishes its checksum (vnet.go).
+			o.Stats.Packets.Add(1)
+			o.Stats.Bytes.Add(uint64(len(p.pkt)))
+		case p.gsoSize > 0:
+			// Other actions, no vnet header, or no partial
+			// checksum: it goes out as the segments the pod's
+			// device would have sent, every checksum computed.
+			var err error
+			n := len(o.segs)
+			if o.arena, o.segs, err = SegmentAppend(o.arena, o.segs, p.pkt, p.gsoSize); err != nil {
+				o.Stats.Failed.Add(1)
+				continue
+			}
+			o.Stats.Segmented.Add(1)
+			for _, seg := range o.segs[n:] {
+				o.add(seg, p.inPort, o.acts[i])
+			}
+		default:
+			o.add(p.pkt, p.inPort, o.acts[i])
+		}
+	}
+	failed, whole, refused := o.eb.Failed, o.eb.GSOWhole, o.eb.GSORefused
+	_ = o.eb.Flush()
+	o.Stats.Failed.Add(o.eb.Failed - failed)
+	o.Stats.Whole.Add(o.eb.GSOWhole - whole)
+	o.Stats.Segmented.Add(o.eb.GSORefused - refused)
+	// Sent: the segments' buffer is free for the next batch.
+	o.arena, o.segs = o.arena[:0], o.segs[:0]
+	for i := range pkts {
+		o.acts[i] = nil
+	}
+}
+
+// executeRing executes a batch of onload ring records and counts them
+// done: later packets of these flows may take the fast path again.
+func (o *Onloader) executeRing(ups []Upcall) {
+	o.pkts = o.pkts[:0]
+	for i := range ups {
+		u := &ups[i]
+		o.pkts = append(o.pkts, onloadPacket{cookie: u.Cookie, inPort: u.Key.InPort, pkt: u.Packet, truncated: u.Truncated(), gsoSize: u.GSOSize})
+	}
+	o.execute(o.pkts)
+	for i := range ups {
+		if _, done := o.d.seqCounters(uint32(ups[i].Cookie)); done != nil {
+			atomic.AddUint64(done, 1)
+		}
+	}
+}
+
 // Close stops Run and releases the ring and the packet socket.
 func (o *Onloader) Close() error {
+	o.closeXDP()
 	err := o.r.Close()
 	return errors.Join(err, o.eb.Close())
 }

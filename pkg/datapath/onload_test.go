@@ -93,6 +93,12 @@ func TestOnloadToRingAndBack(t *testing.T) {
 // through the Onloader (ping, UDP, a TCP stream), and the fast path's
 // counters still see every packet.
 func TestOnloadForwards(t *testing.T) {
+	for _, path := range []OnloadPath{OnloadPathRing, OnloadPathAFXDP} {
+		t.Run(string(path), func(t *testing.T) { testOnloadForwards(t, path) })
+	}
+}
+
+func testOnloadForwards(t *testing.T, path OnloadPath) {
 	_, a, b, d := podPair(t)
 	for _, ns := range []nstest.NS{a, b} {
 		// Without TSO: every packet a plain frame (GSO packets:
@@ -102,7 +108,14 @@ func TestOnloadForwards(t *testing.T) {
 		}
 	}
 	onloadCrossConnect(t, d)
-	o := startOnloader(t, d)
+	o := startOnloaderPath(t, d, path)
+	if path == OnloadPathAFXDP {
+		for _, no := range []uint32{1, 2} {
+			if err := o.EnableXDP(no); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	if err := a.Sh(t, "ping", "-c", "3", "-i", "0.2", "-W", "2", "10.1.0.2"); err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +135,9 @@ func TestOnloadForwards(t *testing.T) {
 	}
 	if dr, _ := d.Drops(); len(dr) != 0 {
 		t.Fatalf("drops %v", dr)
+	}
+	if x := o.Stats.XDP.Load(); (path == OnloadPathAFXDP) != (x > 0) || (x > 0 && x < c["onload"]) {
+		t.Fatalf("%s path: %d of %d onloaded packets came through AF_XDP", path, x, c["onload"])
 	}
 }
 
@@ -265,6 +281,12 @@ func onloadCrossConnect(t *testing.T, d *Datapath) {
 // startOnloader runs an Onloader for d until the test ends.
 func startOnloader(t testing.TB, d *Datapath) *Onloader {
 	t.Helper()
+	return startOnloaderPath(t, d, OnloadPathRing)
+}
+
+// startOnloaderPath is startOnloader on an onload path.
+func startOnloaderPath(t testing.TB, d *Datapath, path OnloadPath) *Onloader {
+	t.Helper()
 	ready := make(chan *Onloader)
 	stopped := make(chan struct{})
 	go func() {
@@ -276,7 +298,7 @@ func startOnloader(t testing.TB, d *Datapath) *Onloader {
 			return
 		}
 		defer restore()
-		o, err := d.NewOnloader()
+		o, err := d.NewOnloaderPath(path)
 		if err != nil {
 			t.Error(err)
 			close(ready)

@@ -55,6 +55,7 @@ func (k PortKind) String() string {
 // a restarted process knows each port's kind again.
 const (
 	portFlagTunnel = 1 << 0
+	portFlagXDP    = 1 << 1 // PORT_XDP: onloaded packets go through AF_XDP (xsk_onload.go)
 	portKindShift  = 16
 )
 

@@ -197,6 +197,23 @@ func (r *UpcallReader) ReadBatch(ups []Upcall) (int, error) {
 	return n, nil
 }
 
+// ReadWaiting is ReadBatch without the wait: the records already in the
+// ring, up to len(ups), possibly none.
+func (r *UpcallReader) ReadWaiting(ups []Upcall) (int, error) {
+	n := 0
+	for n < len(ups) && r.waiting() {
+		if err := r.r.ReadInto(&r.rec); err != nil {
+			return n, err
+		}
+		if err := ups[n].UnmarshalBinary(r.rec.RawSample); err != nil {
+			r.Malformed++
+			continue
+		}
+		n++
+	}
+	return n, nil
+}
+
 // Close unblocks Read and releases the reader.
 func (r *UpcallReader) Close() error {
 	r.closeMu.Lock()

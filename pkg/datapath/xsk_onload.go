@@ -1,0 +1,460 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// The AF_XDP onload path. On a port enabled with Onloader.EnableXDP,
+// nagare_port_xdp (bpf/nagare_port_xdp.h) redirects the packets of
+// onloaded flows (and of flows with packets still in userspace) to an
+// AF_XDP socket of the port's, in copy mode, instead of tc copying them
+// into the onload ring; the Onloader reads every socket's RX ring and the
+// onload ring in one loop, executes the packets with the same code
+// (Onloader.execute), and transmits plain outputs to ports with a socket
+// on that socket's TX ring (one sendto per port per batch), to other
+// ports with sendmmsg. Ports without a socket, and every packet XDP does
+// not take, keep the ring path.
+
+// OnloadPath is how onloaded packets reach the switch.
+type OnloadPath string
+
+const (
+	OnloadPathAuto  OnloadPath = "auto"  // AF_XDP where it can be set up, the ring elsewhere
+	OnloadPathAFXDP OnloadPath = "afxdp" // AF_XDP; a port where it fails keeps the ring (reported)
+	OnloadPathRing  OnloadPath = "ring"  // the onload ring and sendmmsg only
+)
+
+// ParseOnloadPath parses auto, afxdp or ring.
+func ParseOnloadPath(s string) (OnloadPath, error) {
+	switch p := OnloadPath(s); p {
+	case OnloadPathAuto, OnloadPathAFXDP, OnloadPathRing:
+		return p, nil
+	}
+	return "", fmt.Errorf("onload path %q: want auto, afxdp or ring", s)
+}
+
+// xskHdrLen is sizeof(struct xsk_hdr) in bpf/nagare_port_xdp.h: cookie,
+// seq, in_port, len.
+const xskHdrLen = 24
+
+// xskPort is one port's socket and XDP attachment.
+type xskPort struct {
+	ofport uint32
+	x      *XSK
+	l      link.Link
+}
+
+// xdpSource is the Onloader's AF_XDP side.
+type xdpSource struct {
+	epfd, evfd int
+	closed     atomic.Bool
+
+	mu       sync.Mutex
+	ports    map[uint32]*xskPort // by OpenFlow port
+	gen      atomic.Uint64       // bumped when ports changes
+	retiring []*xskPort          // closed by the loop
+	failed   map[uint32]string   // ports where AF_XDP could not be set up: why
+
+	// Owned by the loop.
+	seenGen uint64
+	active  []*xskPort
+	frames  [][]byte
+	held    []*XSK
+	lastSeq map[uint32]uint64 // flow id → highest seq seen
+	drops   uint64            // the sockets' drop counters, last read
+}
+
+// xdpLoop is Run on the AF_XDP path: the sockets and the onload ring.
+func (o *Onloader) xdpLoop() error {
+	s := o.xdp
+	evs := make([]unix.EpollEvent, 8)
+	for {
+		if s.closed.Load() {
+			return nil
+		}
+		if g := s.gen.Load(); g != s.seenGen {
+			s.refresh(o)
+			s.seenGen = g
+		}
+		// Sockets first, then the ring: a ring record of a flow was
+		// written before any later packet of it reached a socket, so a
+		// ring read after the socket read holds every record that came
+		// before the frames it found (a port moving to AF_XDP).
+		s.frames, s.held = s.frames[:0], s.held[:0]
+		for _, p := range s.active {
+			before := len(s.frames)
+			s.frames = p.x.Receive(s.frames, onloadBatch-len(s.frames))
+			if len(s.frames) > before {
+				s.held = append(s.held, p.x)
+			}
+			if len(s.frames) == onloadBatch {
+				break
+			}
+		}
+		n, err := o.r.ReadWaiting(o.ups)
+		o.Stats.Malformed.Store(o.r.Malformed)
+		if err != nil && !errors.Is(err, os.ErrClosed) {
+			return err
+		}
+		if n > 0 {
+			o.executeRing(o.ups[:n])
+		}
+		if len(s.frames) > 0 {
+			o.executeFrames(s.frames)
+			for _, x := range s.held {
+				x.Release()
+			}
+		}
+		if n > 0 || len(s.frames) > 0 {
+			o.d.pruneRetired()
+			continue
+		}
+		k, err := unix.EpollWait(s.epfd, evs, 20)
+		if err != nil && err != unix.EINTR {
+			return fmt.Errorf("datapath: onload epoll: %w", err)
+		}
+		for _, ev := range evs[:max(k, 0)] {
+			if int(ev.Fd) == s.evfd {
+				var b [8]byte
+				_, _ = unix.Read(s.evfd, b[:])
+			}
+		}
+		if k == 0 {
+			s.resync(o)
+		}
+	}
+}
+
+// executeFrames executes frames from the sockets: header, then the frame.
+func (o *Onloader) executeFrames(frames [][]byte) {
+	s := o.xdp
+	o.pkts = o.pkts[:0]
+	for _, f := range frames {
+		if len(f) < xskHdrLen+14 {
+			o.Stats.Failed.Add(1) // not what nagare_port_xdp writes
+			continue
+		}
+		h := (*[3]uint64)(unsafe.Pointer(&f[0]))
+		inPort := *(*uint32)(unsafe.Pointer(&f[16]))
+		o.pkts = append(o.pkts, onloadPacket{cookie: h[0], inPort: inPort, pkt: f[xskHdrLen:]})
+		id, seq := uint32(h[0]), h[1]
+		if seq > s.lastSeq[id] {
+			s.lastSeq[id] = seq
+		}
+	}
+	o.execute(o.pkts)
+	o.Stats.XDP.Add(uint64(len(o.pkts)))
+	// Done up to each packet's place in its flow: a frame the socket
+	// dropped before it (a full ring) is counted done with it.
+	for i := range o.pkts {
+		id := uint32(o.pkts[i].cookie)
+		o.settle(id, s.lastSeq[id])
+	}
+}
+
+// settle raises flow id's done counter to seq (never past enq).
+func (o *Onloader) settle(id uint32, seq uint64) {
+	enq, done := o.d.seqCounters(id)
+	if done == nil {
+		return
+	}
+	for {
+		d, e := atomic.LoadUint64(done), atomic.LoadUint64(enq)
+		if seq > e {
+			seq = e
+		}
+		if d >= seq || atomic.CompareAndSwapUint64(done, d, seq) {
+			return
+		}
+	}
+}
+
+// resync runs when the loop was idle for a poll timeout (20 ms): if a
+// socket dropped frames since the last look (its ring was full), the
+// flows handed up through the sockets may wait for packets that will
+// never come; every such flow is settled up to its enq, so its later
+// packets may take the fast path again. Nothing is in flight after 20 ms
+// of silence (XDP hands a frame over within its NAPI poll).
+func (s *xdpSource) resync(o *Onloader) {
+	var drops uint64
+	for _, p := range s.active {
+		drops += p.x.RxDrops()
+	}
+	if drops == s.drops {
+		return
+	}
+	o.Stats.Lost.Add(drops - s.drops)
+	s.drops = drops
+	for id := range s.lastSeq {
+		enq, _ := o.d.seqCounters(id)
+		if enq != nil {
+			o.settle(id, atomic.LoadUint64(enq))
+		}
+		delete(s.lastSeq, id)
+	}
+}
+
+// refresh takes the current port set: closes retired sockets, rebuilds
+// the transmit map. Loop only.
+func (s *xdpSource) refresh(o *Onloader) {
+	s.mu.Lock()
+	retiring := s.retiring
+	s.retiring = nil
+	s.active = s.active[:0]
+	m := make(map[int]*XSK, len(s.ports))
+	for _, p := range s.ports {
+		s.active = append(s.active, p)
+		m[p.x.Ifindex] = p.x
+	}
+	s.mu.Unlock()
+	slices.SortFunc(s.active, func(a, b *xskPort) int { return int(a.ofport) - int(b.ofport) })
+	o.eb.xsk = m
+	var drops uint64
+	for _, p := range s.active {
+		drops += p.x.RxDrops()
+	}
+	s.drops = drops
+	for _, p := range retiring {
+		p.x.Close()
+	}
+}
+
+func (s *xdpSource) wake() {
+	var b [8]byte
+	*(*uint64)(unsafe.Pointer(&b[0])) = 1
+	_, _ = unix.Write(s.evfd, b[:])
+}
+
+// startXDP sets up the AF_XDP side: an epoll set with the onload ring and
+// an eventfd; ports join it with EnableXDP.
+func (o *Onloader) startXDP() error {
+	if err := xdpProbe(); err != nil {
+		return err
+	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return err
+	}
+	for _, fd := range []int{evfd, o.d.objs.Onload.FD()} {
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			unix.Close(epfd)
+			unix.Close(evfd)
+			return fmt.Errorf("datapath: onload epoll: %w", err)
+		}
+	}
+	o.xdp = &xdpSource{epfd: epfd, evfd: evfd, ports: map[uint32]*xskPort{}, failed: map[uint32]string{}, lastSeq: map[uint32]uint64{}}
+	o.xdp.gen.Store(1)
+	return nil
+}
+
+// EnableXDP moves port ofport's onloaded packets to the AF_XDP path: a
+// socket on the port's device, the XDP program attached (copy mode). On
+// error the port keeps the ring path; the reason is kept for XDPPorts.
+func (o *Onloader) EnableXDP(ofport uint32) error {
+	s := o.xdp
+	if s == nil {
+		return fmt.Errorf("datapath: onload path is the ring: %w", ErrNotSupported)
+	}
+	err := o.enableXDP(ofport)
+	s.mu.Lock()
+	if err != nil {
+		s.failed[ofport] = err.Error()
+	} else {
+		delete(s.failed, ofport)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+func (o *Onloader) enableXDP(ofport uint32) error {
+	d, s := o.d, o.xdp
+	s.mu.Lock()
+	_, on := s.ports[ofport]
+	s.mu.Unlock()
+	if on {
+		return nil
+	}
+	d.mu.Lock()
+	p, ok := d.ports[ofport]
+	var port Port
+	if ok {
+		port = *p
+	}
+	d.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("datapath: no port %d", ofport)
+	}
+	if port.Kind == PortTunnel {
+		return fmt.Errorf("datapath: port %d is a tunnel: its packets are decapsulated at tc, not seen by XDP", ofport)
+	}
+	var x *XSK
+	var l link.Link
+	err := d.inNetns(func() error {
+		var err error
+		if x, err = NewXSK(port.Ifindex); err != nil {
+			return err
+		}
+		if err = d.objs.Xsks.Put(uint32(port.Ifindex), uint32(x.FD())); err != nil {
+			return fmt.Errorf("datapath: xsks: %w", err)
+		}
+		l, err = link.AttachXDP(link.XDPOptions{Program: d.objs.NagarePortXdp, Interface: port.Ifindex, Flags: link.XDPDriverMode})
+		if err != nil {
+			return fmt.Errorf("datapath: attaching XDP to %s: %w", port.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		_ = d.objs.Xsks.Delete(uint32(port.Ifindex))
+		if x != nil {
+			x.Close()
+		}
+		return err
+	}
+	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, x.FD(), &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(x.FD())}); err != nil {
+		l.Close()
+		_ = d.objs.Xsks.Delete(uint32(port.Ifindex))
+		x.Close()
+		return err
+	}
+	s.mu.Lock()
+	s.ports[ofport] = &xskPort{ofport: ofport, x: x, l: l}
+	s.mu.Unlock()
+	s.gen.Add(1)
+	s.wake()
+	// Last: from now on tc leaves the port's packets to XDP's decision.
+	return d.setPortXDP(port.Ifindex, true)
+}
+
+// setPortXDP sets or clears PORT_XDP in the port's entry.
+func (d *Datapath) setPortXDP(ifindex int, on bool) error {
+	var info nagarePortInfo
+	m := d.portMap(ifindex)
+	if err := m.Lookup(uint32(ifindex), &info); err != nil {
+		return fmt.Errorf("datapath: port flags of ifindex %d: %w", ifindex, err)
+	}
+	if on {
+		info.Flags |= portFlagXDP
+	} else {
+		info.Flags &^= portFlagXDP
+	}
+	return m.Put(uint32(ifindex), info)
+}
+
+// DisableXDP gives port ofport back to the ring path and detaches XDP
+// (the peer gets GSO back). Packets already on the socket are still
+// executed. The caller moves a port only while none of its flows has
+// packets in userspace, or order across the change is not kept.
+func (o *Onloader) DisableXDP(ofport uint32) {
+	s := o.xdp
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	p, ok := s.ports[ofport]
+	if ok {
+		delete(s.ports, ofport)
+	}
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	ifindex := uint32(p.x.Ifindex)
+	_ = o.d.setPortXDP(int(ifindex), false)
+	p.l.Close()
+	_ = o.d.objs.Xsks.Delete(ifindex)
+	_ = unix.EpollCtl(s.epfd, unix.EPOLL_CTL_DEL, p.x.FD(), nil)
+	s.mu.Lock()
+	s.retiring = append(s.retiring, p)
+	s.mu.Unlock()
+	s.gen.Add(1)
+	s.wake()
+}
+
+// XDPPorts lists the ports on the AF_XDP path, and those where it could
+// not be set up with the reason.
+func (o *Onloader) XDPPorts() (on []uint32, failed map[uint32]string) {
+	s := o.xdp
+	if s == nil {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for no := range s.ports {
+		on = append(on, no)
+	}
+	slices.Sort(on)
+	failed = make(map[uint32]string, len(s.failed))
+	for k, v := range s.failed {
+		failed[k] = v
+	}
+	return on, failed
+}
+
+// Path is the onload path this Onloader runs: afxdp (it can put ports on
+// AF_XDP sockets) or ring.
+func (o *Onloader) Path() OnloadPath {
+	if o.xdp != nil {
+		return OnloadPathAFXDP
+	}
+	return OnloadPathRing
+}
+
+// closeXDP detaches every port and releases the sockets.
+func (o *Onloader) closeXDP() {
+	s := o.xdp
+	if s == nil {
+		return
+	}
+	on, _ := o.XDPPorts()
+	for _, no := range on {
+		o.DisableXDP(no)
+	}
+	s.closed.Store(true)
+	s.wake()
+}
+
+// releaseXDP runs when the loop has stopped.
+func (s *xdpSource) release() {
+	s.mu.Lock()
+	for _, p := range s.retiring {
+		p.x.Close()
+	}
+	s.retiring = nil
+	s.mu.Unlock()
+	unix.Close(s.epfd)
+	unix.Close(s.evfd)
+}
+
+// xdpProbe reports whether this kernel gives AF_XDP sockets.
+func xdpProbe() error {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("datapath: AF_XDP socket: %w", err)
+	}
+	unix.Close(fd)
+	return nil
+}
+
+// kickXSK transmits what Add queued on AF_XDP sockets: one sendto per
+// socket with frames queued.
+func (b *ExecBatch) kickXSK() {
+	for _, x := range b.xsk {
+		if x.txQueued > 0 {
+			x.Kick()
+		}
+	}
+}
