@@ -204,7 +204,7 @@ func (s *Switch) controlDo(req CtlRequest) ([]string, any, error) {
 		return []string{line}, nil, nil
 	case "placement-show":
 		st := s.placementStats()
-		return append([]string{placementSummary(st)}, s.placementLines()...), st, nil
+		return append([]string{placementSummary(st), onloadPathLine(st)}, s.placementLines()...), st, nil
 	case "flush-cache":
 		n := s.cache.len()
 		if err := s.flushCache(); err != nil {
@@ -364,6 +364,7 @@ func (s *Switch) show() ([]string, any, error) {
 		fmt.Sprintf("revalidator: %d rounds, last %v over %d flows (max %v), idle-deleted %d, stale-deleted %d, modified %d, revalidated %d, kept after MAC learning without translating %d, rules expired %d",
 			rv.Rounds, rv.LastDuration, rv.LastFlows, rv.MaxDuration, rv.IdleDeleted, rv.StaleDeleted, rv.Modified, rv.Revalidated, rv.MACSkipped, rv.RulesExpired),
 		placementSummary(s.placementStats()),
+		onloadPathLine(s.placementStats()),
 		fmt.Sprintf("mac table: %d entries (max %d, %d per port), learned %d, moved %d, aged %d, evicted: port over budget %d, table full %d (of another port's %d)",
 			ms.Entries, ms.Max, ms.PerPort, ms.Learned, ms.Moved, ms.Aged, ms.EvictedPort, ms.EvictedFull, ms.EvictedVictims),
 	}

@@ -193,6 +193,7 @@ func (r *revalidator) place() {
 	if p.stopped {
 		return
 	}
+	s.syncXDP()
 	s.cache.mu.Lock()
 	if p.policy.Capacity <= 0 && !p.any.Load() && s.cache.onloaded == 0 {
 		s.cache.mu.Unlock()
@@ -258,6 +259,12 @@ type PlacementStats struct {
 	OnloadSegmented                                                        uint64 // GSO packets cut into segments
 	OnloadWhole                                                            uint64 // GSO packet copies sent whole (vnet header)
 	OnloadVnetHdr                                                          string // "on", "off", or why the packet socket refused it
+	// Which path (xdp.go): ring or afxdp, the ports on AF_XDP, the ports
+	// where it was refused (why), packets through AF_XDP, socket drops.
+	OnloadPath            string            `json:"onload_path"`
+	XDPPorts              []uint32          `json:"xdp_ports,omitempty"`
+	XDPRefused            map[uint32]string `json:"xdp_refused,omitempty"`
+	OnloadXDP, OnloadLost uint64
 }
 
 func (s *Switch) placementStats() PlacementStats {
@@ -270,6 +277,9 @@ func (s *Switch) placementStats() PlacementStats {
 		st.OnloadFailed, st.OnloadUnknown = o.Stats.Failed.Load(), o.Stats.Unknown.Load()
 		st.OnloadSegmented, st.OnloadWhole = o.Stats.Segmented.Load(), o.Stats.Whole.Load()
 		st.OnloadVnetHdr = o.Stats.VnetHdr
+		st.OnloadPath = string(o.Path())
+		st.XDPPorts, st.XDPRefused = o.XDPPorts()
+		st.OnloadXDP, st.OnloadLost = o.Stats.XDP.Load(), o.Stats.Lost.Load()
 	}
 	return st
 }
@@ -283,13 +293,14 @@ func (s *Switch) onloadLoop(ctx context.Context) {
 		return
 	}
 	defer restore()
-	o, err := s.dp.NewOnloader()
+	o, err := s.dp.NewOnloaderPath(s.cfg.OnloadPath)
 	if err != nil {
 		s.log.Warn("onload", "err", err)
 	}
 	if o == nil {
 		return
 	}
+	s.log.Info("onload path", "asked", s.cfg.OnloadPath, "path", o.Path())
 	s.onloader.Store(o)
 	stop := context.AfterFunc(ctx, func() {
 		s.offloadAll()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nagare-net/nagare/internal/nstest"
+	"github.com/nagare-net/nagare/pkg/datapath"
 )
 
 // placementSwitch is a two-pod switch whose pods send with TSO (the
@@ -62,7 +63,22 @@ func (ts *testSwitch) cached() []CachedFlow {
 // onload path carries the onloaded traffic; the OpenFlow rules' counters
 // see the packets whatever the placement.
 func TestEachPlacementForwards(t *testing.T) {
-	ts := placementSwitch(t, nil)
+	forEachOnloadPath(t, testEachPlacementForwards)
+}
+
+// forEachOnloadPath runs test on the ring path and on AF_XDP.
+func forEachOnloadPath(t *testing.T, test func(*testing.T, datapath.OnloadPath)) {
+	for _, path := range []datapath.OnloadPath{datapath.OnloadPathRing, datapath.OnloadPathAFXDP} {
+		t.Run(string(path), func(t *testing.T) { test(t, path) })
+	}
+}
+
+func withOnloadPath(path datapath.OnloadPath) func(*Config) {
+	return func(c *Config) { c.OnloadPath = path }
+}
+
+func testEachPlacementForwards(t *testing.T, path datapath.OnloadPath) {
+	ts := placementSwitch(t, withOnloadPath(path))
 	a, b := ts.Pods[0], ts.Pods[1]
 	nstest.UDPEcho(t, b, podIP(2)+":7000")
 	for i, mode := range []string{"onload", "offload", "auto", "onload"} {
@@ -89,9 +105,14 @@ func TestEachPlacementForwards(t *testing.T) {
 				t.Fatalf("%s: cached flow %s is %s", mode, f.Flow, f.Placement)
 			}
 		}
-		onloaded := ts.placementStats().OnloadPackets - before
+		st := ts.placementStats()
+		onloaded := st.OnloadPackets - before
 		if (mode == "onload") != (onloaded > 100) {
 			t.Fatalf("%s: the onload path executed %d packets", mode, onloaded)
+		}
+		if st.OnloadPath != string(datapath.OnloadPathAFXDP) && path == datapath.OnloadPathAFXDP ||
+			mode == "onload" && (path == datapath.OnloadPathAFXDP) != (len(st.XDPPorts) == 2 && st.OnloadXDP > 100) {
+			t.Fatalf("%s on the %s path: %+v", mode, path, st)
 		}
 	}
 	ts.rv.force(false)
@@ -140,7 +161,11 @@ func TestPlacementByCookie(t *testing.T) {
 // stream run: every datagram arrives, in order; the TCP receiver queues no
 // segment out of order and the sender retransmits none.
 func TestPlacementSwitchUnderTraffic(t *testing.T) {
-	ts := placementSwitch(t, nil)
+	forEachOnloadPath(t, testPlacementSwitchUnderTraffic)
+}
+
+func testPlacementSwitchUnderTraffic(t *testing.T, path datapath.OnloadPath) {
+	ts := placementSwitch(t, withOnloadPath(path))
 	a, b := ts.Pods[0], ts.Pods[1]
 	tcp := startTCPStream(t, a, b, podIP(2)+":7200")
 	const total = 8000
@@ -159,7 +184,8 @@ func TestPlacementSwitchUnderTraffic(t *testing.T) {
 	if got != total || udp.OutOfOrder.Load() != 0 {
 		t.Fatalf("UDP: %d of %d datagrams, %d out of order", got, total, udp.OutOfOrder.Load())
 	}
-	if st.ToSlow-before.ToSlow < 12 || st.ToFast-before.ToFast < 12 || st.OnloadPackets-before.OnloadPackets < 1000 {
+	if st.ToSlow-before.ToSlow < 12 || st.ToFast-before.ToFast < 12 || st.OnloadPackets-before.OnloadPackets < 1000 ||
+		path == datapath.OnloadPathAFXDP && st.OnloadXDP < 1000 {
 		t.Fatalf("placement stats %+v (before %+v): the flows did not move under traffic", st, before)
 	}
 	// A segment the receiver lost would leave later ones queued out of

@@ -92,6 +92,9 @@ type Config struct {
 	// and by this many packets per second (placement.Policy).
 	PlacementHysteresis float64
 	PlacementMinPPS     float64
+	// OnloadPath: how onloaded packets reach the switch (xdp.go): auto
+	// (AF_XDP where it can be set up; the default), afxdp, or ring.
+	OnloadPath datapath.OnloadPath
 
 	// Per-port budgets (docs/switch.md, "Per-port budgets"); 0 takes the
 	// default, a negative value removes the limit. UpcallRate: misses one
@@ -182,6 +185,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.SteerPeriod == 0 {
 		c.SteerPeriod = time.Second
+	}
+	if c.OnloadPath == "" {
+		c.OnloadPath = datapath.OnloadPathAuto
+	}
+	if _, err := datapath.ParseOnloadPath(string(c.OnloadPath)); err != nil {
+		return err
 	}
 	if c.FastpathCapacity < 0 || c.PlacementHysteresis < 0 || c.PlacementMinPPS < 0 {
 		return errors.New("switchd: fast-path capacity and placement thresholds must not be negative")
