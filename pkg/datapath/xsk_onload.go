@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"sync"
@@ -41,6 +42,10 @@ func ParseOnloadPath(s string) (OnloadPath, error) {
 	}
 	return "", fmt.Errorf("onload path %q: want auto, afxdp or ring", s)
 }
+
+// xskMaxMTU is the largest device MTU whose frames (with a VLAN tag and
+// the XDP header) fit a UMEM frame after the kernel's XDP headroom.
+const xskMaxMTU = xskFrame - unix.XDP_PACKET_HEADROOM - xskHdrLen - 18
 
 // xskHdrLen is sizeof(struct xsk_hdr) in bpf/nagare_port_xdp.h: cookie,
 // seq, in_port, len.
@@ -304,7 +309,14 @@ func (o *Onloader) enableXDP(ofport uint32) error {
 	var x *XSK
 	var l link.Link
 	err := d.inNetns(func() error {
-		var err error
+		ifc, err := net.InterfaceByIndex(port.Ifindex)
+		if err != nil {
+			return err
+		}
+		if ifc.MTU > xskMaxMTU {
+			return fmt.Errorf("datapath: %s has MTU %d: its frames do not fit a %d-byte AF_XDP frame (MTU %d at most); the ring carries jumbo frames",
+				port.Name, ifc.MTU, xskFrame, xskMaxMTU)
+		}
 		if x, err = NewXSK(port.Ifindex); err != nil {
 			return err
 		}
