@@ -37,9 +37,11 @@ type nagareSwitchPlane struct {
 	// keep TSO: the onload path carries GSO packets and segments them.
 	placement string
 	capacity  int
-	exe       string
-	sws       []*nagareSwitch // one per node with pods, in NodesWithPods order
-	fs        *nagareSwitch   // the switch of the flow-setup measurements
+	// onloadPath: --onload-path (ring, afxdp); empty: the switch's default.
+	onloadPath string
+	exe        string
+	sws        []*nagareSwitch // one per node with pods, in NodesWithPods order
+	fs         *nagareSwitch   // the switch of the flow-setup measurements
 	// extraArgs adds arguments to a node's switch command line (the
 	// steering planes' --steer-dev).
 	extraArgs func(*nagareSwitch) []string
@@ -67,10 +69,15 @@ func init() {
 	RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{} })
 	RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{placement: "onload"} })
 	RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{capacity: 4} })
+	// The onload path's two ways up (lab/scenarios/onload-path.yaml).
+	RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{placement: "onload", onloadPath: "ring"} })
+	RegisterDataPlane(func() DataPlane { return &nagareSwitchPlane{placement: "onload", onloadPath: "afxdp"} })
 }
 
 func (p *nagareSwitchPlane) Name() string {
 	switch {
+	case p.placement != "" && p.onloadPath != "":
+		return "nagare-switch-" + p.placement + "-" + p.onloadPath
 	case p.placement != "":
 		return "nagare-switch-" + p.placement
 	case p.capacity > 0:
@@ -81,6 +88,10 @@ func (p *nagareSwitchPlane) Name() string {
 
 func (p *nagareSwitchPlane) Description() string {
 	switch {
+	case p.onloadPath == "ring":
+		return "nagare-switch, every pod port onloaded, --onload-path ring: BPF ring buffer up, sendmmsg down; pods tx-csum off"
+	case p.onloadPath == "afxdp":
+		return "nagare-switch, every pod port onloaded, --onload-path afxdp: XDP to an AF_XDP socket per port (copy mode), its TX ring down; pods tx-csum off"
 	case p.placement != "":
 		return "nagare-switch, every pod port onloaded: packets classified by the fast path, executed in userspace (batched ring + sendmmsg; GSO packets sent whole with a vnet header)"
 	case p.capacity > 0:
@@ -179,6 +190,9 @@ func (p *nagareSwitchPlane) start(ctx context.Context, t *Topology, sw *nagareSw
 	args = append(args, "--fail-mode", "secure")
 	if p.extraArgs != nil {
 		args = append(args, p.extraArgs(sw)...)
+	}
+	if p.onloadPath != "" {
+		args = append(args, "--onload-path", p.onloadPath)
 	}
 	if p.capacity > 0 {
 		args = append(args, "--fastpath-capacity", strconv.Itoa(p.capacity))
