@@ -32,16 +32,7 @@ struct {
 
 static __always_inline int drop_xdp(__u32 ifindex, __u32 reason)
 {
-	struct port_drop_key pk = { .ifindex = ifindex, .reason = reason };
-	__u64 *v = bpf_map_lookup_elem(&drops, &reason), one = 1;
-
-	if (v)
-		*v += 1;
-	v = bpf_map_lookup_elem(&port_drops, &pk);
-	if (v)
-		*v += 1;
-	else
-		bpf_map_update_elem(&port_drops, &pk, &one, BPF_NOEXIST);
+	count_drop(ifindex, reason);
 	return XDP_DROP;
 }
 

@@ -353,19 +353,11 @@ static __always_inline void count(__u32 ctr)
 		*v += 1;
 }
 
-/* drop_skb counts the reason, globally and for the packet's device, and
- * returns the verdict that drops the packet. */
-static __always_inline int drop_skb(const struct __sk_buff *skb, __u32 reason)
+/* count_drop counts a drop of reason, globally and for device ifindex. */
+static __always_inline void count_drop(__u32 ifindex, __u32 reason)
 {
-	struct port_drop_key pk = { .reason = reason };
+	struct port_drop_key pk = { .ifindex = ifindex, .reason = reason };
 	__u64 *v = bpf_map_lookup_elem(&drops, &reason), one = 1;
-
-	/* One load from the context at a constant offset, in asm: inside the
-	 * action loop clang hoists &skb->ifindex into a register, and the
-	 * verifier refuses loads through a context pointer that was moved. */
-	asm volatile("%[res] = *(u32 *)(%[skb] + %[off])"
-		     : [res] "=r"(pk.ifindex)
-		     : [skb] "r"(skb), [off] "i"(offsetof(struct __sk_buff, ifindex)));
 
 	if (v)
 		*v += 1;
@@ -374,6 +366,21 @@ static __always_inline int drop_skb(const struct __sk_buff *skb, __u32 reason)
 		*v += 1;
 	else
 		bpf_map_update_elem(&port_drops, &pk, &one, BPF_NOEXIST);
+}
+
+/* drop_skb counts the reason, globally and for the packet's device, and
+ * returns the verdict that drops the packet. */
+static __always_inline int drop_skb(const struct __sk_buff *skb, __u32 reason)
+{
+	__u32 ifindex;
+
+	/* One load from the context at a constant offset, in asm: inside the
+	 * action loop clang hoists &skb->ifindex into a register, and the
+	 * verifier refuses loads through a context pointer that was moved. */
+	asm volatile("%[res] = *(u32 *)(%[skb] + %[off])"
+		     : [res] "=r"(ifindex)
+		     : [skb] "r"(skb), [off] "i"(offsetof(struct __sk_buff, ifindex)));
+	count_drop(ifindex, reason);
 	return TC_ACT_SHOT;
 }
 

@@ -139,6 +139,20 @@ func testOnloadForwards(t *testing.T, path OnloadPath) {
 	if x := o.Stats.XDP.Load(); (path == OnloadPathAFXDP) != (x > 0) || (x > 0 && x < c["onload"]) {
 		t.Fatalf("%s path: %d of %d onloaded packets came through AF_XDP", path, x, c["onload"])
 	}
+	// A malformed frame (an IPv4 header cut off) is dropped and counted
+	// with its reason, whichever hook sees it first.
+	raw := nstest.RawSocket(t, a, "eth0")
+	frame := append(append([]byte{0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1}, 0x08, 0x00), 0x45, 0, 0, 20, 0)
+	if _, err := unix.Write(raw, frame); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if dr, _ := d.Drops(); dr[DropShortIP] == 1 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("drops %v: the short frame was not counted", dr)
+		}
+	}
 }
 
 // TestOnloadForwardsTSO: pods with TSO hand their veths GSO packets; the

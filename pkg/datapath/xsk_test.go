@@ -3,6 +3,8 @@ package datapath
 import (
 	"encoding/binary"
 	"net"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,6 +73,13 @@ func TestXSKRoundTrip(t *testing.T) {
 	}
 	defer rx.Close()
 	defer tx.Close()
+	// XDP on a veth takes GSO from its peer (what docs/placement.md says
+	// about pods on the AF_XDP path).
+	if out, err := exec.Command("ip", "netns", "exec", p.Name, "ethtool", "-k", "in0").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	} else if !strings.Contains(string(out), "tx-tcp-segmentation: off [fixed]") {
+		t.Fatalf("the peer keeps TSO with XDP attached:\n%s", out)
+	}
 
 	const total, burst = 3 * xskRxFrames, 64 // a burst fits the reading socket's buffer
 	frame := func(i int) []byte {
