@@ -3,7 +3,6 @@ package datapath
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -309,13 +309,17 @@ func (o *Onloader) enableXDP(ofport uint32) error {
 	var x *XSK
 	var l link.Link
 	err := d.inNetns(func() error {
-		ifc, err := net.InterfaceByIndex(port.Ifindex)
+		ln, err := netlink.LinkByIndex(port.Ifindex)
 		if err != nil {
 			return err
 		}
-		if ifc.MTU > xskMaxMTU {
+		if a := ln.Attrs(); a.MTU > xskMaxMTU {
 			return fmt.Errorf("datapath: %s has MTU %d: its frames do not fit a %d-byte AF_XDP frame (MTU %d at most); the ring carries jumbo frames",
-				port.Name, ifc.MTU, xskFrame, xskMaxMTU)
+				port.Name, a.MTU, xskFrame, xskMaxMTU)
+		} else if a.NumRxQueues > 1 {
+			// One socket, on queue 0: frames of another queue could not
+			// be redirected to it.
+			return fmt.Errorf("datapath: %s has %d receive queues: the AF_XDP path binds one socket to queue 0", port.Name, a.NumRxQueues)
 		}
 		if x, err = NewXSK(port.Ifindex); err != nil {
 			return err
