@@ -23,10 +23,14 @@ struct xsk_hdr {
 	__u32 len;     /* frame length after this header */
 };
 
+/* A socket per receive queue: a veth's frames arrive on the queue its
+ * peer's sender picked. Devices with more queues keep the ring path. */
+#define XSK_QUEUES 4
+
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
-	__uint(max_entries, PORT_ARRAY);
-	__type(key, __u32);   /* ifindex */
+	__uint(max_entries, PORT_ARRAY * XSK_QUEUES);
+	__type(key, __u32);   /* ifindex * XSK_QUEUES + receive queue */
 	__type(value, __u32); /* AF_XDP socket */
 } xsks SEC(".maps");
 
@@ -46,7 +50,7 @@ int nagare_port_xdp(struct xdp_md *ctx)
 	struct port_info *port;
 	struct dp_config *cfg;
 	struct xsk_hdr *h;
-	__u32 ifindex = ctx->ingress_ifindex, zero = 0, fid, len;
+	__u32 ifindex = ctx->ingress_ifindex, zero = 0, fid, len, slot;
 	void *data, *data_end;
 	int ret;
 
@@ -54,7 +58,8 @@ int nagare_port_xdp(struct xdp_md *ctx)
 	if (!port || (port->flags & PORT_TUNNEL))
 		return XDP_PASS;
 	cfg = bpf_map_lookup_elem(&config, &zero);
-	if (!cfg || !bpf_map_lookup_elem(&xsks, &ifindex))
+	slot = ifindex * XSK_QUEUES + ctx->rx_queue_index;
+	if (!cfg || ctx->rx_queue_index >= XSK_QUEUES || !bpf_map_lookup_elem(&xsks, &slot))
 		return XDP_PASS;
 
 	data = (void *)(long)ctx->data;
@@ -88,5 +93,5 @@ int nagare_port_xdp(struct xdp_md *ctx)
 	count(CTR_ONLOAD);
 	/* A full socket ring drops the frame after this returns: userspace
 	 * sees the gap in seq, or the socket's drop counter (xsk.go). */
-	return bpf_redirect_map(&xsks, ifindex, XDP_DROP);
+	return bpf_redirect_map(&xsks, slot, XDP_DROP);
 }

@@ -16,10 +16,23 @@ import (
 
 // podPair builds node N with pods A (10.1.0.1) and B (10.1.0.2) attached to
 // a fast-path instance in N as ports 1 and 2.
-func podPair(t testing.TB) (n, a, b nstest.NS, d *Datapath) {
+func podPair(t testing.TB) (n, a, b nstest.NS, d *Datapath) { return podPairQueues(t, 1) }
+
+// podPairQueues is podPair with veths of that many queues each way.
+func podPairQueues(t testing.TB, queues int) (n, a, b nstest.NS, d *Datapath) {
 	n, a, b = nstest.New(t, "node"), nstest.New(t, "a"), nstest.New(t, "b")
-	nstest.Veth(t, a, "eth0", n, "va", 1500)
-	nstest.Veth(t, b, "eth0", n, "vb", 1500)
+	for _, v := range []struct {
+		pod  nstest.NS
+		host string
+	}{{a, "va"}, {b, "vb"}} {
+		q := fmt.Sprint(queues)
+		if err := nstest.Sh("ip", "link", "add", "eth0", "netns", v.pod.Name, "numtxqueues", q, "numrxqueues", q, "type", "veth",
+			"peer", "name", v.host, "netns", n.Name, "numtxqueues", q, "numrxqueues", q); err != nil {
+			t.Fatal(err)
+		}
+		v.pod.IP(t, "link", "set", "eth0", "up")
+		n.IP(t, "link", "set", v.host, "up")
+	}
 	a.IP(t, "addr", "add", "10.1.0.1/24", "dev", "eth0")
 	b.IP(t, "addr", "add", "10.1.0.2/24", "dev", "eth0")
 	d, err := Open(Config{Name: n.Name, PinRoot: testPinDir, NetNS: n.Path, MaxFlows: 1024})

@@ -99,7 +99,8 @@ func TestOnloadForwards(t *testing.T) {
 }
 
 func testOnloadForwards(t *testing.T, path OnloadPath) {
-	_, a, b, d := podPair(t)
+	// Two queues: the AF_XDP path takes each with a socket of its own.
+	_, a, b, d := podPairQueues(t, 2)
 	for _, ns := range []nstest.NS{a, b} {
 		// Without TSO: every packet a plain frame (GSO packets:
 		// TestOnloadForwardsTSO).

@@ -58,11 +58,13 @@ func (r *xskRing) desc(i uint32) *unix.XDPDesc {
 	return (*unix.XDPDesc)(unsafe.Add(r.descs, uintptr(i&r.mask)*unsafe.Sizeof(unix.XDPDesc{})))
 }
 
-// XSK is one AF_XDP socket with its own UMEM, bound to queue 0 of a device
-// in copy mode. Not safe for concurrent use: one goroutine owns it.
+// XSK is one AF_XDP socket with its own UMEM, bound to one receive queue
+// of a device in copy mode. Not safe for concurrent use: one goroutine
+// owns it.
 type XSK struct {
 	fd       int
 	Ifindex  int
+	RxQueue  int
 	umem     []byte
 	fill     xskRing
 	comp     xskRing
@@ -73,15 +75,15 @@ type XSK struct {
 	rxHeld   []uint64 // frames received and not yet given back to fill
 }
 
-// NewXSK opens an AF_XDP socket on queue 0 of ifindex (copy mode). The
-// device must be in the calling thread's network namespace. It receives
-// only what an XDP program redirects to it (an XSKMAP entry).
-func NewXSK(ifindex int) (*XSK, error) {
+// NewXSK opens an AF_XDP socket on receive queue queue of ifindex (copy
+// mode). The device must be in the calling thread's network namespace. It
+// receives only what an XDP program redirects to it (an XSKMAP entry).
+func NewXSK(ifindex, queue int) (*XSK, error) {
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("datapath: AF_XDP socket: %w", err)
 	}
-	x := &XSK{fd: fd, Ifindex: ifindex}
+	x := &XSK{fd: fd, Ifindex: ifindex, RxQueue: queue}
 	if err := x.setup(); err != nil {
 		x.Close()
 		return nil, err
@@ -147,9 +149,9 @@ func (x *XSK) setup() error {
 	for i := range uint64(xskTxFrames) {
 		x.txFree = append(x.txFree, (xskRxFrames+i)*xskFrame)
 	}
-	sa := unix.SockaddrXDP{Flags: unix.XDP_COPY, Ifindex: uint32(x.Ifindex), QueueID: 0}
+	sa := unix.SockaddrXDP{Flags: unix.XDP_COPY, Ifindex: uint32(x.Ifindex), QueueID: uint32(x.RxQueue)}
 	if err := unix.Bind(x.fd, &sa); err != nil {
-		return fmt.Errorf("datapath: binding AF_XDP to ifindex %d queue 0 (copy mode): %w", x.Ifindex, err)
+		return fmt.Errorf("datapath: binding AF_XDP to ifindex %d queue %d (copy mode): %w", x.Ifindex, x.RxQueue, err)
 	}
 	return nil
 }

@@ -51,12 +51,17 @@ const xskMaxMTU = xskFrame - unix.XDP_PACKET_HEADROOM - xskHdrLen - 18
 // seq, in_port, len.
 const xskHdrLen = 24
 
-// xskPort is one port's socket and XDP attachment.
+// xskPort is one port's sockets (one per receive queue; the first also
+// transmits) and XDP attachment.
 type xskPort struct {
 	ofport uint32
-	x      *XSK
+	xs     []*XSK
 	l      link.Link
 }
+
+// xskQueues is XSK_QUEUES in bpf/nagare_port_xdp.h: sockets per port at
+// most; the xsks key is ifindex * xskQueues + queue.
+const xskQueues = 4
 
 // xdpSource is the Onloader's AF_XDP side.
 type xdpSource struct {
@@ -71,7 +76,7 @@ type xdpSource struct {
 
 	// Owned by the loop.
 	seenGen uint64
-	active  []*xskPort
+	active  []*XSK
 	frames  [][]byte
 	held    []*XSK
 	lastSeq map[uint32]uint64 // flow id → highest seq seen
@@ -95,11 +100,11 @@ func (o *Onloader) xdpLoop() error {
 		// ring read after the socket read holds every record that came
 		// before the frames it found (a port moving to AF_XDP).
 		s.frames, s.held = s.frames[:0], s.held[:0]
-		for _, p := range s.active {
+		for _, x := range s.active {
 			before := len(s.frames)
-			s.frames = p.x.Receive(s.frames, onloadBatch-len(s.frames))
+			s.frames = x.Receive(s.frames, onloadBatch-len(s.frames))
 			if len(s.frames) > before {
-				s.held = append(s.held, p.x)
+				s.held = append(s.held, x)
 			}
 			if len(s.frames) == onloadBatch {
 				break
@@ -191,8 +196,8 @@ func (o *Onloader) settle(id uint32, seq uint64) {
 // of silence (XDP hands a frame over within its NAPI poll).
 func (s *xdpSource) resync(o *Onloader) {
 	var drops uint64
-	for _, p := range s.active {
-		drops += p.x.RxDrops()
+	for _, x := range s.active {
+		drops += x.RxDrops()
 	}
 	if drops == s.drops {
 		return
@@ -217,19 +222,19 @@ func (s *xdpSource) refresh(o *Onloader) {
 	s.active = s.active[:0]
 	m := make(map[int]*XSK, len(s.ports))
 	for _, p := range s.ports {
-		s.active = append(s.active, p)
-		m[p.x.Ifindex] = p.x
+		s.active = append(s.active, p.xs...)
+		m[p.xs[0].Ifindex] = p.xs[0]
 	}
 	s.mu.Unlock()
-	slices.SortFunc(s.active, func(a, b *xskPort) int { return int(a.ofport) - int(b.ofport) })
+	slices.SortFunc(s.active, func(a, b *XSK) int { return (a.Ifindex-b.Ifindex)*xskQueues + a.RxQueue - b.RxQueue })
 	o.eb.xsk = m
 	var drops uint64
-	for _, p := range s.active {
-		drops += p.x.RxDrops()
+	for _, x := range s.active {
+		drops += x.RxDrops()
 	}
 	s.drops = drops
 	for _, p := range retiring {
-		p.x.Close()
+		p.close()
 	}
 }
 
@@ -294,10 +299,10 @@ func (o *Onloader) enableXDP(ofport uint32) error {
 		return nil
 	}
 	d.mu.Lock()
-	p, ok := d.ports[ofport]
+	dp, ok := d.ports[ofport]
 	var port Port
 	if ok {
-		port = *p
+		port = *dp
 	}
 	d.mu.Unlock()
 	if !ok {
@@ -306,48 +311,54 @@ func (o *Onloader) enableXDP(ofport uint32) error {
 	if port.Kind == PortTunnel {
 		return fmt.Errorf("datapath: port %d is a tunnel: its packets are decapsulated at tc, not seen by XDP", ofport)
 	}
-	var x *XSK
-	var l link.Link
+	if port.Ifindex >= portArray {
+		return fmt.Errorf("datapath: %s has ifindex %d: past the xsks map", port.Name, port.Ifindex)
+	}
+	p := &xskPort{ofport: ofport}
 	err := d.inNetns(func() error {
 		ln, err := netlink.LinkByIndex(port.Ifindex)
 		if err != nil {
 			return err
 		}
-		if a := ln.Attrs(); a.MTU > xskMaxMTU {
+		a := ln.Attrs()
+		if a.MTU > xskMaxMTU {
 			return fmt.Errorf("datapath: %s has MTU %d: its frames do not fit a %d-byte AF_XDP frame (MTU %d at most); the ring carries jumbo frames",
 				port.Name, a.MTU, xskFrame, xskMaxMTU)
-		} else if a.NumRxQueues > 1 {
-			// One socket, on queue 0: frames of another queue could not
-			// be redirected to it.
-			return fmt.Errorf("datapath: %s has %d receive queues: the AF_XDP path binds one socket to queue 0", port.Name, a.NumRxQueues)
 		}
-		if x, err = NewXSK(port.Ifindex); err != nil {
-			return err
+		queues := max(a.NumRxQueues, 1)
+		if queues > xskQueues {
+			return fmt.Errorf("datapath: %s has %d receive queues: the AF_XDP path takes %d at most", port.Name, queues, xskQueues)
 		}
-		if err = d.objs.Xsks.Put(uint32(port.Ifindex), uint32(x.FD())); err != nil {
-			return fmt.Errorf("datapath: xsks: %w", err)
+		for q := range queues {
+			x, err := NewXSK(port.Ifindex, q)
+			if err != nil {
+				return err
+			}
+			p.xs = append(p.xs, x)
+			if err = d.objs.Xsks.Put(uint32(port.Ifindex*xskQueues+q), uint32(x.FD())); err != nil {
+				return fmt.Errorf("datapath: xsks: %w", err)
+			}
 		}
-		l, err = link.AttachXDP(link.XDPOptions{Program: d.objs.NagarePortXdp, Interface: port.Ifindex, Flags: link.XDPDriverMode})
+		p.l, err = link.AttachXDP(link.XDPOptions{Program: d.objs.NagarePortXdp, Interface: port.Ifindex, Flags: link.XDPDriverMode})
 		if err != nil {
 			return fmt.Errorf("datapath: attaching XDP to %s: %w", port.Name, err)
 		}
 		return nil
 	})
-	if err != nil {
-		_ = d.objs.Xsks.Delete(uint32(port.Ifindex))
-		if x != nil {
-			x.Close()
+	if err == nil {
+		for _, x := range p.xs {
+			if err = unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, x.FD(), &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(x.FD())}); err != nil {
+				break
+			}
 		}
-		return err
 	}
-	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, x.FD(), &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(x.FD())}); err != nil {
-		l.Close()
-		_ = d.objs.Xsks.Delete(uint32(port.Ifindex))
-		x.Close()
+	if err != nil {
+		d.unbindXSK(p)
+		p.close()
 		return err
 	}
 	s.mu.Lock()
-	s.ports[ofport] = &xskPort{ofport: ofport, x: x, l: l}
+	s.ports[ofport] = p
 	s.mu.Unlock()
 	s.gen.Add(1)
 	s.wake()
@@ -388,16 +399,33 @@ func (o *Onloader) DisableXDP(ofport uint32) {
 	if !ok {
 		return
 	}
-	ifindex := uint32(p.x.Ifindex)
-	_ = o.d.setPortXDP(int(ifindex), false)
-	p.l.Close()
-	_ = o.d.objs.Xsks.Delete(ifindex)
-	_ = unix.EpollCtl(s.epfd, unix.EPOLL_CTL_DEL, p.x.FD(), nil)
+	_ = o.d.setPortXDP(p.xs[0].Ifindex, false)
+	o.d.unbindXSK(p)
+	for _, x := range p.xs {
+		_ = unix.EpollCtl(s.epfd, unix.EPOLL_CTL_DEL, x.FD(), nil)
+	}
 	s.mu.Lock()
 	s.retiring = append(s.retiring, p)
 	s.mu.Unlock()
 	s.gen.Add(1)
 	s.wake()
+}
+
+// unbindXSK detaches p's XDP program and removes its sockets from xsks.
+func (d *Datapath) unbindXSK(p *xskPort) {
+	if p.l != nil {
+		p.l.Close()
+		p.l = nil
+	}
+	for _, x := range p.xs {
+		_ = d.objs.Xsks.Delete(uint32(x.Ifindex*xskQueues + x.RxQueue))
+	}
+}
+
+func (p *xskPort) close() {
+	for _, x := range p.xs {
+		x.Close()
+	}
 }
 
 // XDPPorts lists the ports on the AF_XDP path, and those where it could
@@ -447,7 +475,7 @@ func (o *Onloader) closeXDP() {
 func (s *xdpSource) release() {
 	s.mu.Lock()
 	for _, p := range s.retiring {
-		p.x.Close()
+		p.close()
 	}
 	s.retiring = nil
 	s.mu.Unlock()

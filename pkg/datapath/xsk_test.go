@@ -60,10 +60,10 @@ func TestXSKRoundTrip(t *testing.T) {
 			return
 		}
 		t.Cleanup(func() { l.Close() })
-		if rx, ferr = NewXSK(xa.Index); ferr != nil {
+		if rx, ferr = NewXSK(xa.Index, 0); ferr != nil {
 			return
 		}
-		if tx, ferr = NewXSK(xc.Index); ferr != nil {
+		if tx, ferr = NewXSK(xc.Index, 0); ferr != nil {
 			return
 		}
 		ferr = xsks.Put(uint32(0), uint32(rx.FD()))
