@@ -331,6 +331,9 @@ func (o *Onloader) enableXDP(ofport uint32) error {
 		}
 		for q := range queues {
 			x, err := NewXSK(port.Ifindex, q)
+			if err != nil && q > 0 && errors.Is(err, unix.EINVAL) {
+				break // queues allocated, not in use (veth: its channels)
+			}
 			if err != nil {
 				return err
 			}
