@@ -73,6 +73,8 @@ type XSK struct {
 	txFree   []uint64 // transmit frames not in the kernel's hands
 	txQueued int      // descriptors produced since the last kick
 	rxHeld   []uint64 // frames received and not yet given back to fill
+	// dropsSeen is RxDrops when its owner last looked (xsk_onload.go).
+	dropsSeen uint64
 }
 
 // NewXSK opens an AF_XDP socket on receive queue queue of ifindex (copy
@@ -259,13 +261,15 @@ func (x *XSK) Stats() (unix.XDPStatistics, error) {
 	return st, nil
 }
 
-// RxDrops is what the kernel dropped for want of room on this socket.
+// RxDrops is what the kernel dropped for want of room on this socket:
+// no free frame (rx_dropped; such a frame also counts in
+// rx_fill_ring_empty_descs, left out) or a full RX ring.
 func (x *XSK) RxDrops() uint64 {
 	st, err := x.Stats()
 	if err != nil {
 		return 0
 	}
-	return st.Rx_dropped + st.Rx_ring_full + st.Rx_fill_ring_empty_descs
+	return st.Rx_dropped + st.Rx_ring_full
 }
 
 // Close releases the socket, its rings and its UMEM.

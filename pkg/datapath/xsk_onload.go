@@ -80,7 +80,6 @@ type xdpSource struct {
 	frames  [][]byte
 	held    []*XSK
 	lastSeq map[uint32]uint64 // flow id → highest seq seen
-	drops   uint64            // the sockets' drop counters, last read
 }
 
 // xdpLoop is Run on the AF_XDP path: the sockets and the onload ring.
@@ -195,15 +194,17 @@ func (o *Onloader) settle(id uint32, seq uint64) {
 // packets may take the fast path again. Nothing is in flight after 20 ms
 // of silence (XDP hands a frame over within its NAPI poll).
 func (s *xdpSource) resync(o *Onloader) {
-	var drops uint64
+	var lost uint64
 	for _, x := range s.active {
-		drops += x.RxDrops()
+		if n := x.RxDrops(); n != x.dropsSeen {
+			lost += n - x.dropsSeen
+			x.dropsSeen = n
+		}
 	}
-	if drops == s.drops {
+	if lost == 0 {
 		return
 	}
-	o.Stats.Lost.Add(drops - s.drops)
-	s.drops = drops
+	o.Stats.Lost.Add(lost)
 	for id := range s.lastSeq {
 		enq, _ := o.d.seqCounters(id)
 		if enq != nil {
@@ -228,11 +229,6 @@ func (s *xdpSource) refresh(o *Onloader) {
 	s.mu.Unlock()
 	slices.SortFunc(s.active, func(a, b *XSK) int { return (a.Ifindex-b.Ifindex)*xskQueues + a.RxQueue - b.RxQueue })
 	o.eb.xsk = m
-	var drops uint64
-	for _, x := range s.active {
-		drops += x.RxDrops()
-	}
-	s.drops = drops
 	for _, p := range retiring {
 		p.close()
 	}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nagare-net/nagare/internal/nstest"
+	"github.com/nagare-net/nagare/pkg/flow"
 )
 
 // TestXSKRoundTrip drives the raw AF_XDP code: frames sent into veth xa
@@ -139,5 +140,72 @@ func TestXSKRoundTrip(t *testing.T) {
 	}
 	if d := rx.RxDrops(); d != 0 {
 		t.Fatalf("%d frames dropped by the kernel", d)
+	}
+}
+
+// TestXDPSettlesDroppedFrames: frames XDP counted for an onloaded flow but
+// its socket had no room for (a burst larger than the RX ring while the
+// Onloader is not reading) must not leave the flow "in userspace" for
+// ever: the Onloader sends on what the ring held, settles done up to the
+// last frame it saw, and, once idle with the socket's drop counter moved,
+// up to enq. The flow can then take the fast path again.
+func TestXDPSettlesDroppedFrames(t *testing.T) {
+	_, a, _, d := podPair(t)
+	id, err := d.Install(flow.Flow{Key: flow.Key{InPort: 1}, Mask: flow.Mask{InPort: 0xffffffff},
+		Actions: []flow.Action{flow.Output{Port: 2}}, Onload: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o *Onloader
+	var restore func()
+	ready, stopped := make(chan error), make(chan error, 1)
+	go func() {
+		var err error
+		if restore, err = d.LockToNetns(); err != nil {
+			ready <- err
+			return
+		}
+		defer restore()
+		if o, err = d.NewOnloaderPath(OnloadPathAFXDP); err == nil {
+			err = o.EnableXDP(1)
+		}
+		ready <- err
+		if err != nil {
+			return
+		}
+		<-ready // the burst is in
+		stopped <- o.Run()
+	}()
+	if err := <-ready; err != nil {
+		t.Fatal(err)
+	}
+	const burst = xskRxFrames + 500
+	raw := nstest.RawSocket(t, a, "eth0")
+	frame := udpPkt(t, "10.1.0.1", "10.1.0.2", 1000, 2000, "settle")
+	for range burst {
+		if _, err := unix.Write(raw, frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every frame counted by XDP (enq); the socket holds at most its ring.
+	for deadline := time.Now().Add(5 * time.Second); d.OnloadPending(id) < burst; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("XDP handed up %d of %d frames", d.OnloadPending(id), burst)
+		}
+	}
+	ready <- nil
+	defer func() {
+		o.Close()
+		if err := <-stopped; err != nil {
+			t.Error(err)
+		}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); d.OnloadPending(id) != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d packets still pending; executed %d, lost %d", d.OnloadPending(id), o.Stats.Packets.Load(), o.Stats.Lost.Load())
+		}
+	}
+	if x, l := o.Stats.XDP.Load(), o.Stats.Lost.Load(); x+l != burst || x > xskRxFrames || l == 0 {
+		t.Fatalf("executed %d, lost %d: want the ring's worth executed and the rest counted lost (%d in all)", x, l, burst)
 	}
 }

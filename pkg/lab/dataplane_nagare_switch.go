@@ -93,7 +93,7 @@ func (p *nagareSwitchPlane) Description() string {
 	case p.onloadPath == "afxdp":
 		return "nagare-switch, every pod port onloaded, --onload-path afxdp: XDP to an AF_XDP socket per port (copy mode), its TX ring down; pods tx-csum off"
 	case p.placement != "":
-		return "nagare-switch, every pod port onloaded: packets classified by the fast path, executed in userspace (batched ring + sendmmsg; GSO packets sent whole with a vnet header)"
+		return "nagare-switch, every pod port onloaded: packets classified by the fast path, executed in userspace (--onload-path auto: AF_XDP where the port allows it, else the batched ring + sendmmsg, GSO packets sent whole with a vnet header)"
 	case p.capacity > 0:
 		return fmt.Sprintf("nagare-switch with --fastpath-capacity %d: the highest-rate flows offloaded, the rest onloaded", p.capacity)
 	}
