@@ -127,7 +127,13 @@ func (o *Onloader) xdpLoop() error {
 			o.d.pruneRetired()
 			continue
 		}
-		k, err := unix.EpollWait(s.epfd, evs, 20)
+		// Idle: wait for a wakeup; while frames were seen since the last
+		// look at the drop counters, at most 20 ms (resync).
+		timeout := -1
+		if len(s.lastSeq) > 0 {
+			timeout = 20
+		}
+		k, err := unix.EpollWait(s.epfd, evs, timeout)
 		if err != nil && err != unix.EINTR {
 			return fmt.Errorf("datapath: onload epoll: %w", err)
 		}
@@ -202,6 +208,7 @@ func (s *xdpSource) resync(o *Onloader) {
 		}
 	}
 	if lost == 0 {
+		clear(s.lastSeq) // every frame seen was executed and settled
 		return
 	}
 	o.Stats.Lost.Add(lost)
