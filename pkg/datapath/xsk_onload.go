@@ -79,6 +79,7 @@ type xdpSource struct {
 	active  []*XSK
 	frames  [][]byte
 	held    []*XSK
+	next    int               // the socket read first, modulo len(active)
 	lastSeq map[uint32]uint64 // flow id → highest seq seen
 }
 
@@ -99,7 +100,11 @@ func (o *Onloader) xdpLoop() error {
 		// ring read after the socket read holds every record that came
 		// before the frames it found (a port moving to AF_XDP).
 		s.frames, s.held = s.frames[:0], s.held[:0]
-		for _, x := range s.active {
+		// Start at another socket each time: a busy port does not keep
+		// the others waiting behind a full batch.
+		s.next++
+		for i := range s.active {
+			x := s.active[(s.next+i)%len(s.active)]
 			before := len(s.frames)
 			s.frames = x.Receive(s.frames, onloadBatch-len(s.frames))
 			if len(s.frames) > before {
@@ -160,7 +165,11 @@ func (o *Onloader) executeFrames(frames [][]byte) {
 		}
 		h := (*[3]uint64)(unsafe.Pointer(&f[0]))
 		inPort := *(*uint32)(unsafe.Pointer(&f[16]))
-		o.pkts = append(o.pkts, onloadPacket{cookie: h[0], inPort: inPort, pkt: f[xskHdrLen:]})
+		pkt := f[xskHdrLen:]
+		// As for ring records: a local sender's CHECKSUM_PARTIAL is not
+		// carried over, so a half-done checksum is finished here.
+		completeChecksum(pkt)
+		o.pkts = append(o.pkts, onloadPacket{cookie: h[0], inPort: inPort, pkt: pkt})
 		id, seq := uint32(h[0]), h[1]
 		if seq > s.lastSeq[id] {
 			s.lastSeq[id] = seq
@@ -236,7 +245,20 @@ func (s *xdpSource) refresh(o *Onloader) {
 	s.mu.Unlock()
 	slices.SortFunc(s.active, func(a, b *XSK) int { return (a.Ifindex-b.Ifindex)*xskQueues + a.RxQueue - b.RxQueue })
 	o.eb.xsk = m
+	// A retired socket may still hold frames XDP redirected before it was
+	// unbound: they are counted in their flows' enq, so they are sent on
+	// before the socket goes.
 	for _, p := range retiring {
+		for _, x := range p.xs {
+			for {
+				s.frames = x.Receive(s.frames[:0], onloadBatch)
+				if len(s.frames) == 0 {
+					break
+				}
+				o.executeFrames(s.frames)
+				x.Release()
+			}
+		}
 		p.close()
 	}
 }
@@ -250,7 +272,7 @@ func (s *xdpSource) wake() {
 // startXDP sets up the AF_XDP side: an epoll set with the onload ring and
 // an eventfd; ports join it with EnableXDP.
 func (o *Onloader) startXDP() error {
-	if err := xdpProbe(); err != nil {
+	if err := ProbeAFXDP(); err != nil {
 		return err
 	}
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -489,8 +511,8 @@ func (s *xdpSource) release() {
 	unix.Close(s.evfd)
 }
 
-// xdpProbe reports whether this kernel gives AF_XDP sockets.
-func xdpProbe() error {
+// ProbeAFXDP reports whether this kernel gives AF_XDP sockets.
+func ProbeAFXDP() error {
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("datapath: AF_XDP socket: %w", err)

@@ -145,7 +145,8 @@ func TestPlacementByCookie(t *testing.T) {
 		return ok
 	})
 	show := ts.mustControl(CtlRequest{Cmd: "placement-show"})
-	if len(show.Lines) != 2 || show.Lines[1] != "cookie=0x1/0xff: onload" || !strings.Contains(show.Lines[0], "onloaded 1") {
+	if len(show.Lines) != 3 || show.Lines[2] != "cookie=0x1/0xff: onload" || !strings.Contains(show.Lines[0], "onloaded 1") ||
+		!strings.HasPrefix(show.Lines[1], "onload path: ") {
 		t.Fatalf("placement show: %q", show.Lines)
 	}
 	if r := ts.control(CtlRequest{Cmd: "placement-set", Target: "cookie=zz", Mode: "onload"}); r.OK {
@@ -471,7 +472,8 @@ func TestOnloadedPacketInAndRevalidation(t *testing.T) {
 	ts.ofctl("--strict", "mod-flows", "priority=10,udp,in_port=1,actions=output:2")
 	c.barrier(t)
 	if got := nstest.UDPOnce(t, ts.Pods[0], ts.Pods[1], podIP(2)+":5000", "after the change"); got != "after the change" {
-		t.Fatalf("after the table change: received %q", got)
+		dr, _ := ts.dp.Drops()
+		t.Fatalf("after the table change: received %q; %+v; drops %v; cache %+v", got, ts.placementStats(), dr, ts.cached())
 	}
 	var found bool
 	for _, f := range ts.cached() {

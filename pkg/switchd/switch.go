@@ -192,6 +192,14 @@ func (c *Config) setDefaults() error {
 	if _, err := datapath.ParseOnloadPath(string(c.OnloadPath)); err != nil {
 		return err
 	}
+	if c.OnloadPath == datapath.OnloadPathAFXDP {
+		// Asked for by name: no AF_XDP in the kernel is an error, not a
+		// fallback (auto falls back; a port AF_XDP refuses falls back
+		// either way).
+		if err := datapath.ProbeAFXDP(); err != nil {
+			return fmt.Errorf("switchd: --onload-path afxdp: %w", err)
+		}
+	}
 	if c.FastpathCapacity < 0 || c.PlacementHysteresis < 0 || c.PlacementMinPPS < 0 {
 		return errors.New("switchd: fast-path capacity and placement thresholds must not be negative")
 	}

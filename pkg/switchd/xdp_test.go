@@ -63,3 +63,36 @@ func ipLink(t *testing.T, ns nstest.NS, dev string) string {
 	}
 	return string(out)
 }
+
+// TestOnloadPathDetach: a port put on AF_XDP by its onload placement gets
+// XDP and a socket; placed offload again, once none of its flows is in
+// userspace, XDP is detached (its peer gets TSO back) and the port leaves
+// the AF_XDP list.
+func TestOnloadPathDetach(t *testing.T) {
+	ts := placementSwitch(t, withOnloadPath(datapath.OnloadPathAFXDP))
+	ts.setPlacement("v1", "onload")
+	if err := ts.ping(1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if link := ipLink(t, ts.Node, "v1"); !strings.Contains(link, "xdp") {
+		t.Fatalf("no XDP on an onloaded port: %s", link)
+	}
+	if st := ts.placementStats(); len(st.XDPPorts) != 1 || st.OnloadXDP == 0 {
+		t.Fatalf("placement stats %+v: want port 1 on AF_XDP, carrying the pings", st)
+	}
+	ts.setPlacement("v1", "offload")
+	if err := ts.ping(1, 2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "XDP detached from v1", func() bool {
+		ts.rv.force(false)
+		return !strings.Contains(ipLink(t, ts.Node, "v1"), "xdp") && len(ts.placementStats().XDPPorts) == 0
+	})
+	if err := ts.ping(1, 2); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ip", "netns", "exec", ts.Pods[0].Name, "ethtool", "-k", "eth0").CombinedOutput()
+	if err != nil || strings.Contains(string(out), "tx-tcp-segmentation: off [fixed]") {
+		t.Fatalf("the pod's TSO is still fixed off after XDP left (%v):\n%s", err, out)
+	}
+}
