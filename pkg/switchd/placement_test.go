@@ -144,6 +144,13 @@ func TestPlacementByCookie(t *testing.T) {
 		}
 		return ok
 	})
+	// The port whose flow a cookie onloaded goes on AF_XDP (the default
+	// path) from the next round; the other stays plain tc.
+	waitFor(t, "port 1 on AF_XDP", func() bool {
+		ts.rv.force(false)
+		x := ts.placementStats().XDPPorts
+		return len(x) == 1 && x[0] == 1
+	})
 	show := ts.mustControl(CtlRequest{Cmd: "placement-show"})
 	if len(show.Lines) != 3 || show.Lines[2] != "cookie=0x1/0xff: onload" || !strings.Contains(show.Lines[0], "onloaded 1") ||
 		!strings.HasPrefix(show.Lines[1], "onload path: ") {

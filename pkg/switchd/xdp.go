@@ -10,38 +10,45 @@ import (
 )
 
 // The onload path's ports (docs/placement.md, "The onload path"). With
-// --onload-path auto or afxdp, a port whose flows may be onloaded (its
-// placement is onload, or a fast-path capacity is set) is put on an
-// AF_XDP socket; a port that no longer needs it goes back to plain tc
-// once none of its flows is onloaded or has packets in userspace, so its
-// peer gets GSO back (XDP on a veth turns it off). A port where AF_XDP
-// cannot be set up (no AF_XDP, XDP refused: a tunnel, an MTU too large for
-// a page) keeps the ring path; show says which path each port is on.
+// --onload-path auto or afxdp, a port whose flows are onloaded goes on
+// AF_XDP sockets: at once when its placement is onload (before its flows
+// move), otherwise (a capacity, a rule cookie) from the first round that
+// finds one of its flows onloaded. It goes back to plain tc once it no
+// longer needs them and none of its flows is onloaded or has packets in
+// userspace, so its peer gets GSO back (XDP on a veth turns it off): a
+// port whose flows all stay offloaded never pays that. A port where
+// AF_XDP cannot be set up (no AF_XDP, XDP refused: a tunnel, an MTU too
+// large for a page) keeps the ring path; show says which path each port
+// is on.
 
-// wantXDP: may port no's flows be onloaded? Rule (cookie) placements
-// are not looked at: their flows keep the ring path.
-func (s *Switch) wantXDP(p *port) bool {
-	if p.kind == datapath.PortTunnel || p.carrier != 0 {
-		return false
-	}
-	if s.place.policy.Capacity > 0 {
-		return true
-	}
-	s.place.mu.Lock()
-	defer s.place.mu.Unlock()
-	return s.place.ports[p.no] == placement.Onload
-}
-
-// syncXDP enables and disables AF_XDP per port, as wantXDP says. Called
-// at the start of each placement round, under the seats lock.
+// syncXDP enables and disables AF_XDP per port. Called at the start of
+// each placement round, under the seats lock.
 func (s *Switch) syncXDP() {
 	o := s.onloader.Load()
 	if o == nil || o.Path() != datapath.OnloadPathAFXDP {
 		return
 	}
 	on, failed := o.XDPPorts()
+	s.place.mu.Lock()
+	var placed []uint32
+	for no, m := range s.place.ports {
+		if m == placement.Onload {
+			placed = append(placed, no)
+		}
+	}
+	s.place.mu.Unlock()
+	s.cache.mu.Lock()
+	idle := s.cache.onloaded == 0
+	s.cache.mu.Unlock()
+	if len(on) == 0 && len(placed) == 0 && idle {
+		return // nothing onloaded, nothing on AF_XDP: no scan of the flows
+	}
+	busy := s.portsInUserspace()
 	for _, p := range s.ports.list() {
-		want, has := s.wantXDP(p), slices.Contains(on, p.no)
+		if p.kind == datapath.PortTunnel || p.carrier != 0 {
+			continue
+		}
+		want, has := slices.Contains(placed, p.no) || busy[p.no], slices.Contains(on, p.no)
 		_, refused := failed[p.no]
 		switch {
 		case want && !has && !refused:
@@ -50,24 +57,25 @@ func (s *Switch) syncXDP() {
 			} else {
 				s.log.Info("onload path: AF_XDP", "port", p.name)
 			}
-		case !want && has && !s.portInUserspace(p.no):
+		case !want && has:
 			o.DisableXDP(p.no)
 			s.log.Info("onload path: AF_XDP off", "port", p.name)
 		}
 	}
 }
 
-// portInUserspace: is a flow entering on port no onloaded, or are packets
-// of it in userspace?
-func (s *Switch) portInUserspace(no uint32) bool {
+// portsInUserspace: the ports with a flow entering on them that is
+// onloaded, or has packets in userspace.
+func (s *Switch) portsInUserspace() map[uint32]bool {
+	busy := map[uint32]bool{}
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
 	for _, uk := range s.cache.ukeys {
-		if uk != nil && uk.packet.InPort == no && (uk.onload || s.dp.OnloadPending(uk.id) > 0) {
-			return true
+		if uk != nil && !busy[uk.packet.InPort] && (uk.onload || s.dp.OnloadPending(uk.id) > 0) {
+			busy[uk.packet.InPort] = true
 		}
 	}
-	return false
+	return busy
 }
 
 // onloadPathLine says which path onloaded packets take, per port.
