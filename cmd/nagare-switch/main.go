@@ -118,7 +118,7 @@ func run(args []string) error {
 	fs.IntVar(&cfg.FastpathCapacity, "fastpath-capacity", 0, "flows the fast path runs at once, emulating a NIC or DPU flow table (0: unlimited); the rest are onloaded, the highest-rate flows hold the fast path")
 	fs.Float64Var(&cfg.PlacementHysteresis, "placement-hysteresis", 0.25, "an onloaded flow takes an offloaded one's place only when its rate is this fraction higher ...")
 	fs.Float64Var(&cfg.PlacementMinPPS, "placement-min-pps", 100, "... and at least this many packets per second higher")
-	fs.Func("onload-path", "how onloaded packets reach the switch: auto (AF_XDP where the kernel and device allow it, else the ring), afxdp (the same, but a kernel without AF_XDP is an error), ring (BPF ring buffer + sendmmsg)", func(v string) error {
+	fs.Func("onload-path", "how onloaded packets reach the switch: ring (default: BPF ring buffer + sendmmsg, pods keep TSO), auto (AF_XDP where the kernel and device allow it, else the ring: more packets/s, but pods lose TSO while XDP is attached), afxdp (auto, and a kernel without AF_XDP is an error)", func(v string) error {
 		p, err := datapath.ParseOnloadPath(v)
 		cfg.OnloadPath = p
 		return err

@@ -89,11 +89,11 @@ func (p *nagareSwitchPlane) Name() string {
 func (p *nagareSwitchPlane) Description() string {
 	switch {
 	case p.onloadPath == "ring":
-		return "nagare-switch, every pod port onloaded, --onload-path ring: BPF ring buffer up (GSO packets whole, segmented in userspace), sendmmsg down"
+		return "nagare-switch, every pod port onloaded, --onload-path ring: BPF ring buffer up, sendmmsg down (GSO packets whole, with a vnet header)"
 	case p.onloadPath == "afxdp":
 		return "nagare-switch, every pod port onloaded, --onload-path afxdp: XDP to an AF_XDP socket per receive queue (copy mode), its TX ring down; the pods lose TSO while XDP is attached"
 	case p.placement != "":
-		return "nagare-switch, every pod port onloaded: packets classified by the fast path, executed in userspace (--onload-path auto: AF_XDP where the port allows it, else the batched ring + sendmmsg, GSO packets sent whole with a vnet header)"
+		return "nagare-switch, every pod port onloaded: packets classified by the fast path, executed in userspace (batched ring + sendmmsg, the default --onload-path; GSO packets sent whole with a vnet header)"
 	case p.capacity > 0:
 		return fmt.Sprintf("nagare-switch with --fastpath-capacity %d: the highest-rate flows offloaded, the rest onloaded", p.capacity)
 	}

@@ -130,7 +130,7 @@ func testEachPlacementForwards(t *testing.T, path datapath.OnloadPath) {
 // TestPlacementByCookie: a placement set for a cookie applies to the flows
 // of the rules with that cookie only.
 func TestPlacementByCookie(t *testing.T) {
-	ts := placementSwitch(t, nil)
+	ts := placementSwitch(t, withOnloadPath(datapath.OnloadPathAFXDP))
 	ts.setPlacement("cookie=0x1/0xff", "onload")
 	if err := ts.ping(1, 2); err != nil {
 		t.Fatal(err)
@@ -144,8 +144,8 @@ func TestPlacementByCookie(t *testing.T) {
 		}
 		return ok
 	})
-	// The port whose flow a cookie onloaded goes on AF_XDP (the default
-	// path) from the next round; the other stays plain tc.
+	// The port whose flow a cookie onloaded goes on AF_XDP from the next
+	// round; the other stays plain tc.
 	waitFor(t, "port 1 on AF_XDP", func() bool {
 		ts.rv.force(false)
 		x := ts.placementStats().XDPPorts
@@ -442,7 +442,13 @@ func TestFastpathCapacity(t *testing.T) {
 // table change the revalidator gives the flow its new actions and it stays
 // onloaded.
 func TestOnloadedPacketInAndRevalidation(t *testing.T) {
-	ts := startSwitch(t, 2, nil)
+	// On AF_XDP too: its pods send with checksum offload, so the
+	// Onloader must finish their checksums.
+	forEachOnloadPath(t, testOnloadedPacketInAndRevalidation)
+}
+
+func testOnloadedPacketInAndRevalidation(t *testing.T, path datapath.OnloadPath) {
+	ts := startSwitch(t, 2, withOnloadPath(path))
 	ts.setPlacement("v1", "onload")
 	c := dialController(t, ts.Sock)
 	ts.ofctl("add-flow", "cookie=0x7,priority=10,udp,in_port=1,actions=set_field:10.9.9.9->ip_dst,set_field:7777->udp_dst,controller,output:2")

@@ -92,8 +92,10 @@ type Config struct {
 	// and by this many packets per second (placement.Policy).
 	PlacementHysteresis float64
 	PlacementMinPPS     float64
-	// OnloadPath: how onloaded packets reach the switch (xdp.go): auto
-	// (AF_XDP where it can be set up; the default), afxdp, or ring.
+	// OnloadPath: how onloaded packets reach the switch (xdp.go): ring
+	// (the default: pods keep TSO, GSO packets travel whole), auto (AF_XDP
+	// where it can be set up: more packets per second, but XDP takes TSO
+	// from the pods), or afxdp (auto, and AF_XDP required).
 	OnloadPath datapath.OnloadPath
 
 	// Per-port budgets (docs/switch.md, "Per-port budgets"); 0 takes the
@@ -187,7 +189,7 @@ func (c *Config) setDefaults() error {
 		c.SteerPeriod = time.Second
 	}
 	if c.OnloadPath == "" {
-		c.OnloadPath = datapath.OnloadPathAuto
+		c.OnloadPath = datapath.OnloadPathRing
 	}
 	if _, err := datapath.ParseOnloadPath(string(c.OnloadPath)); err != nil {
 		return err
