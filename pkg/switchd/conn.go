@@ -32,7 +32,7 @@ type ofConn struct {
 
 	// Everything this connection is sent goes through txq, written by
 	// its own writer goroutine (see "Send queue" below).
-	txq   chan []byte
+	txq   chan txItem
 	wdone chan struct{} // closed when the writer has ended
 	pins  *pinSched     // PACKET_IN rate limit, shared fairly by port
 	drops connDrops
@@ -63,7 +63,7 @@ func (s *Switch) newConn(c net.Conn, controller bool) *ofConn {
 		role:  openflow.RoleEqual,
 		async: defaultAsync(),
 		done:  make(chan struct{}),
-		txq:   make(chan []byte, connQueue),
+		txq:   make(chan txItem, connQueue),
 		wdone: make(chan struct{}),
 	}
 	oc.pins = newPinSched(s.cfg.PacketInRate, s.cfg.PacketInBurst)
@@ -89,6 +89,14 @@ const (
 	packetInQueue = 128  // a PACKET_IN is queued only behind fewer than this many
 )
 
+// txItem is one queued message; a PACKET_IN names its ingress port, whose
+// queue slot (pinSched.reserve) is given back once it is written.
+type txItem struct {
+	b     []byte
+	port  uint32
+	pinIn bool // a PACKET_IN holding a slot of port's
+}
+
 // connDrops counts what a connection was not sent.
 type connDrops struct {
 	packetInRate  atomic.Uint64 // over the PACKET_IN rate limit
@@ -102,13 +110,16 @@ func (oc *ofConn) writer() {
 	defer close(oc.wdone)
 	for {
 		select {
-		case b := <-oc.txq:
-			if b == nil {
+		case it := <-oc.txq:
+			if it.pinIn {
+				oc.pins.release(it.port)
+			}
+			if it.b == nil {
 				oc.close()
 				return
 			}
 			_ = oc.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			if _, err := oc.c.Write(b); err != nil {
+			if _, err := oc.c.Write(it.b); err != nil {
 				oc.close()
 				return
 			}
@@ -121,16 +132,20 @@ func (oc *ofConn) writer() {
 // enqueue puts b in the send queue; wait says whether to wait for room.
 // It reports whether b was queued.
 func (oc *ofConn) enqueue(b []byte, wait bool) bool {
+	return oc.enqueueItem(txItem{b: b}, wait)
+}
+
+func (oc *ofConn) enqueueItem(it txItem, wait bool) bool {
 	if wait {
 		select {
-		case oc.txq <- b:
+		case oc.txq <- it:
 			return true
 		case <-oc.done:
 			return false
 		}
 	}
 	select {
-	case oc.txq <- b:
+	case oc.txq <- it:
 		return true
 	case <-oc.done:
 		return false
@@ -158,10 +173,11 @@ func (oc *ofConn) sendAsync(b []byte) string {
 	return ""
 }
 
-// queuePacketIn queues a PACKET_IN that passed the rate limit
-// (packetInTargets) unless packetInQueue messages wait already.
-func (oc *ofConn) queuePacketIn(b []byte) string {
-	if len(oc.txq) >= packetInQueue || !oc.enqueue(b, false) {
+// queuePacketIn queues a PACKET_IN from port that passed the rate limit
+// and holds one of port's queue slots (packetInTargets reserved it).
+func (oc *ofConn) queuePacketIn(b []byte, port uint32) string {
+	if !oc.enqueueItem(txItem{b: b, port: port, pinIn: true}, false) {
+		oc.pins.release(port)
 		oc.drops.packetInQueue.Add(1)
 		return refusedPacketInQ
 	}

@@ -32,6 +32,15 @@ import (
 // (it borrows everything no other share holds). Cost: O(1) per PACKET_IN,
 // O(ports) once per pinRefresh; at most pinMaxPorts ports have a share of
 // their own, later ones share the newcomers' share.
+//
+// The connection's send queue is shared the same way (reserve, release):
+// a PACKET_IN is queued only behind fewer than packetInQueue messages, and
+// of those slots each port has a share (packetInQueue over the ports with
+// a share or a queued PACKET_IN, plus one for a newcomer). A port past its
+// share may borrow a slot only if the slots the other ports have not used
+// of theirs stay free. Under a controller that reads slowly, the rate a
+// port is allowed is not enough: the slots the controller frees go to
+// whoever comes first, and a flooding port always comes first.
 type pinSched struct {
 	mu          sync.Mutex
 	rate, burst float64 // 0 rate: no limit
@@ -40,6 +49,8 @@ type pinSched struct {
 	newcomer    pinShare // the share of ports not seen yet
 	held        float64  // tokens in all shares, newcomer's included
 	refreshed   time.Time
+
+	queued map[uint32]int // PACKET_INs of each port in the send queue
 }
 
 type pinShare struct {
@@ -54,7 +65,7 @@ const (
 )
 
 func newPinSched(rate, burst int) *pinSched {
-	s := &pinSched{rate: float64(max(rate, 0)), burst: float64(max(burst, 1)), shares: map[uint32]*pinShare{}}
+	s := &pinSched{rate: float64(max(rate, 0)), burst: float64(max(burst, 1)), shares: map[uint32]*pinShare{}, queued: map[uint32]int{}}
 	s.total = s.burst
 	s.newcomer.tokens = s.burst
 	s.held = s.burst
@@ -137,4 +148,55 @@ func (s *pinSched) ports() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.shares)
+}
+
+// reserve takes a send-queue slot for a PACKET_IN of port, the queue
+// holding queued messages now; false: the PACKET_IN is not to be queued.
+// A slot taken is given back with release.
+func (s *pinSched) reserve(port uint32, queued int) bool {
+	if queued >= packetInQueue {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ports := len(s.shares)
+	for p := range s.queued {
+		if s.shares[p] == nil {
+			ports++
+		}
+	}
+	if _, ok := s.shares[port]; !ok && s.queued[port] == 0 {
+		ports++ // port itself
+	}
+	share := max(1, packetInQueue/(ports+1))
+	if mine := s.queued[port]; mine >= share {
+		// Borrow only what leaves every other port's unused share free.
+		free := packetInQueue - queued - share // the newcomers' share
+		for p := range s.shares {
+			if p != port {
+				free -= max(0, share-s.queued[p])
+			}
+		}
+		for p, n := range s.queued {
+			if p != port && s.shares[p] == nil {
+				free -= max(0, share-n)
+			}
+		}
+		if free <= 0 {
+			return false
+		}
+	}
+	s.queued[port]++
+	return true
+}
+
+// release gives back a slot reserve took for port.
+func (s *pinSched) release(port uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.queued[port] <= 1 {
+		delete(s.queued, port)
+	} else {
+		s.queued[port]--
+	}
 }

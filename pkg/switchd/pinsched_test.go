@@ -127,3 +127,57 @@ func TestPinSchedBoundedPorts(t *testing.T) {
 		t.Fatalf("%d ports tracked without a limit", n)
 	}
 }
+
+// A controller that reads slowly frees send-queue slots one at a time; a
+// flooding port must not take them all: past its share of the slots it
+// borrows only what the other ports leave unused, so a light port's
+// PACKET_INs are queued while the heavy one is refused. Without a rate
+// limit too (the slots are shared by the ports that hold some).
+func TestPinSchedQueueSlots(t *testing.T) {
+	for _, rate := range []int{0, 1000} {
+		s := newPinSched(rate, 250)
+		now := time.Unix(1000, 0)
+		s.take(1, now) // with a rate limit, both ports hold a share
+		s.take(2, now)
+		queued := 0
+		heavy := 0
+		for s.reserve(1, queued) {
+			queued++
+			heavy++
+		}
+		if heavy >= packetInQueue-packetInQueue/4 || heavy < packetInQueue/4 {
+			t.Fatalf("rate %d: a port alone queued %d of %d slots", rate, heavy, packetInQueue)
+		}
+		// The light port gets slots while the heavy one stays refused.
+		for i := range 10 {
+			if !s.reserve(2, queued) {
+				t.Fatalf("rate %d: light port refused its slot %d (heavy holds %d)", rate, i, heavy)
+			}
+			queued++
+			if s.reserve(1, queued) {
+				t.Fatalf("rate %d: heavy port got another slot past %d", rate, heavy)
+			}
+		}
+		// The controller reads some: the heavy port gets slots back, and
+		// the hard cap holds whatever the shares say.
+		for range 25 {
+			s.release(1)
+			queued--
+		}
+		if !s.reserve(1, queued) {
+			t.Fatalf("rate %d: heavy port refused after the controller read", rate)
+		}
+		queued++
+		if s.reserve(3, packetInQueue) {
+			t.Fatalf("rate %d: a PACKET_IN queued behind %d messages", rate, packetInQueue)
+		}
+		for p, n := range map[uint32]int{1: heavy - 25 + 1, 2: 10} {
+			for range n {
+				s.release(p)
+			}
+		}
+		if len(s.queued) != 0 {
+			t.Fatalf("rate %d: slots left after every release: %v", rate, s.queued)
+		}
+	}
+}

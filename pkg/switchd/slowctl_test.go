@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
 	"github.com/nagare-net/nagare/pkg/openflow"
 )
 
@@ -93,6 +96,80 @@ func TestSlowControllerDoesNotStallFlowSetup(t *testing.T) {
 	fast.barrier(t)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("flow setup and a barrier took %v beside a stalled controller", d)
+	}
+}
+
+// A controller that stops reading: the PACKET_INs a flooding port fills
+// its send queue with must leave room for another port's (the queue's
+// slots are shared by port, pinSched.reserve). Before, the light port's
+// PACKET_INs found the queue full and were refused; now they are queued
+// and arrive once the controller reads again.
+func TestPacketInQueueSharedByPorts(t *testing.T) {
+	ts := startSwitch(t, 3, func(c *Config) {
+		c.PacketInRate = -1                // the queue, not the rate limit, must hold
+		c.ProbeInterval = 30 * time.Second // the silent controller stays connected
+	})
+	fast := dialController(t, ts.Sock)
+	fast.flow(t, "priority=10,in_port=1,actions=CONTROLLER:128")
+	fast.flow(t, "priority=10,in_port=2,udp,actions=CONTROLLER:128")
+	fast.flow(t, "priority=5,actions=NORMAL")
+	fast.barrier(t)
+	slow := slowController(t, ts.Sock)
+
+	stop := make(chan struct{})
+	wg := floodController(t, ts, stop)
+	stopped := false
+	stopFlood := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+			wg.Wait()
+		}
+	}
+	defer stopFlood()
+	refusedQ := func(port uint32) uint64 {
+		for _, r := range ts.refused.snapshot() {
+			if r.Port == port && r.Reason == refusedPacketInQ {
+				return r.N
+			}
+		}
+		return 0
+	}
+	waitFor(t, "the flooding port's PACKET_INs refused by the full queue", func() bool { return refusedQ(1) > 0 })
+	if err := ts.Pods[1].Sh(t, "ip", "neigh", "replace", podIP(3), "lladdr", podMAC(3), "dev", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	const light = 5
+	for i := range light {
+		ts.udpFrom(2, 3, 7100+i, []byte("light"))
+	}
+	fast.waitUDPPacketIn(t, 7100+light-1) // the last one has been handled
+	before := refusedQ(1)
+	waitFor(t, "the flood still refused", func() bool { return refusedQ(1) > before })
+	if n := refusedQ(2); n != 0 {
+		t.Fatalf("light port: %d PACKET_INs refused by the queue the flooding port filled", n)
+	}
+	// The controller reads again: the light port's PACKET_INs are there.
+	stopFlood()
+	_ = slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+	r := openflow.NewReader(slow)
+	got := map[int]bool{}
+	for len(got) < light {
+		m, raw, err := r.ReadMessage()
+		if err != nil && raw == nil {
+			t.Fatalf("reading the slow controller's queue: %v (light PACKET_INs seen: %v)", err, got)
+		}
+		pi, ok := m.(*openflow.PacketIn)
+		if !ok {
+			continue
+		}
+		if in, ok := pi.Match.Get(openflow.FieldInPort); !ok || in.Uint() != 2 {
+			continue
+		}
+		pkt := gopacket.NewPacket(pi.Data, layers.LayerTypeEthernet, gopacket.Default)
+		if udp, ok := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP); ok {
+			got[int(udp.DstPort)] = true
+		}
 	}
 }
 

@@ -411,12 +411,15 @@ func (s *Switch) sendPacketIn(pi ofproto.PacketIn, pkt []byte, total int, key fl
 		TableID: pi.TableID, Cookie: pi.Cookie, Match: match, Data: data,
 	})
 	if err != nil {
+		for _, c := range targets {
+			c.pins.release(key.InPort)
+		}
 		s.log.Warn("encoding PACKET_IN", "err", err)
 		return false
 	}
 	sent := false
 	for _, c := range targets {
-		if dropped := c.queuePacketIn(b); dropped != "" {
+		if dropped := c.queuePacketIn(b, key.InPort); dropped != "" {
 			s.refused.add(key.InPort, dropped)
 		} else {
 			sent = true
@@ -427,7 +430,9 @@ func (s *Switch) sendPacketIn(pi ofproto.PacketIn, pkt []byte, total int, key fl
 
 // packetInTargets are the connections that want a PACKET_IN of this reason,
 // whose rate limit lets one through now and whose queue has room for one
-// (the others count it, and the port, as rate-limited or queue-full).
+// of port's (the others count it, and the port, as rate-limited or
+// queue-full). Each returned connection holds a queue slot for port,
+// given back when the PACKET_IN is written or not queued after all.
 func (s *Switch) packetInTargets(reason uint8, port uint32) []*ofConn {
 	s.connMu.Lock()
 	defer s.connMu.Unlock()
@@ -442,7 +447,7 @@ func (s *Switch) packetInTargets(reason uint8, port uint32) []*ofConn {
 			s.refused.add(port, refusedPacketInCap)
 			continue
 		}
-		if len(c.txq) >= packetInQueue { // a controller that is not reading
+		if !c.pins.reserve(port, len(c.txq)) { // a controller that is not reading
 			c.drops.packetInQueue.Add(1)
 			s.refused.add(port, refusedPacketInQ)
 			continue
