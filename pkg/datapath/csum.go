@@ -11,73 +11,24 @@ import "encoding/binary"
 // pseudo-header sum exactly) and writes the full checksum. Any other
 // checksum, right or wrong, is left as it is.
 func completeChecksum(pkt []byte) {
-	off := 14
-	if len(pkt) < off {
+	// The headers as the GSO code finds them (parseGSO), but only a
+	// packet whose IP header says its length: the checksum covers exactly
+	// those bytes.
+	h, err := parseGSO(pkt)
+	if err != nil || !h.sized {
 		return
 	}
-	typ := binary.BigEndian.Uint16(pkt[12:])
-	if typ == 0x8100 || typ == 0x88a8 {
-		if len(pkt) < off+4 {
-			return
-		}
-		typ = binary.BigEndian.Uint16(pkt[16:])
-		off += 4
-	}
-	var pseudo uint32
-	var proto byte
-	var l4 []byte
-	switch typ {
-	case 0x0800:
-		if len(pkt) < off+20 {
-			return
-		}
-		ip := pkt[off:]
-		ihl := int(ip[0]&0x0f) * 4
-		total := int(binary.BigEndian.Uint16(ip[2:]))
-		if ihl < 20 || total < ihl || len(ip) < total || binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
-			return // fragments: the checksum covers bytes not here
-		}
-		proto = ip[9]
-		l4 = ip[ihl:total]
-		pseudo = sum16(ip[12:20])
-	case 0x86dd:
-		if len(pkt) < off+40 {
-			return
-		}
-		ip := pkt[off:]
-		plen := int(binary.BigEndian.Uint16(ip[4:]))
-		if len(ip) < 40+plen {
-			return
-		}
-		proto = ip[6] // extension headers: left alone
-		l4 = ip[40 : 40+plen]
-		pseudo = sum16(ip[8:40])
-	default:
+	field := h.l4 + h.csumField()
+	pseudo := h.pseudoSum(pkt, h.end-h.l4)
+	if binary.BigEndian.Uint16(pkt[field:]) != fold(pseudo) {
 		return
 	}
-	var field int
-	switch proto {
-	case 6:
-		field = 16
-	case 17:
-		field = 6
-	default:
-		return
-	}
-	if len(l4) < field+2 {
-		return
-	}
-	pseudo += uint32(proto) + uint32(len(l4))
-	got := binary.BigEndian.Uint16(l4[field:])
-	if got != fold(pseudo) {
-		return
-	}
-	l4[field], l4[field+1] = 0, 0
-	full := ^fold(pseudo + sum16(l4))
-	if proto == 17 && full == 0 {
+	pkt[field], pkt[field+1] = 0, 0
+	full := ^fold(pseudo + sum16(pkt[h.l4:h.end]))
+	if h.proto == 17 && full == 0 {
 		full = 0xffff
 	}
-	binary.BigEndian.PutUint16(l4[field:], full)
+	binary.BigEndian.PutUint16(pkt[field:], full)
 }
 
 // sum16 is the one's-complement sum of b as big-endian 16-bit words,

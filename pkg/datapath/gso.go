@@ -43,6 +43,9 @@ type gsoHeaders struct {
 	l4    int    // TCP or UDP header
 	hdr   int    // payload (end of the L4 header)
 	end   int    // end of the IP packet (the frame may be longer)
+	// sized: end is what the IP header's length field says (a GSO
+	// packet's may say 0 or less than it holds: then the frame counts).
+	sized bool
 }
 
 // parseGSO finds the headers of a TCP or UDP packet over IPv4 or IPv6
@@ -74,7 +77,7 @@ func parseGSO(pkt []byte) (gsoHeaders, error) {
 		// A GSO packet's total length may say 0 (over 64 KiB): the frame's length counts.
 		h.end = len(pkt)
 		if total >= ihl && l3+total <= len(pkt) && total != 0 {
-			h.end = l3 + total
+			h.end, h.sized = l3+total, true
 		}
 		h.proto, h.l4 = ip[9], l3+ihl
 	case 0x86dd:
@@ -84,7 +87,7 @@ func parseGSO(pkt []byte) (gsoHeaders, error) {
 		ip := pkt[l3:]
 		h.end = len(pkt)
 		if plen := int(binary.BigEndian.Uint16(ip[4:])); plen != 0 && l3+40+plen <= len(pkt) {
-			h.end = l3 + 40 + plen
+			h.end, h.sized = l3+40+plen, true
 		}
 		h.proto, h.l4 = ip[6], l3+40
 	default:

@@ -88,7 +88,7 @@ const (
 // VSXNoCPU is "no CPU" in a port report and "unpin" in a core mod.
 const VSXNoCPU uint32 = 0xffffffff
 
-// VSXPort is the body of a port report (16 bytes):
+// VSXPort is the body of a port report (20 bytes):
 //
 //	4 bytes: OpenFlow port number
 //	4 bytes: workload (pod/VM) id, the FCF id its traffic carries; 0 unknown
