@@ -129,6 +129,68 @@ type Userspace struct{ Cookie uint64 }
 // Drop drops the packet (an empty action list drops too).
 type Drop struct{}
 
+// CT flags.
+const (
+	CTCommit = 1 << 0 // create the connection if new, and keep it
+	CTForce  = 1 << 1 // a committed connection seen in the reply direction is ended and started anew in this one
+)
+
+// CT sends the packet through the connection tracker in Zone (Open
+// vSwitch's ct action, bpf/lib/conntrack.h): it fills the key's Ct* fields
+// for a following Recirc, and with CTCommit creates the connection and
+// sets its mark and label under their masks. NAT, when not nil, translates
+// the packet as the connection says (a new committed connection takes its
+// translation from NAT's range).
+type CT struct {
+	Zone      uint16
+	Flags     uint8 // CTCommit | CTForce
+	NAT       *NAT
+	Mark      uint32
+	MarkMask  uint32 // 0: the mark is not set
+	Label     [16]byte
+	LabelMask [16]byte // all zero: the label is not set
+}
+
+// NAT kinds.
+const (
+	NATNone = 0 // only the connection's existing translation (OVS "nat")
+	NATSrc  = 1
+	NATDst  = 2
+)
+
+// NAT flags (how an address and port are chosen from the range).
+const (
+	NATPersistent = 1 << 0
+	NATHash       = 1 << 1
+	NATRandom     = 1 << 2
+)
+
+// NAT is the translation part of a CT action. AddrMin..AddrMax and
+// PortMin..PortMax are the range a new connection's translated address and
+// port come from (zero ports: the port is kept unless it collides, for
+// SNAT); both ends of the address range have the packet's family.
+type NAT struct {
+	Kind             uint8 // NATNone, NATSrc, NATDst
+	Flags            uint8
+	AddrMin, AddrMax netip.Addr
+	PortMin, PortMax uint16
+}
+
+// CTClear forgets the packet's connection tracking state (Ct* key fields
+// zero for a following Recirc).
+type CTClear struct{}
+
+// Recirc looks the packet up again with Key.RecircID = ID (and the Ct*
+// fields the last CT action set): translation resumes where the slow path
+// froze it.
+type Recirc struct{ ID uint32 }
+
+// Hash sets Key.DpHash to a hash of the packet's 5-tuple (addresses,
+// protocol, ports) mixed with Basis, for a following Recirc: a select
+// group's bucket is then chosen by cached flows on DpHash bits, without a
+// trip to userspace per connection.
+type Hash struct{ Basis uint32 }
+
 func (Output) isAction()      {}
 func (Local) isAction()       {}
 func (SetEthSrc) isAction()   {}
@@ -159,6 +221,10 @@ func (PopVLAN) isAction()     {}
 func (SetTunnel) isAction()   {}
 func (Userspace) isAction()   {}
 func (Drop) isAction()        {}
+func (CT) isAction()          {}
+func (CTClear) isAction()     {}
+func (Recirc) isAction()      {}
+func (Hash) isAction()        {}
 
 func (a Output) String() string      { return fmt.Sprintf("output:%d", a.Port) }
 func (Local) String() string         { return "local" }
@@ -233,6 +299,73 @@ func (a SetTunnel) String() string {
 }
 func (a Userspace) String() string { return fmt.Sprintf("userspace(cookie=0x%x)", a.Cookie) }
 func (Drop) String() string        { return "drop" }
+func (CTClear) String() string     { return "ct_clear" }
+func (a Recirc) String() string    { return fmt.Sprintf("recirc(0x%x)", a.ID) }
+func (a Hash) String() string      { return fmt.Sprintf("hash(l4(%d))", a.Basis) }
+
+// String prints a CT action as Open vSwitch's dpctl does:
+// ct(commit,zone=5,mark=0x1/0xff,nat(dst=10.0.0.1:80)).
+func (a CT) String() string {
+	var p []string
+	if a.Flags&CTCommit != 0 {
+		p = append(p, "commit")
+	}
+	if a.Flags&CTForce != 0 {
+		p = append(p, "force")
+	}
+	if a.Zone != 0 {
+		p = append(p, fmt.Sprintf("zone=%d", a.Zone))
+	}
+	if a.MarkMask != 0 {
+		p = append(p, fmt.Sprintf("mark=0x%x/0x%x", a.Mark, a.MarkMask))
+	}
+	if a.LabelMask != [16]byte{} {
+		p = append(p, fmt.Sprintf("label=0x%x/0x%x", a.Label[:], a.LabelMask[:]))
+	}
+	if a.NAT != nil {
+		p = append(p, a.NAT.String())
+	}
+	return "ct(" + strings.Join(p, ",") + ")"
+}
+
+// String prints nat(dst=10.0.0.1-10.0.0.2:80-81,random).
+func (n NAT) String() string {
+	if n.Kind == NATNone {
+		return "nat"
+	}
+	var b strings.Builder
+	b.WriteString("nat(")
+	b.WriteString(map[uint8]string{NATSrc: "src", NATDst: "dst"}[n.Kind])
+	if n.AddrMin.IsValid() {
+		b.WriteByte('=')
+		addr := func(a netip.Addr) string {
+			if a.Is6() {
+				return "[" + a.String() + "]"
+			}
+			return a.String()
+		}
+		b.WriteString(addr(n.AddrMin))
+		if n.AddrMax.IsValid() && n.AddrMax != n.AddrMin {
+			b.WriteString("-" + addr(n.AddrMax))
+		}
+		if n.PortMin != 0 {
+			fmt.Fprintf(&b, ":%d", n.PortMin)
+			if n.PortMax > n.PortMin {
+				fmt.Fprintf(&b, "-%d", n.PortMax)
+			}
+		}
+	}
+	for _, f := range []struct {
+		bit  uint8
+		name string
+	}{{NATPersistent, "persistent"}, {NATHash, "hash"}, {NATRandom, "random"}} {
+		if n.Flags&f.bit != 0 {
+			b.WriteString("," + f.name)
+		}
+	}
+	b.WriteByte(')')
+	return b.String()
+}
 
 // FormatActions prints an action list the way dump-cache shows it.
 func FormatActions(acts []Action) string {

@@ -31,9 +31,48 @@ func Format(k Key, m Mask) string {
 		}
 	}
 
+	if m.RecircID != 0 {
+		add(num("recirc_id", uint64(k.RecircID), uint64(m.RecircID), 0xffffffff, true))
+	}
+	if m.DpHash != 0 {
+		add(num("dp_hash", uint64(k.DpHash), uint64(m.DpHash), 0xffffffff, true))
+	}
 	if m.InPort != 0 {
 		add(num("in_port", uint64(k.InPort), uint64(m.InPort), 0xffffffff, false))
 	}
+	if m.CtState != 0 {
+		add("ct_state(" + CtStateString(k.CtState, m.CtState) + ")")
+	}
+	if m.CtZone != 0 {
+		add(num("ct_zone", uint64(k.CtZone), uint64(m.CtZone), 0xffff, false))
+	}
+	if m.CtMark != 0 {
+		add(num("ct_mark", uint64(k.CtMark), uint64(m.CtMark), 0xffffffff, true))
+	}
+	if !zero(m.CtLabel[:]) {
+		s := "ct_label=0x" + fmt.Sprintf("%x", k.CtLabel[:])
+		if m.CtLabel != [16]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff} {
+			s += fmt.Sprintf("/0x%x", m.CtLabel[:])
+		}
+		add(s)
+	}
+	var ct []string
+	if m.CtNwSrc != [4]byte{} {
+		ct = append(ct, "src="+addrMasked(k.CtNwSrc[:], m.CtNwSrc[:]))
+	}
+	if m.CtNwDst != [4]byte{} {
+		ct = append(ct, "dst="+addrMasked(k.CtNwDst[:], m.CtNwDst[:]))
+	}
+	if m.CtNwProto != 0 {
+		ct = append(ct, num("proto", uint64(k.CtNwProto), uint64(m.CtNwProto), 0xff, false))
+	}
+	if m.CtTpSrc != 0 {
+		ct = append(ct, num("tp_src", uint64(k.CtTpSrc), uint64(m.CtTpSrc), 0xffff, false))
+	}
+	if m.CtTpDst != 0 {
+		ct = append(ct, num("tp_dst", uint64(k.CtTpDst), uint64(m.CtTpDst), 0xffff, false))
+	}
+	group("ct_tuple4", ct)
 	var tun []string
 	if m.TunID != 0 {
 		tun = append(tun, num("vni", uint64(k.TunID), uint64(m.TunID), 0xffffffff, false))
@@ -169,6 +208,30 @@ func Format(k Key, m Mask) string {
 	return strings.Join(parts, ",")
 }
 
+// CtStateNames are the ct_state bits by name, in Open vSwitch's order.
+var CtStateNames = []struct {
+	Name string
+	Bit  uint8
+}{{"new", CtNew}, {"est", CtEst}, {"rel", CtRel}, {"rpl", CtRpl}, {"inv", CtInv}, {"trk", CtTrk}, {"snat", CtSNAT}, {"dnat", CtDNAT}}
+
+// CtStateString prints ct_state bits under mask as Open vSwitch does:
+// +bit for a bit matched set, -bit for one matched clear.
+func CtStateString(v, m uint8) string {
+	var b strings.Builder
+	for _, n := range CtStateNames {
+		if m&n.Bit == 0 {
+			continue
+		}
+		if v&n.Bit != 0 {
+			b.WriteByte('+')
+		} else {
+			b.WriteByte('-')
+		}
+		b.WriteString(n.Name)
+	}
+	return b.String()
+}
+
 func choose(c bool, a, b string) string {
 	if c {
 		return a
@@ -268,6 +331,14 @@ func Present(k Key) Mask {
 	set32(k.InPort, &m.InPort)
 	set32(k.TunID, &m.TunID)
 	set32(k.IPv6Label, &m.IPv6Label)
+	set32(k.RecircID, &m.RecircID)
+	set32(k.CtMark, &m.CtMark)
+	set32(k.DpHash, &m.DpHash)
+	set16(k.CtZone, &m.CtZone)
+	set16(k.CtTpSrc, &m.CtTpSrc)
+	set16(k.CtTpDst, &m.CtTpDst)
+	set8(k.CtState, &m.CtState)
+	set8(k.CtNwProto, &m.CtNwProto)
 	set16(k.VlanTCI, &m.VlanTCI)
 	set16(k.EthType, &m.EthType)
 	set16(k.TpSrc, &m.TpSrc)
@@ -283,7 +354,7 @@ func Present(k Key) Mask {
 	for _, f := range []struct{ v, m []byte }{
 		{k.TunSrc[:], m.TunSrc[:]}, {k.TunDst[:], m.TunDst[:]}, {k.EthSrc[:], m.EthSrc[:]}, {k.EthDst[:], m.EthDst[:]},
 		{k.IPSrc[:], m.IPSrc[:]}, {k.IPDst[:], m.IPDst[:]}, {k.ArpSHA[:], m.ArpSHA[:]}, {k.ArpTHA[:], m.ArpTHA[:]},
-		{k.NDTarget[:], m.NDTarget[:]},
+		{k.NDTarget[:], m.NDTarget[:]}, {k.CtLabel[:], m.CtLabel[:]}, {k.CtNwSrc[:], m.CtNwSrc[:]}, {k.CtNwDst[:], m.CtNwDst[:]},
 	} {
 		if !zero(f.v) {
 			ones(f.m)

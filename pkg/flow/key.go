@@ -11,7 +11,7 @@ import (
 )
 
 // KeySize is the size of the kernel's struct flow_key (bpf/lib/flow_key.h).
-const KeySize = 112
+const KeySize = 160
 
 // KeyWords is KeySize in 64-bit words: masks are applied word by word.
 const KeyWords = KeySize / 8
@@ -27,6 +27,18 @@ const TunPresent = 1 << 0
 
 // VLANCFI is set in Key.VlanTCI when the packet carries an 802.1Q tag.
 const VLANCFI = 0x1000
+
+// Connection tracking state bits of Key.CtState, as Open vSwitch's ct_state.
+const (
+	CtNew  = 0x01 // the first packet of a connection not yet committed
+	CtEst  = 0x02 // part of a connection that has seen packets both ways
+	CtRel  = 0x04 // related to a connection (an ICMP error about it)
+	CtRpl  = 0x08 // in the reply direction
+	CtInv  = 0x10 // invalid: conntrack could not make sense of it
+	CtTrk  = 0x20 // the packet went through the connection tracker
+	CtSNAT = 0x40 // the connection has a source translation
+	CtDNAT = 0x80 // ... a destination translation
+)
 
 // Key is the flow key of one packet, the Go twin of struct flow_key. Fields
 // are in host byte order; MarshalBinary writes the kernel layout. A Mask is a
@@ -64,6 +76,22 @@ type Key struct {
 	ArpSHA    [6]byte  // ND source link-layer address
 	ArpTHA    [6]byte  // ND target link-layer address
 	NDTarget  [16]byte // IPv6 ND target address
+
+	// Recirculation and connection tracking (bpf/lib/conntrack.h). Zero for
+	// a packet fresh from a port; a ct action fills the Ct* fields, a recirc
+	// action sets RecircID and looks the packet up again (Open vSwitch's
+	// recirc_id: the slow path knows where translation resumes).
+	RecircID  uint32   // 0: the packet's first pass
+	CtMark    uint32   // ct_mark of the connection
+	CtZone    uint16   // zone of the last ct action
+	CtState   uint8    // Ct* bits
+	CtNwProto uint8    // original direction tuple: IP protocol
+	CtTpSrc   uint16   // ... L4 source port (ICMP: type)
+	CtTpDst   uint16   // ... L4 destination port (ICMP: code)
+	CtLabel   [16]byte // ct_label, big-endian 128 bits
+	CtNwSrc   [4]byte  // original direction tuple, IPv4 source
+	CtNwDst   [4]byte  // ... IPv4 destination
+	DpHash    uint32   // a hash of the packet's 5-tuple set by a hash action (select groups)
 }
 
 // Mask selects the key bits a flow matches on. It has Key's layout.
@@ -78,6 +106,9 @@ type Mask = Key
 //	40 ipv6_label be32 44 ip_src [16]     60 ip_dst [16]
 //	76 tp_src be16     78 tp_dst be16     80 tcp_flags be16 82 pad
 //	84 arp_sha [6]     90 arp_tha [6]     96 nd_target [16]
+//	112 recirc_id u32 116 ct_mark u32     120 ct_zone u16   122 ct_state u8
+//	123 ct_nw_proto u8 124 ct_tp_src be16 126 ct_tp_dst be16
+//	128 ct_label [16] 144 ct_nw_src be32  148 ct_nw_dst be32 152 dp_hash u32 156 pad
 const (
 	offInPort   = 0
 	offTunID    = 4
@@ -103,6 +134,17 @@ const (
 	offArpSHA   = 84
 	offArpTHA   = 90
 	offNDTarget = 96
+	offRecircID = 112
+	offCtMark   = 116
+	offCtZone   = 120
+	offCtState  = 122
+	offCtProto  = 123
+	offCtTpSrc  = 124
+	offCtTpDst  = 126
+	offCtLabel  = 128
+	offCtNwSrc  = 144
+	offCtNwDst  = 148
+	offDpHash   = 152
 )
 
 // Put writes k in the kernel layout into b, which must hold KeySize bytes.
@@ -133,6 +175,17 @@ func (k *Key) Put(b []byte) {
 	copy(b[offArpSHA:], k.ArpSHA[:])
 	copy(b[offArpTHA:], k.ArpTHA[:])
 	copy(b[offNDTarget:], k.NDTarget[:])
+	binary.NativeEndian.PutUint32(b[offRecircID:], k.RecircID)
+	binary.NativeEndian.PutUint32(b[offCtMark:], k.CtMark)
+	binary.NativeEndian.PutUint16(b[offCtZone:], k.CtZone)
+	b[offCtState] = k.CtState
+	b[offCtProto] = k.CtNwProto
+	binary.BigEndian.PutUint16(b[offCtTpSrc:], k.CtTpSrc)
+	binary.BigEndian.PutUint16(b[offCtTpDst:], k.CtTpDst)
+	copy(b[offCtLabel:], k.CtLabel[:])
+	copy(b[offCtNwSrc:], k.CtNwSrc[:])
+	copy(b[offCtNwDst:], k.CtNwDst[:])
+	binary.NativeEndian.PutUint32(b[offDpHash:], k.DpHash)
 }
 
 // MarshalBinary returns k in the kernel layout.
@@ -163,7 +216,18 @@ func (k *Key) UnmarshalBinary(b []byte) error {
 		TpSrc:     binary.BigEndian.Uint16(b[offTpSrc:]),
 		TpDst:     binary.BigEndian.Uint16(b[offTpDst:]),
 		TCPFlags:  binary.BigEndian.Uint16(b[offTCPFlags:]),
+		RecircID:  binary.NativeEndian.Uint32(b[offRecircID:]),
+		CtMark:    binary.NativeEndian.Uint32(b[offCtMark:]),
+		CtZone:    binary.NativeEndian.Uint16(b[offCtZone:]),
+		CtState:   b[offCtState],
+		CtNwProto: b[offCtProto],
+		CtTpSrc:   binary.BigEndian.Uint16(b[offCtTpSrc:]),
+		CtTpDst:   binary.BigEndian.Uint16(b[offCtTpDst:]),
+		DpHash:    binary.NativeEndian.Uint32(b[offDpHash:]),
 	}
+	copy(k.CtLabel[:], b[offCtLabel:])
+	copy(k.CtNwSrc[:], b[offCtNwSrc:])
+	copy(k.CtNwDst[:], b[offCtNwDst:])
 	copy(k.TunSrc[:], b[offTunSrc:])
 	copy(k.TunDst[:], b[offTunDst:])
 	copy(k.EthSrc[:], b[offEthSrc:])
@@ -176,7 +240,7 @@ func (k *Key) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// Words returns k in the kernel layout as 12 native-endian words, the unit
+// Words returns k in the kernel layout as KeyWords native-endian words, the unit
 // in which the fast path masks and hashes keys.
 func (k *Key) Words() [KeyWords]uint64 {
 	var b [KeySize]byte
