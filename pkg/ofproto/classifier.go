@@ -42,11 +42,15 @@ var stageMasks = func() [4]words {
 	var s [4]words
 	k := flow.Key{InPort: ^uint32(0), TunID: ^uint32(0)}
 	s[0] = keyWords(&k)
-	s[0][metaWord] = ^uint64(0)
+	s[0].or(&maskRecircID)
+	s[0].or(&maskCtFields)
+	for i := metaWord; i < nWords; i++ {
+		s[0][i] = ^uint64(0) // metadata and registers
+	}
 	k.EthSrc, k.EthDst = [6]byte{255, 255, 255, 255, 255, 255}, [6]byte{255, 255, 255, 255, 255, 255}
 	k.VlanTCI, k.EthType = 0xffff, 0xffff
 	s[1] = keyWords(&k)
-	s[1][metaWord] = ^uint64(0)
+	s[1].or(&s[0])
 	s[2] = s[1]
 	s[2].or(&maskL3L4)
 	l4 := maskTpSrc

@@ -54,7 +54,7 @@ func TestStagedLookupMask(t *testing.T) {
 	arp := flow.Key{InPort: 1, EthType: 0x0806, NwProto: 1}
 	arp.SetIPDst(mustAddr("10.0.0.1"))
 	m := translate(t, p, arp).Mask
-	if want := (flow.Mask{InPort: ^uint32(0), EthType: 0xffff}); m != want {
+	if want := (flow.Mask{InPort: ^uint32(0), EthType: 0xffff, RecircID: ^uint32(0)}); m != want {
 		t.Fatalf("arp mask %s", flow.Format(flow.ExactMask(), m))
 	}
 	// IPv4 to an unknown address: no rule's ip_dst starts 10.9, so the
@@ -63,7 +63,7 @@ func TestStagedLookupMask(t *testing.T) {
 	k := tcpKey(1, "10.0.0.1", "10.9.9.9", 1000, 80)
 	tr := translate(t, p, k)
 	m = tr.Mask
-	want := flow.Mask{InPort: ^uint32(0), EthType: 0xffff}
+	want := flow.Mask{InPort: ^uint32(0), EthType: 0xffff, RecircID: ^uint32(0)}
 	want.IPDst[0], want.IPDst[1] = 0xff, 0xff
 	if actions(tr) != "output:3" || m != want {
 		t.Fatalf("ipv4 miss: %s mask %s", actions(tr), flow.Format(flow.ExactMask(), m))

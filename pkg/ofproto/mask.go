@@ -79,7 +79,7 @@ func (x *xlate) needMiss(cm *compiledMatch, pw *words) {
 	}
 	fb := &cm.fields[first]
 	for j := uint8(0); j < fb.n; j++ {
-		if i := fb.idx[j]; i != metaWord {
+		if i := fb.idx[j]; !pipelineOnly(int(i)) {
 			x.mask[i] |= fb.levelBits(j, firstLevel) &^ x.written[i]
 		}
 	}
@@ -89,7 +89,7 @@ func (x *xlate) needMiss(cm *compiledMatch, pw *words) {
 // mask.
 func (x *xlate) costs(fb *fieldBits, level int) bool {
 	for j := uint8(0); j < fb.n; j++ {
-		if i := fb.idx[j]; i != metaWord && fb.levelBits(j, level)&^x.written[i]&^x.mask[i] != 0 {
+		if i := fb.idx[j]; !pipelineOnly(int(i)) && fb.levelBits(j, level)&^x.written[i]&^x.mask[i] != 0 {
 			return true
 		}
 	}
@@ -189,6 +189,7 @@ func (fb *fieldBits) levelBits(j uint8, level int) uint64 {
 func (x *xlate) finalMask() flow.Mask {
 	m := x.mask
 	m.or(&maskInPort)
+	m.or(&maskRecircID) // a first pass and a recirculated one never share a megaflow
 	l4 := false
 	l3 := false
 	for i := 0; i < flow.KeyWords; i++ {
@@ -205,6 +206,5 @@ func (x *xlate) finalMask() flow.Mask {
 	if l4 {
 		m.or(&maskIPProto)
 	}
-	m[metaWord] = 0
 	return m.key()
 }

@@ -327,7 +327,7 @@ func TestMaskIsNarrow(t *testing.T) {
 	)
 	k := tcpKey(1, "10.0.0.1", "10.0.0.7", 1234, 80)
 	tr := translate(t, p, k)
-	want := flow.Mask{InPort: ^uint32(0), EthType: 0xffff}
+	want := flow.Mask{InPort: ^uint32(0), EthType: 0xffff, RecircID: ^uint32(0)}
 	want.IPDst[0], want.IPDst[1], want.IPDst[2] = 0xff, 0xff, 0xff
 	if tr.Mask != want {
 		t.Fatalf("mask %s, want %s", flow.Format(flow.ExactMask(), tr.Mask), flow.Format(flow.ExactMask(), want))

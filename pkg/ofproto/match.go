@@ -9,12 +9,14 @@ import (
 )
 
 // Matches are compiled from OXM lists into the datapath key's own word
-// layout (flow.Key.Words) plus one word for the pipeline's metadata
-// register. A packet is then classified with a few masked word compares,
-// and the bits a rule looked at are already in the megaflow mask's units.
+// layout (flow.Key.Words) plus words for the pipeline's registers: the
+// metadata register, then reg0..reg15 (fields.go). A packet is then
+// classified with a few masked word compares, and the bits a rule looked
+// at are already in the megaflow mask's units.
 
-// nWords is the flow key's words plus the metadata register.
-const nWords = flow.KeyWords + 1
+// nWords is the flow key's words plus the metadata register and eight
+// words of Nicira registers.
+const nWords = flow.KeyWords + 1 + nRegs/2
 
 // metaWord is the index of the metadata register.
 const metaWord = flow.KeyWords
@@ -49,6 +51,10 @@ func (w *words) isZero() bool {
 	}
 	return true
 }
+
+// fieldNX stands for any extension field in fieldBits (no prefix ladder:
+// a miss un-wildcards the whole field).
+const fieldNX openflow.Field = 0xff
 
 // fieldBits are the key bits of one field of one rule, in word units.
 type fieldBits struct {
@@ -268,6 +274,27 @@ func compileMatch(m openflow.Match) (*compiledMatch, error) {
 		}
 	}
 	for _, o := range m.Fields {
+		if !o.IsBasic() {
+			if err := nxPrereq(m, o); err != nil {
+				return nil, err
+			}
+			f := lookupNX(o)
+			var vw, mw words
+			mb := o.Mask
+			if mb == nil {
+				mb = allOnes(f.len)
+			}
+			f.placeNX(&vw, o.Value)
+			f.placeNX(&mw, mb)
+			for i := range vw {
+				cm.val[i] |= vw[i] & mw[i]
+				cm.mask[i] |= mw[i]
+			}
+			if !mw.isZero() {
+				cm.fields = append(cm.fields, newFieldBits(fieldNX, &mw))
+			}
+			continue
+		}
 		if supported(o.Field) {
 			continue
 		}

@@ -52,14 +52,37 @@ func TestMPLSTranslation(t *testing.T) {
 	}
 }
 
-// A lookup after pop_mpls would match on headers the key does not hold:
-// the translation stops (no cached flow) instead of guessing.
-func TestMPLSPopThenLookupNeedsRecirculation(t *testing.T) {
+// A lookup after pop_mpls matches on headers the key does not hold: the
+// translation recirculates, and the second pass (the fast path parsed the
+// packet again) matches the inner IP header.
+func TestMPLSPopThenLookupRecirculates(t *testing.T) {
 	p, _ := newTestPipeline(t, 3)
 	mustAdd(t, p, "table=0,mpls,actions=pop_mpls:0x0800,goto_table:1", "table=1,ip,nw_dst=10.0.0.2,actions=output:2")
 	tr, err := p.Translate(mplsKey(1, 5, 0, 1, 9), TranslateOptions{Trace: true})
-	if !errors.Is(err, errRecirc) || !tr.NoCache {
-		t.Fatalf("err %v NoCache %v, want errRecirc and no cached flow", err, tr.NoCache)
+	if err != nil || tr.NoCache || len(tr.Actions) != 2 {
+		t.Fatalf("first pass: %s err %v NoCache %v\n%s", actions(tr), err, tr.NoCache, FormatTrace(tr.Trace))
+	}
+	rc, ok := tr.Actions[1].(flow.Recirc)
+	if _, pop := tr.Actions[0].(flow.PopMPLS); !pop || !ok || rc.ID == 0 {
+		t.Fatalf("first pass %s, want pop_mpls then recirc", actions(tr))
+	}
+	if tr.Mask.RecircID != ^uint32(0) {
+		t.Fatalf("first pass mask %s lacks recirc_id", flow.Format(flow.Key{}, tr.Mask))
+	}
+	inner := flow.Key{InPort: 1, EthType: 0x0800, RecircID: rc.ID}
+	inner.SetIPDst(mustAddr("10.0.0.2"))
+	tr2 := translate(t, p, inner)
+	if got := actions(tr2); got != "output:2" {
+		t.Fatalf("second pass %s, want output:2\n%s", got, FormatTrace(tr2.Trace))
+	}
+	inner.SetIPDst(mustAddr("10.0.0.3"))
+	if got := actions(translate(t, p, inner)); got != "drop" {
+		t.Fatalf("second pass to another address: %s, want drop", got)
+	}
+	// An id this pipeline never handed out (a flow from before a restart).
+	inner.RecircID = rc.ID + 1
+	if tr, err := p.Translate(inner, TranslateOptions{}); !errors.Is(err, errUnknownRecirc) || !tr.NoCache {
+		t.Fatalf("unknown recirc id: %v NoCache %v", err, tr.NoCache)
 	}
 }
 

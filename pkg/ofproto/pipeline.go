@@ -126,6 +126,7 @@ type Pipeline struct {
 	fullVersion uint64
 	macs        macTable
 	cookies     cookieRegistry
+	recirc      recircs // frozen states of recirculated packets (recirc.go)
 }
 
 // New returns an empty pipeline.
@@ -156,6 +157,7 @@ func New(cfg Config) *Pipeline {
 	}
 	p.macs.init(cfg.MACTableSize, cfg.MACPerPort)
 	p.cookies.init()
+	p.recirc.init()
 	p.fallbackNormal.Store(cfg.FailStandalone)
 	p.version.Store(1)
 	p.fullVersion = 1

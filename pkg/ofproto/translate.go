@@ -128,6 +128,12 @@ type xlate struct {
 	// customer ones, not in the key (NORMAL cannot learn or look up).
 	l2Unknown bool
 
+	// set is the action set of the pipeline pass being translated (nil
+	// in a packet-out's actions); recircAt is len(acts) after a Recirc
+	// was emitted (recirc.go).
+	set      *actionSet
+	recircAt int
+
 	depth int
 	err   error
 }
@@ -141,7 +147,9 @@ func (p *Pipeline) newXlate(key flow.Key, opts TranslateOptions) *xlate {
 	x := xlatePool.Get().(*xlate)
 	*x = xlate{p: p, opts: opts, in: key, cur: key, dp: key, tpid: 0x8100}
 	x.curW = keyWords(&key)
-	x.written[metaWord] = ^uint64(0)
+	for i := metaWord; i < nWords; i++ {
+		x.written[i] = ^uint64(0) // metadata and registers (fields.go)
+	}
 	x.dpTagged = key.VlanTCI&flow.VLANCFI != 0
 	x.rules = make([]RuleRef, 0, 4)
 	return x
@@ -150,9 +158,8 @@ func (p *Pipeline) newXlate(key flow.Key, opts TranslateOptions) *xlate {
 // packet returns the current packet in words.
 func (x *xlate) packet() *words {
 	if x.stale {
-		meta := x.curW[metaWord]
-		x.curW = keyWords(&x.cur)
-		x.curW[metaWord] = meta
+		kw := x.cur.Words()
+		copy(x.curW[:flow.KeyWords], kw[:]) // the registers past the key stay
 		x.stale = false
 	}
 	return &x.curW
@@ -160,6 +167,11 @@ func (x *xlate) packet() *words {
 
 // result hands the translation over and recycles x.
 func (x *xlate) result() (*Translation, error) {
+	if x.recircAt > 0 && len(x.acts) > x.recircAt && x.err == nil {
+		x.tracef(TraceNote, x.tableID, "%v: dropped %s", errAfterRecirc, flow.FormatActions(x.acts[x.recircAt:]))
+		x.acts = x.acts[:x.recircAt]
+		x.err = errAfterRecirc
+	}
 	if x.opts.Trace {
 		x.tracef(TraceNote, x.tableID, "datapath actions: %s", flow.FormatActions(x.acts))
 	}
@@ -179,7 +191,9 @@ func (p *Pipeline) Translate(key flow.Key, opts TranslateOptions) (*Translation,
 	defer p.mu.RUnlock()
 	opts.PacketOut = false
 	x := p.newXlate(key, opts)
-	if p.nrules == 0 && p.fallbackNormal.Load() {
+	if key.RecircID != 0 {
+		x.thaw()
+	} else if p.nrules == 0 && p.fallbackNormal.Load() {
 		x.tracef(TraceNote, 0, "no rules: fail-standalone, acting as NORMAL")
 		x.normal()
 	} else {
@@ -208,13 +222,20 @@ func (p *Pipeline) TranslatePacketOut(key flow.Key, inPort uint32, actions openf
 }
 
 // pipeline runs the tables from id on.
-func (x *xlate) pipeline(id uint8) {
-	var set actionSet
+func (x *xlate) pipeline(id uint8) { x.pipelineFrom(id, actionSet{}) }
+
+// pipelineFrom runs the tables from id on with an action set.
+func (x *xlate) pipelineFrom(id uint8, set actionSet) {
+	outer := x.set
+	x.set = &set
+	defer func() { x.set = outer }()
 	for {
 		t := x.p.tables[id]
-		if x.popped {
-			x.tracef(TraceNote, id, "table %d after pop_mpls: the packet behind the label is not known: drop", id)
-			x.err = errRecirc
+		if x.popped || x.l2Unknown {
+			// The headers behind a popped MPLS entry or PBB I-TAG are
+			// not in the key: the fast path parses the packet again.
+			x.tracef(TraceNote, id, "table %d after pop_mpls/pop_pbb: recirculate to see the inner headers", id)
+			x.freeze(id)
 			return
 		}
 		r := x.lookup(t)

@@ -440,17 +440,10 @@ func TestNDFields(t *testing.T) {
 			if got := actions(tr); got != tc.want {
 				t.Fatalf("actions %s, want %s\ntrace:\n%s", got, tc.want, FormatTrace(tr.Trace))
 			}
-			if tc.key.TpSrc == 135 && tr.Mask.NDTarget != [16]byte(ones(16)) {
+			if tc.key.TpSrc == 135 && tr.Mask.NDTarget != [16]byte(allOnes(16)) {
 				t.Fatalf("mask nd_target %x: the rule's decision depends on it", tr.Mask.NDTarget)
 			}
 		})
 	}
 }
 
-func ones(n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = 0xff
-	}
-	return b
-}

@@ -1,0 +1,150 @@
+package ofproto
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/fnv"
+	"sync"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+	"github.com/nagare-net/nagare/pkg/openflow"
+)
+
+// Recirculation, as Open vSwitch does it. Some decisions need the fast
+// path to act on the packet first and the pipeline to go on afterwards:
+// conntrack (ct(table=T): the connection's state is known only once the
+// tracker saw the packet) and a lookup after pop_mpls / pop_pbb (the
+// headers behind the popped ones are not in the key until the fast path
+// parses the packet again). Translation then stops, "freezing" what it
+// needs to resume — the table to go on in, the metadata and registers,
+// the action set — under a recirculation id, and emits Recirc{id}: the
+// fast path looks the packet up again with recirc_id = id (and the ct
+// fields its tracker filled). That second lookup misses once, and the
+// slow path translates it from the frozen state: two cached flows, both
+// replayed by the fast path alone from then on.
+//
+// Ids are a hash of the frozen state, so the same state gets the same id
+// after a switch restart: the cached second halves stay valid while the
+// revalidator re-translates their first halves (it does those first).
+// Frozen states are never freed: there is one per distinct (table,
+// registers, action set) at a freezing point, which a pipeline bounds
+// (Antrea's: a few per Service endpoint). The number is in Stats.
+
+// frozen is the state a recirculated packet resumes with.
+type frozen struct {
+	table uint8
+	regs  [nWords - flow.KeyWords]uint64 // metadata, reg0..reg15
+	set   openflow.Actions               // the action set, in execution order
+	enc   string
+}
+
+// recircs maps ids to frozen states.
+type recircs struct {
+	mu    sync.RWMutex
+	byID  map[uint32]*frozen
+	byEnc map[string]uint32
+}
+
+func (r *recircs) init() {
+	r.byID = map[uint32]*frozen{}
+	r.byEnc = map[string]uint32{}
+}
+
+// encode is the frozen state's identity.
+func (f *frozen) encode() string {
+	b := []byte{f.table}
+	for _, w := range f.regs {
+		b = binary.BigEndian.AppendUint64(b, w)
+	}
+	for _, a := range f.set {
+		ab, err := a.MarshalBinary()
+		if err != nil {
+			ab = []byte(a.String())
+		}
+		b = append(b, ab...)
+	}
+	return string(b)
+}
+
+// id returns the id of f, registering it if new.
+func (r *recircs) id(f *frozen) uint32 {
+	f.enc = f.encode()
+	r.mu.RLock()
+	id, ok := r.byEnc[f.enc]
+	r.mu.RUnlock()
+	if ok {
+		return id
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if id, ok := r.byEnc[f.enc]; ok {
+		return id
+	}
+	h := fnv.New32a()
+	h.Write([]byte(f.enc))
+	id = h.Sum32()
+	for id == 0 || r.byID[id] != nil {
+		id++ // a collision: the next free id
+	}
+	r.byID[id] = f
+	r.byEnc[f.enc] = id
+	return id
+}
+
+func (r *recircs) get(id uint32) *frozen {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.byID[id]
+}
+
+// RecircStates is the number of frozen states the pipeline holds.
+func (p *Pipeline) RecircStates() int {
+	p.recirc.mu.RLock()
+	defer p.recirc.mu.RUnlock()
+	return len(p.recirc.byID)
+}
+
+// errUnknownRecirc: a recirculated packet whose id this switch never
+// handed out (a fast-path flow from before a restart whose first half has
+// not been translated again yet).
+var errUnknownRecirc = errors.New("ofproto: recirculation id unknown to this switch")
+
+// errAfterRecirc: ct(table=T) forks the packet; actions after it act on
+// the untracked original, which the fast path cannot do after handing the
+// packet to the recirculated lookup.
+var errAfterRecirc = errors.New("ofproto: datapath actions after ct(table=...) in the same pipeline pass are not supported")
+
+// freeze stops translation at this point: the pipeline resumes in table
+// with the current registers and action set after the fast path looked
+// the packet up again.
+func (x *xlate) freeze(table uint8) {
+	x.commit()
+	f := &frozen{table: table}
+	copy(f.regs[:], x.packet()[flow.KeyWords:])
+	if x.set != nil && !x.set.empty() {
+		f.set = x.set.actions()
+	}
+	id := x.p.recirc.id(f)
+	x.acts = append(x.acts, flow.Recirc{ID: id})
+	x.tracef(TraceNote, x.tableID, "recirculate to table %d as recirc_id=0x%x", table, id)
+	x.recircAt = len(x.acts)
+	if x.set != nil {
+		*x.set = actionSet{} // executed by the second pass
+	}
+}
+
+// thaw starts the translation of a recirculated packet.
+func (x *xlate) thaw() {
+	id := x.in.RecircID
+	f := x.p.recirc.get(id)
+	if f == nil {
+		x.tracef(TraceNote, 0, "recirc_id=0x%x unknown: drop", id)
+		x.err = errUnknownRecirc
+		return
+	}
+	copy(x.curW[flow.KeyWords:], f.regs[:])
+	x.tracef(TraceNote, f.table, "resume recirc_id=0x%x in table %d", id, f.table)
+	var set actionSet
+	set.write(f.set)
+	x.pipelineFrom(f.table, set)
+}
