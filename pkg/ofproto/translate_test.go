@@ -446,4 +446,3 @@ func TestNDFields(t *testing.T) {
 		})
 	}
 }
-
