@@ -72,7 +72,7 @@ func init() {
 			return usagef("want set TARGET MODE or show")
 		}})
 	register(&command{name: "trace", summary: "show how a packet goes through the OpenFlow tables",
-		usage: "nagarectl [--switch unix:PATH] trace PACKET [--hex FRAME]   (PACKET in ovs-ofctl match syntax, e.g. in_port=1,udp,nw_dst=10.0.0.2,tp_dst=53)",
+		usage: "nagarectl [--switch unix:PATH] trace PACKET [--hex FRAME] [--ct-next trk,est]   (PACKET in ovs-ofctl match syntax, e.g. in_port=1,udp,nw_dst=10.0.0.2,tp_dst=53)",
 		run:   runTrace})
 }
 
@@ -173,6 +173,7 @@ func runTrace(args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	hex := fs.String("hex", "", "the frame in hex (the PACKET argument then only gives in_port)")
+	ctNext := fs.String("ct-next", "", "ct_state of each recirculated pass after a ct action, e.g. trk,new (default) or trk,est; several passes: trk,new;trk,est")
 	var pkt string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		pkt, args = args[0], args[1:]
@@ -183,5 +184,5 @@ func runTrace(args []string, stdout, _ io.Writer) error {
 	if pkt == "" && *hex == "" {
 		return usagef("give a packet description or --hex")
 	}
-	return ctlPrint(stdout, switchd.CtlRequest{Cmd: "trace", Packet: pkt, Hex: *hex})
+	return ctlPrint(stdout, switchd.CtlRequest{Cmd: "trace", Packet: pkt, Hex: *hex, CtNext: *ctNext})
 }

@@ -32,6 +32,7 @@ type CtlRequest struct {
 	TOS    string `json:"tos,omitempty"`    // port-add of a tunnel endpoint: "inherit" copies the inner ToS (VS-extend FCF)
 	Packet string `json:"packet,omitempty"` // trace: ovs-ofctl match syntax
 	Hex    string `json:"hex,omitempty"`    // trace: a whole frame in hex instead
+	CtNext string `json:"ct_next,omitempty"` // trace: ct_state per recirculated pass ("trk,new;trk,est")
 	Change bool   `json:"change,omitempty"` // revalidate: translate every cached flow again
 	// steering-add/-del: an entry or a match (pkg/steering syntax)
 	Entry string `json:"entry,omitempty"`
@@ -442,21 +443,96 @@ func (s *Switch) trace(req CtlRequest) ([]string, any, error) {
 		}
 		key = keyFromMatch(m)
 	}
-	x, err := s.translate(key, true)
+	states, err := parseCtNext(req.CtNext)
 	if err != nil {
 		return nil, nil, err
 	}
-	lines := []string{"packet: " + flow.Format(key, flow.Present(key))}
-	for _, st := range x.Trace {
-		lines = append(lines, st.String())
-	}
-	lines = append(lines,
-		"megaflow: "+flow.Format(key, x.mask),
-		"datapath actions: "+flow.FormatActions(x.actions))
-	for _, pi := range x.PacketIns {
-		lines = append(lines, fmt.Sprintf("packet-in: reason %d table %d cookie %#x", pi.Reason, pi.TableID, pi.Cookie))
+	var lines []string
+	// A pass that ends in a recirculation goes on as the fast path would:
+	// the packet looked up again with its recirc_id and the ct_state the
+	// tracker would give it (--ct-next; NAT is not simulated).
+	for pass := 0; ; pass++ {
+		x, err := s.translate(key, true)
+		if err != nil {
+			return nil, nil, err
+		}
+		if pass > 0 {
+			lines = append(lines, "", fmt.Sprintf("recirculation %d", pass))
+		}
+		lines = append(lines, "packet: "+flow.Format(key, flow.Present(key)))
+		for _, st := range x.Trace {
+			lines = append(lines, st.String())
+		}
+		lines = append(lines,
+			"megaflow: "+flow.Format(key, x.mask),
+			"datapath actions: "+flow.FormatActions(x.actions))
+		for _, pi := range x.PacketIns {
+			lines = append(lines, fmt.Sprintf("packet-in: reason %d table %d cookie %#x", pi.Reason, pi.TableID, pi.Cookie))
+		}
+		next, ok := recirculated(key, x.actions, states, pass)
+		if !ok || pass >= 8 {
+			break
+		}
+		key = next
 	}
 	return lines, nil, nil
+}
+
+// recirculated is the key of a packet's next pass when acts end in a
+// recirculation: recirc_id set, ct fields as the last ct action and the
+// given ct_state make them.
+func recirculated(key flow.Key, acts []flow.Action, states []uint8, pass int) (flow.Key, bool) {
+	if len(acts) == 0 {
+		return key, false
+	}
+	rc, ok := acts[len(acts)-1].(flow.Recirc)
+	if !ok {
+		return key, false
+	}
+	key.RecircID = rc.ID
+	for _, a := range acts {
+		switch a := a.(type) {
+		case flow.CT:
+			st := uint8(flow.CtTrk | flow.CtNew)
+			if pass < len(states) {
+				st = states[pass]
+			} else if len(states) > 0 {
+				st = states[len(states)-1]
+			}
+			key.CtState, key.CtZone = st, a.Zone
+			if a.MarkMask != 0 {
+				key.CtMark = key.CtMark&^a.MarkMask | a.Mark&a.MarkMask
+			}
+		case flow.CTClear:
+			key.CtState, key.CtZone, key.CtMark, key.CtLabel = 0, 0, 0, [16]byte{}
+		}
+	}
+	return key, true
+}
+
+// parseCtNext reads "trk,new;trk,est": one ct_state per recirculation.
+func parseCtNext(s string) ([]uint8, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []uint8
+	for _, pass := range strings.Split(s, ";") {
+		var st uint8
+		for _, name := range strings.FieldsFunc(pass, func(r rune) bool { return r == ',' || r == '+' || r == '|' }) {
+			found := false
+			for _, n := range flow.CtStateNames {
+				if n.Name == strings.TrimSpace(name) {
+					st |= n.Bit
+					found = true
+				}
+			}
+			if !found {
+				return nil, fmt.Errorf("ct-next: unknown ct_state %q (new, est, rel, rpl, inv, trk, snat, dnat)", name)
+			}
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }
 
 func parseHex(s string) ([]byte, error) {

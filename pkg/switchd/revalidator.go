@@ -209,30 +209,43 @@ func (r *revalidator) roundOf(all bool) {
 	// concurrent translations, the fast path for concurrent updates).
 	checked = uint64(len(recheck))
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	workers := min(runtime.NumCPU(), 1+len(recheck)/512)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			var mod uint64
-			var del []*ukey
-			for j := w; j < len(recheck); j += workers {
-				switch r.check(recheck[j], version) {
-				case verdictDelete:
-					del = append(del, recheck[j])
-				case verdictModified:
-					mod++
-				}
-			}
-			mu.Lock()
-			stale += uint64(len(del))
-			deletes = append(deletes, del...)
-			modified += mod
-			mu.Unlock()
-		}(w)
+	// First passes before recirculated ones: a recirculated flow's
+	// frozen state is registered again by translating the first pass
+	// that leads to it (after a restart, recirc.go in pkg/ofproto).
+	first, second := recheck[:0:0], recheck[:0:0]
+	for _, uk := range recheck {
+		if uk.packet.RecircID == 0 {
+			first = append(first, uk)
+		} else {
+			second = append(second, uk)
+		}
 	}
-	wg.Wait()
+	for _, batch := range [][]*ukey{first, second} {
+		var wg sync.WaitGroup
+		workers := min(runtime.NumCPU(), 1+len(batch)/512)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				var mod uint64
+				var del []*ukey
+				for j := w; j < len(batch); j += workers {
+					switch r.check(batch[j], version) {
+					case verdictDelete:
+						del = append(del, batch[j])
+					case verdictModified:
+						mod++
+					}
+				}
+				mu.Lock()
+				stale += uint64(len(del))
+				deletes = append(deletes, del...)
+				modified += mod
+				mu.Unlock()
+			}(w)
+		}
+		wg.Wait()
+	}
 	r.deleteAll(deletes)
 	r.place()
 	dur := time.Since(start)
