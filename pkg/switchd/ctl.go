@@ -29,11 +29,11 @@ type CtlRequest struct {
 	Kind   string `json:"kind,omitempty"`   // port-add: pod|representor|uplink|tunnel|internal
 	Remote string `json:"remote,omitempty"` // port-add of a tunnel endpoint
 	Local  string `json:"local,omitempty"`
-	TOS    string `json:"tos,omitempty"`    // port-add of a tunnel endpoint: "inherit" copies the inner ToS (VS-extend FCF)
-	Packet string `json:"packet,omitempty"` // trace: ovs-ofctl match syntax
-	Hex    string `json:"hex,omitempty"`    // trace: a whole frame in hex instead
+	TOS    string `json:"tos,omitempty"`     // port-add of a tunnel endpoint: "inherit" copies the inner ToS (VS-extend FCF)
+	Packet string `json:"packet,omitempty"`  // trace: ovs-ofctl match syntax
+	Hex    string `json:"hex,omitempty"`     // trace: a whole frame in hex instead
 	CtNext string `json:"ct_next,omitempty"` // trace: ct_state per recirculated pass ("trk,new;trk,est")
-	Change bool   `json:"change,omitempty"` // revalidate: translate every cached flow again
+	Change bool   `json:"change,omitempty"`  // revalidate: translate every cached flow again
 	// steering-add/-del: an entry or a match (pkg/steering syntax)
 	Entry string `json:"entry,omitempty"`
 	// steering-pin: workload (0 unpins) on CPU; port-add: the port's
