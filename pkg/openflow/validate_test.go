@@ -236,12 +236,13 @@ func TestActionValidate(t *testing.T) {
 		{"set_field tcp after push_mpls", Actions{ActionPushMPLS{EtherType: 0x8847}, ActionSetField{Field: Uint(FieldTCPDst, 5)}}, tcpMatch, BadActionMatchInconsistent},
 		{"set_field in_port", Actions{ActionSetField{Field: Uint(FieldInPort, 1)}}, Match{}, BadActionBadSetType},
 		{"set_field metadata", Actions{ActionSetField{Field: Uint(FieldMetadata, 1)}}, Match{}, BadActionBadSetType},
-		{"set_field nicira", Actions{ActionSetField{Field: OXM{Class: ClassNXM1, Value: []byte{1, 2, 3, 4}}}}, Match{}, BadActionBadSetType},
+		{"set_field unknown nicira field", Actions{ActionSetField{Field: OXM{Class: ClassNXM1, Field: 90, Value: []byte{1, 2, 3, 4}}}}, Match{}, BadActionBadSetType},
 		{"set_field unknown basic", Actions{ActionSetField{Field: OXM{Class: ClassOpenFlowBasic, Field: 99, Value: []byte{1}}}}, Match{}, BadActionBadSetType},
 		{"set_field masked", Actions{ActionSetField{Field: MACMasked(FieldEthDst, mustMAC("00:00:00:00:00:01"), mustMAC("ff:ff:ff:ff:ff:ff"))}}, Match{}, BadActionBadSetArgument},
 		{"set_field wrong length", Actions{ActionSetField{Field: Basic(FieldEthDst, []byte{1, 2})}}, Match{}, BadActionBadSetLen},
 		{"set_field dscp 64", Actions{ActionSetField{Field: Uint(FieldIPDSCP, 64)}}, tcpMatch, BadActionBadSetArgument},
-		{"experimenter", Actions{ActionExperimenter{Experimenter: ExperimenterNicira, Data: []byte{0, 1}}}, Match{}, BadActionBadExperimenter},
+		{"experimenter", Actions{ActionExperimenter{Experimenter: ExperimenterONF, Data: []byte{0, 1}}}, Match{}, BadActionBadExperimenter},
+		{"nicira unknown subtype", Actions{ActionExperimenter{Experimenter: ExperimenterNicira, Data: []byte{0, 99}}}, Match{}, BadActionBadExpType},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
