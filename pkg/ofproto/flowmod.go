@@ -258,6 +258,11 @@ func (p *Pipeline) checkInstructions(fm *openflow.FlowMod) error {
 				return err
 			}
 		case openflow.InstWriteActions:
+			for _, a := range in.Actions {
+				if sf, ok := a.(openflow.ActionSetField); a.Type() == openflow.ActionTypeExperimenter || (ok && (!sf.Field.IsBasic() || sf.Field.Mask != nil)) {
+					return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadType, "%s in write_actions: only in apply_actions", a)
+				}
+			}
 			if err := p.checkActions(in.Actions, false); err != nil {
 				return err
 			}
@@ -269,10 +274,13 @@ func (p *Pipeline) checkInstructions(fm *openflow.FlowMod) error {
 // checkActions refuses actions the fast path cannot replay and groups
 // that do not exist. Callers hold p.mu (or, for packet-out, take it).
 func (p *Pipeline) checkActions(as openflow.Actions, packetOut bool) error {
-	if err := refuseUntranslated(openflow.Match{}, as); err != nil {
-		return err
-	}
 	for _, a := range as {
+		if a.Type() == openflow.ActionTypeExperimenter {
+			if err := checkNX(a); err != nil {
+				return err
+			}
+			continue
+		}
 		switch a := a.(type) {
 		case openflow.ActionOutput:
 			if a.Port == openflow.PortTable && !packetOut {
@@ -293,10 +301,16 @@ func (p *Pipeline) checkActions(as openflow.Actions, packetOut bool) error {
 				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadOutGroup, "group %d does not exist", a.GroupID)
 			}
 		case openflow.ActionSetField:
+			if !a.Field.IsBasic() {
+				if f := nxFields[a.Field.Key()]; f == nil || f.key {
+					return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "set_field %s: the fast path cannot rewrite it", a.Field.Key())
+				}
+				continue
+			}
 			if !settable(a.Field.Field) {
 				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "set_field %s: the fast path cannot rewrite it", a.Field.Field)
 			}
-			if a.Field.Class != openflow.ClassOpenFlowBasic || len(a.Field.Value) != a.Field.Field.Len() || a.Field.Mask != nil {
+			if len(a.Field.Value) != a.Field.Field.Len() || (a.Field.Mask != nil && len(a.Field.Mask) != len(a.Field.Value)) {
 				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetArgument, "set_field %s", a.Field.Field)
 			}
 		case openflow.ActionSetQueue:
@@ -331,46 +345,70 @@ func settable(f openflow.Field) bool {
 	return false
 }
 
-// refuseUntranslated refuses what the codec now decodes but the pipeline
-// cannot yet translate: Open vSwitch's Nicira extensions (ct, nat,
-// ct_clear, move, load, resubmit, conjunction, note, dec_ttl(ids)...).
-// Until translation lands it answers as Open vSwitch does for an action
-// or field it does not implement:
-//
-//   - any experimenter action (every NXAST_*): BAD_ACTION/BAD_EXPERIMENTER_TYPE
-//     (BAD_EXPERIMENTER for an experimenter id other than Nicira's);
-//   - set_field of a field outside the OpenFlow-basic class (reg<n>,
-//     xreg<n>, xxreg<n>, ct_mark, ct_label): BAD_ACTION/BAD_SET_TYPE;
-//   - a match on such a field (reg<n>, ct_state, ct_zone, conj_id...):
-//     BAD_MATCH/BAD_FIELD.
-//
-// Without it compileMatch and the translator, which index fields by
-// number alone, would read reg0 as in_port. Delete this function and its
-// two calls (compileMatch, checkActions) when translation handles them.
-func refuseUntranslated(m openflow.Match, as openflow.Actions) error {
-	for _, o := range m.Fields {
-		if o.Class != openflow.ClassOpenFlowBasic {
-			return ofErr(openflow.ErrTypeBadMatch, openflow.BadMatchBadField,
-				"match on %s: Nicira extension fields are not translated yet", o.Key())
+// checkNX checks a Nicira action against what translation and the fast
+// path do (the codec has checked it as Open vSwitch does): fields read
+// must be in the key or the registers, fields written must be registers,
+// metadata or rewritable packet fields.
+func checkNX(a openflow.Action) error {
+	readable := func(k openflow.FieldKey) bool {
+		if nxFields[k] != nil {
+			return true
 		}
+		f, ok := openflow.BasicOf(k)
+		return ok && (supported(f) || f == openflow.FieldMetadata)
 	}
-	for _, a := range as {
-		switch a := a.(type) {
-		case openflow.ActionSetField:
-			if a.Field.Class != openflow.ClassOpenFlowBasic {
-				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType,
-					"set_field of %s: Nicira extension fields are not translated yet", a.Field.Key())
-			}
-		case openflow.ActionExperimenter:
-			if a.Experimenter != openflow.ExperimenterNicira {
-				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExperimenter, "experimenter 0x%08x", a.Experimenter)
-			}
-			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExpType, "%s: not translated yet", a)
-		default:
-			if a.Type() == openflow.ActionTypeExperimenter {
-				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExpType, "%s: not translated yet", a)
+	writable := func(k openflow.FieldKey) bool {
+		if f := nxFields[k]; f != nil {
+			return !f.key
+		}
+		f, ok := openflow.BasicOf(k)
+		return ok && (settable(f) || f == openflow.FieldMetadata)
+	}
+	badSet := func(k openflow.FieldKey) error {
+		return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "%s: the fast path cannot rewrite it", k)
+	}
+	switch a := a.(type) {
+	case openflow.ActionNXCT:
+		if a.Alg != 0 {
+			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadArgument, "ct(alg=%d): no connection tracking helpers (ALGs)", a.Alg)
+		}
+		if a.ZoneSrc != nil && !readable(a.ZoneSrc.Field) {
+			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "ct zone from %s: not in the flow key", a.ZoneSrc.Field)
+		}
+		for _, n := range a.Actions {
+			if nat, ok := n.(openflow.ActionNXNAT); ok && nat.AddrMin.Is6() {
+				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadArgument, "nat to IPv6 addresses: not supported yet")
 			}
 		}
+	case openflow.ActionNXCTClear, openflow.ActionNXNote, openflow.ActionNXDecTTL:
+	case openflow.ActionNXRegMove:
+		if !readable(a.Src.Field) {
+			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "move from %s: not in the flow key", a.Src.Field)
+		}
+		if !writable(a.Dst.Field) {
+			return badSet(a.Dst.Field)
+		}
+	case openflow.ActionNXRegLoad:
+		if !writable(a.Dst.Field) {
+			return badSet(a.Dst.Field)
+		}
+	case openflow.ActionNXRegLoad2:
+		if !writable(a.Field.Key()) {
+			return badSet(a.Field.Key())
+		}
+	case openflow.ActionNXResubmit:
+		if a.CT {
+			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExpType, "resubmit(,%d,ct): not supported", a.Table)
+		}
+	case openflow.ActionNXConjunction:
+		return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExpType, "%s: conjunctive matches are not supported yet", a)
+	case openflow.ActionExperimenter:
+		if a.Experimenter != openflow.ExperimenterNicira {
+			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExperimenter, "experimenter 0x%08x", a.Experimenter)
+		}
+		return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExpType, "%s: not supported", a)
+	default:
+		return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExpType, "%s: not supported", a)
 	}
 	return nil
 }

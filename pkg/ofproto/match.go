@@ -243,9 +243,6 @@ func compileMatch(m openflow.Match) (*compiledMatch, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	if err := refuseUntranslated(m, nil); err != nil {
-		return nil, err
-	}
 	cm := &compiledMatch{}
 	present := m.Present()
 	for _, f := range matchFieldOrder {

@@ -558,3 +558,16 @@ func (k FieldKey) String() string {
 	}
 	return fmt.Sprintf("oxm(0x%04x:%d)", k.Class, k.Field)
 }
+
+// BasicOf returns the OpenFlow-basic field a field key names: the field
+// itself for the basic class, or the basic field behind an NXM alias
+// (NXM_OF_IP_DST is ipv4_dst) that move and load use as operands.
+func BasicOf(k FieldKey) (Field, bool) {
+	if k.Class == ClassOpenFlowBasic {
+		return k.Field, true
+	}
+	if fi, ok := nxFields[k]; ok && fi.hasBasic {
+		return fi.basic, true
+	}
+	return 0, false
+}
