@@ -147,7 +147,12 @@ func (t *Tracker) Take() Changes {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var ch Changes
+	dirty := make([]ServiceKey, 0, len(t.dirty))
 	for k := range t.dirty {
+		dirty = append(dirty, k)
+	}
+	sort.Slice(dirty, func(i, j int) bool { return less(dirty[i], dirty[j]) }) // problems reported in a stable order
+	for _, k := range dirty {
 		s, problems := t.computeLocked(k)
 		t.noteProblemsLocked(k, problems)
 		old, had := t.state[k]
@@ -161,8 +166,6 @@ func (t *Tracker) Take() Changes {
 		}
 	}
 	clear(t.dirty)
-	sort.Slice(ch.Updated, func(i, j int) bool { return less(ch.Updated[i].Key, ch.Updated[j].Key) })
-	sort.Slice(ch.Deleted, func(i, j int) bool { return less(ch.Deleted[i], ch.Deleted[j]) })
 	return ch
 }
 
