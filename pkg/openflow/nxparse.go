@@ -64,6 +64,7 @@ func parseNXMatch(k, v string) (out []OXM, ok bool, err error) {
 		vb, mb := bigBytes(val, width/8), bigBytes(mask, width/8)
 		for i := 0; i < pieces; i++ {
 			pv, pm := getUint(vb[4*i:4*i+4]), getUint(mb[4*i:4*i+4])
+			pv &= pm
 			switch {
 			case pm == 0:
 			case pm == 0xffffffff:
@@ -81,6 +82,9 @@ func parseNXMatch(k, v string) (out []OXM, ok bool, err error) {
 	switch key.Field {
 	case NXMCtState:
 		o, err := parseCtState(v)
+		if err == nil && o.Mask != nil && allZero(o.Mask) {
+			return nil, true, nil
+		}
 		return []OXM{o}, true, err
 	case NXMCtNWSrc, NXMCtNWDst, NXMCtIPv6Src, NXMCtIPv6Dst:
 		f := FieldIPv4Src
@@ -89,6 +93,9 @@ func parseNXMatch(k, v string) (out []OXM, ok bool, err error) {
 		}
 		o, err := parseFieldValue(f, v, true)
 		o.Class, o.Field = key.Class, key.Field
+		if o.Mask != nil && allZero(o.Mask) {
+			return nil, true, err
+		}
 		return []OXM{o}, true, err
 	}
 	val, mask, hasMask := strings.Cut(v, "/")
@@ -105,7 +112,12 @@ func parseNXMatch(k, v string) (out []OXM, ok bool, err error) {
 		if err != nil {
 			return nil, true, err
 		}
+		// Open vSwitch keeps value&mask (reg1=0x100/0x1 is reg1=0/0x1).
+		o.Value = bigBytes(new(big.Int).And(bv, bm), fi.len)
 		o.Mask = bigBytes(bm, fi.len)
+		if bm.Sign() == 0 {
+			return nil, true, nil // wildcarded: ovs-ofctl sends nothing
+		}
 	}
 	return []OXM{o}, true, nil
 }
@@ -159,6 +171,7 @@ func parseCtState(v string) (OXM, error) {
 		}
 		return CtState(val, mask), nil
 	case v[0] >= '0' && v[0] <= '9':
+		// A zero mask (ct_state=0/0) is a wildcard; parseNXMatch drops it.
 		val, mask, err := parseMasked(v, 32)
 		if err != nil {
 			return OXM{}, err
@@ -166,7 +179,7 @@ func parseCtState(v string) (OXM, error) {
 		if !strings.Contains(v, "/") {
 			mask = uint64(ctStateKnown)
 		}
-		return CtState(uint32(val), uint32(mask)), nil
+		return CtState(uint32(val&mask), uint32(mask)), nil
 	}
 	var val uint32
 	for _, name := range strings.Split(v, "|") {
@@ -541,6 +554,9 @@ func parseNATRange(a *ActionNXNAT, s string) error {
 			return err
 		}
 	}
+	if a.AddrMin.Zone() != "" || a.AddrMax.Zone() != "" {
+		return fmt.Errorf("nat: an address with a zone")
+	}
 	if strings.HasPrefix(s, ":") {
 		lo, hi, isRange := strings.Cut(s[1:], "-")
 		n, err := parseUint(lo, 16)
@@ -558,6 +574,15 @@ func parseNATRange(a *ActionNXNAT, s string) error {
 	}
 	if s != "" {
 		return fmt.Errorf("nat: trailing %q", s)
+	}
+	// Open vSwitch prints no max equal to its min, so one written that
+	// way is dropped here for the text to read back to the same bytes
+	// (ovs-ofctl itself would send it).
+	if a.AddrMax == a.AddrMin {
+		a.AddrMax = netip.Addr{}
+	}
+	if a.PortMax == a.PortMin {
+		a.PortMax = 0
 	}
 	return nil
 }

@@ -507,6 +507,18 @@ func parseActionToken(tok string) ([]Action, error) {
 		return nil, fmt.Errorf("openflow: %s: %w", tok, err)
 	}
 	if isNX {
+		// Refuse here what the switch would refuse while decoding (a ct
+		// zone from other than 16 bits, a conjunction clause out of
+		// range...), as ovs-ofctl refuses it while parsing.
+		for _, a := range as {
+			b, err := a.MarshalBinary()
+			if err == nil {
+				_, _, err = ParseAction(b)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("openflow: %s: %w", tok, err)
+			}
+		}
 		return as, nil
 	}
 	a, err := parseAction(tok)
