@@ -381,8 +381,11 @@ func parseNXActionText(k, v, tok string, hasArg bool) (out []Action, ok bool, er
 		if !hasArg {
 			return nil, false, nil
 		}
-		var ids []uint16
+		ids := []uint16{}
 		for _, s := range strings.Split(v, ",") {
+			if strings.TrimSpace(s) == "" && v == "" {
+				break // dec_ttl(): no controller ids
+			}
 			n, err := parseUint(strings.TrimSpace(s), 16)
 			if err != nil {
 				return nil, true, err
