@@ -173,6 +173,7 @@ func init() {
 	nxFields[FieldKey{ClassNXM1, NXMTunID}] = nxFieldInfo{name: "tun_id", nxm: "NXM_NX_TUN_ID", len: 8, maskable: true,
 		writable: true, basic: FieldTunnelID, hasBasic: true}
 	basicNXMName[FieldTunnelID] = "NXM_NX_TUN_ID"
+	initNXMNames()
 }
 
 // basicNXMName is the name move/load print for a basic field: its NXM
@@ -370,8 +371,8 @@ func (m Match) NonBasic() []OXM {
 }
 
 // formatCtState prints ct_state as ovs-ofctl does: "+est+trk-new" style
-// (bits in order, + for 1 and - for 0 under the mask) when masked,
-// "est|trk" when exact.
+// (bits in order, + for 1 and - for 0 under the mask), or "est|trk" when
+// the mask covers every known bit.
 func formatCtState(v, mask uint32, exact bool) string {
 	var b strings.Builder
 	if exact {
@@ -419,14 +420,14 @@ func cHex(v uint64) string {
 }
 
 // hexBytes prints a big-endian value of any length as 0x<hex> without
-// leading zeros ("0x0" for zero), as OVS's ds_put_hex.
+// leading zeros ("0" for zero), as OVS prints ct_label.
 func hexBytes(b []byte) string {
 	i := 0
 	for i < len(b) && b[i] == 0 {
 		i++
 	}
 	if i == len(b) {
-		return "0x0"
+		return "0"
 	}
 	s := fmt.Sprintf("%x", b[i:])
 	return "0x" + strings.TrimLeft(s, "0")
@@ -449,7 +450,9 @@ func formatNXMatch(m Match) (before, after []string) {
 		before = append(before, fmt.Sprintf("conj_id=%d", o.Uint()))
 	}
 	if o, ok := get(NXMCtState); ok {
-		before = append(before, "ct_state="+formatCtState(uint32(o.Uint()), uint32(o.MaskUint()), o.Mask == nil || allOnes(o.Mask)))
+		// With every known bit under the mask (ovs-ofctl's "trk|est" sends
+		// mask 0xff) Open vSwitch prints the flags joined by '|'.
+		before = append(before, "ct_state="+formatCtState(uint32(o.Uint()), uint32(o.MaskUint()), uint32(o.MaskUint())&ctStateKnown == ctStateKnown))
 	}
 	if o, ok := get(NXMCtZone); ok {
 		if o.Mask == nil || allOnes(o.Mask) {

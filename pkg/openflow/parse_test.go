@@ -7,7 +7,7 @@ import (
 )
 
 // parsesNX says whether ParseFlow reads the Nicira extension syntax yet.
-const parsesNX = false
+const parsesNX = true
 
 // TestParseFlowMatchesOvsOfctl parses every add-flow command line of the
 // golden files and demands the exact FLOW_MOD bytes ovs-ofctl sent.
