@@ -116,7 +116,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if kube {
-		client, err := k8s.ClientFromFlags(kubeconfig, kubeconfig == "")
+		client, err := k8s.ClientFromFlags(kubeconfig, kubeconfig == "", c.KubeAPIServerOverride)
 		if err != nil {
 			return err
 		}
