@@ -111,9 +111,9 @@ func TestSource(t *testing.T) {
 	}
 }
 
-// TestSourceServices: Services and EndpointSlices reach the tracker
-// through the informers, and a refused Service becomes a Warning Event on
-// it.
+// TestSourceServices: Services and EndpointSlices, their updates and
+// deletions, reach the tracker through the informers, and a refused
+// Service becomes a Warning Event on it.
 func TestSourceServices(t *testing.T) {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
@@ -147,6 +147,23 @@ func TestSourceServices(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("services %v problems %v", ss, tr.Problems())
+		}
+	}
+	// A deleted slice and Service reach the tracker too.
+	if err := client.DiscoveryV1().EndpointSlices("ns").Delete(ctx, "web-abc", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.CoreV1().Services("ns").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for len(tr.Services()) != 0 {
+		select {
+		case <-tr.Changed():
+			tr.Take()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deleted Service still there: %v", tr.Services())
 		}
 	}
 	for {
