@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -150,7 +151,8 @@ type Agent struct {
 	sw controlnet.Endpoint // where the switch is
 	vf *vf.VF              // DPU mode: VF links and direct forward
 
-	services *proxy.Tracker // the desired service state (services.go)
+	services       *proxy.Tracker // the desired service state (services.go)
+	unresolvedPods atomic.Value   // cluster-file endpoint pods not on this node, last logged
 }
 
 // New checks the configuration; Run does the work.

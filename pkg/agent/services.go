@@ -68,8 +68,11 @@ func (a *Agent) feedClusterServices() {
 	for _, s := range slices {
 		a.services.UpdateEndpointSlice(s)
 	}
-	if len(unresolved) > 0 {
-		a.log.Debug("service endpoints named by pods not on this node (give their addresses)", "pods", strings.Join(unresolved, ","))
+	// Said when the set changes: this node's view of those Services lacks
+	// the endpoints, which only their addresses in the file would fix.
+	u := strings.Join(unresolved, ",")
+	if last, _ := a.unresolvedPods.Swap(u).(string); u != last && u != "" {
+		a.log.Info("service endpoints named by pods not on this node are left out (give their addresses)", "pods", u)
 	}
 }
 
