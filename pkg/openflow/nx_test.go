@@ -199,8 +199,15 @@ func wantNXErr(t *testing.T, err error, code uint16) {
 	if !errors.As(err, &oe) || oe.Type != ErrTypeExperimenter || oe.Code != code || oe.Experimenter != ExperimenterNicira {
 		t.Fatalf("error %v, want Nicira experimenter error %d", err, code)
 	}
-	if r := oe.Reply([]byte{4, 14, 0, 8, 0, 0, 0, 9}); r.Type != ErrTypeExperimenter || r.Experimenter != ExperimenterNicira || r.Code != code {
+	r := oe.Reply([]byte{4, 14, 0, 8, 0, 0, 0, 9})
+	if r.Type != ErrTypeExperimenter || r.Experimenter != ExperimenterNicira || r.Code != code {
 		t.Fatalf("reply %#v", r)
+	}
+	// On the wire and back, it is the same error.
+	b, _ := r.MarshalBinary()
+	var back ErrorMsg
+	if derr := back.UnmarshalBinary(b); derr != nil || !errors.Is(back.Err(), err) {
+		t.Fatalf("reply %x decodes to %v (%v), want %v", b, back.Err(), derr, err)
 	}
 }
 
