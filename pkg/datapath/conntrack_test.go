@@ -566,3 +566,27 @@ func TestCTActionEncoding(t *testing.T) {
 		}
 	}
 }
+
+// TestCTIPv6: IPv6 connections, and DNAT of IPv6 with the UDP checksum
+// (mandatory in IPv6) fixed.
+func TestCTIPv6(t *testing.T) {
+	c := newCTTest(t, nil)
+	nat := &flow.NAT{Kind: flow.NATDst, AddrMin: netip.MustParseAddr("fd00::5"), PortMin: 9999}
+	c.firstPass(portIn, flow.CT{Zone: 4, Flags: flow.CTCommit, NAT: nat}, flow.Recirc{ID: 1})
+	c.firstPass(portOut, flow.CT{Zone: 4, NAT: &flow.NAT{}}, flow.Recirc{ID: 1})
+	u := c.second(udpPkt(t, "fd00::1", "fd00::100", 40000, 5300, "q"), "lo")
+	wantState(t, "v6 new", u.Key.CtState, trk|nw|flow.CtDNAT)
+	if netip.AddrFrom16(u.Key.IPDst) != netip.MustParseAddr("fd00::5") || u.Key.TpDst != 9999 || u.Key.CtNwProto != 17 {
+		t.Fatalf("v6 DNAT: %s", flow.Format(u.Key, flow.ExactMask()))
+	}
+	checksumsOK(t, u.Packet)
+	u = c.second(udpPkt(t, "fd00::5", "fd00::1", 9999, 40000, "a"), "dummy0")
+	wantState(t, "v6 reply", u.Key.CtState, trk|est|rpl|flow.CtDNAT)
+	if netip.AddrFrom16(u.Key.IPSrc) != netip.MustParseAddr("fd00::100") || u.Key.TpSrc != 5300 {
+		t.Fatalf("v6 reply: %s", flow.Format(u.Key, flow.ExactMask()))
+	}
+	checksumsOK(t, u.Packet)
+	if cs := c.conns(); len(cs) != 1 || cs[0].Orig.Src != netip.MustParseAddr("fd00::1") || cs[0].Reply.Src != netip.MustParseAddr("fd00::5") {
+		t.Fatalf("conntrack %v", cs)
+	}
+}
