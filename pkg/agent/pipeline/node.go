@@ -15,6 +15,7 @@ func (p *Pipeline) nodeFlows() []*openflow.FlowMod {
 	c := localObject()
 	fs := tableDefaults(c)
 	fs = append(fs, podConnectivityFlows(c)...)
+	fs = append(fs, conntrackFlows(c)...)
 	fs = append(fs, tunnelFlows(c)...)
 	return append(fs, gatewayFlows(c, p.node)...)
 }
