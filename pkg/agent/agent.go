@@ -376,6 +376,9 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 	pods, remotes := a.pipelineStateLocked()
 	a.pl.SetState(pods, remotes)
 	a.mu.Unlock()
+	if a.services != nil {
+		a.pl.SetServices(a.services.Services())
+	}
 	if old != nil {
 		old.Close()
 	}
