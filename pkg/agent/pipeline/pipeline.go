@@ -62,8 +62,10 @@ type Table struct {
 //     ConntrackState; what is not IPv4 goes on to L3.
 //   - ConntrackState drops what the tracker found invalid.
 //   - ServiceLB sends a new connection to a Service frontend to the
-//     Service port's select group (one bucket per endpoint); everything
-//     else goes on to L3.
+//     Service port's select group (one bucket per endpoint); other new
+//     connections are committed (the tracker must know every connection
+//     to judge its replies valid) and go on to L3; established ones go
+//     on to L3.
 //   - EndpointDNAT commits the connection with DNAT to the endpoint the
 //     bucket loaded into registers, and recirculates to L3.
 //   - L3Forwarding handles routed IPv4: packets to the gateway's MAC (from

@@ -23,6 +23,7 @@ import (
 //	ConntrackState +inv+trk → drop; else → ServiceLB
 //	ServiceLB      +new+trk, proto, nw_dst=frontend, tp_dst=port
 //	                 → load the port's tag into reg5, group:<port's group>
+//	               other +new+trk → ct(commit, zone=CtZone, table=L3Forwarding)
 //	               else → L3 forwarding
 //	group          one bucket per endpoint: reg3=IP, reg4[0..15]=port,
 //	                 resubmit(,EndpointDNAT)
@@ -269,7 +270,17 @@ func conntrackFlows(c uint64) []*openflow.FlowMod {
 	return []*openflow.FlowMod{
 		conntrackZoneIP(c),
 		conntrackStateInvalid(c),
+		conntrackCommitOthers(c),
 	}
+}
+
+// conntrackCommitOthers commits every other new connection (pod to pod, to
+// the node, from other nodes) and routes it: the tracker then knows its
+// replies (a TCP SYN-ACK of a connection it never saw is invalid, and
+// ConntrackState drops invalid packets), as Antrea's ConntrackCommit does.
+func conntrackCommitOthers(c uint64) *openflow.FlowMod {
+	return flow(TableServiceLB, prioKind, c, match(ethType(etherIPv4), ctNew()),
+		apply(openflow.ActionNXCT{Flags: openflow.NXCTFlagCommit, Zone: CtZone, Table: TableL3.ID}))
 }
 
 // conntrackZoneIP sends every IPv4 packet through the node's zone (nat restores established translations).
