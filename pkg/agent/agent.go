@@ -377,6 +377,11 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 	a.pl.SetState(pods, remotes)
 	a.mu.Unlock()
 	if a.services != nil {
+		// Take first: a restarted agent's tracker has its input but no
+		// Take yet, and a Sync without the Services would delete their
+		// flows and groups until serviceLoop put them back. (Kubernetes:
+		// the informers may not have synced yet; then the same gap.)
+		a.services.Take()
 		a.pl.SetServices(a.services.Services())
 	}
 	if old != nil {

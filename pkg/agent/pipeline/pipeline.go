@@ -60,7 +60,7 @@ type Table struct {
 //     tracker (zone CtZone) with nat, which restores an established
 //     connection's translation in both directions, and recirculates to
 //     ConntrackState; what is not IPv4 goes on to L3.
-//   - ConntrackState drops what the tracker found invalid.
+//   - ConntrackState drops what the tracker found invalid in pods' packets.
 //   - ServiceLB sends a new connection to a Service frontend to the
 //     Service port's select group (one bucket per endpoint); other new
 //     connections are committed (the tracker must know every connection

@@ -20,7 +20,7 @@ import (
 // with DNAT to that endpoint and goes on to L3 forwarding.
 //
 //	ConntrackZone  ip → ct(zone=CtZone, nat, table=ConntrackState)
-//	ConntrackState +inv+trk → drop; else → ServiceLB
+//	ConntrackState from a pod, +inv+trk → drop; else → ServiceLB
 //	ServiceLB      +new+trk, proto, nw_dst=frontend, tp_dst=port
 //	                 → load the port's tag into reg5, group:<port's group>
 //	               other +new+trk → ct(commit, zone=CtZone, table=L3Forwarding)
@@ -289,10 +289,17 @@ func conntrackZoneIP(c uint64) *openflow.FlowMod {
 		apply(openflow.ActionNXCT{Zone: CtZone, Table: TableConntrackState.ID, Actions: openflow.Actions{openflow.ActionNXNAT{}}}))
 }
 
-// conntrackStateInvalid drops packets the tracker found invalid.
+// conntrackStateInvalid drops packets from pods the tracker found invalid.
+//
+// Only from pods: the node's and other nodes' packets may belong to
+// connections this switch never saw start, because the way out and the
+// way back differ (a pod pings another node's address: the request leaves
+// through this node's stack and the underlay, the reply comes back from
+// that node's stack through both switches; at the other node's switch the
+// echo reply, or a TCP SYN-ACK, has no connection and is +inv).
 func conntrackStateInvalid(c uint64) *openflow.FlowMod {
 	return flow(TableConntrackState, prioDrop, c,
-		match(openflow.CtState(openflow.CtStateInv|openflow.CtStateTrk, openflow.CtStateInv|openflow.CtStateTrk)))
+		match(source(metaFromPod), openflow.CtState(openflow.CtStateInv|openflow.CtStateTrk, openflow.CtStateInv|openflow.CtStateTrk)))
 }
 
 // StaleEndpoint is an endpoint a UDP Service port no longer uses: its
