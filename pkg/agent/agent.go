@@ -282,6 +282,11 @@ func (a *Agent) setupNode() error {
 	if err := a.net.EnsureTunnel(); err != nil {
 		return err
 	}
+	if c.ServiceCIDR.IsValid() {
+		if err := a.net.EnsureServiceRoute(c.ServiceCIDR, pipeline.RemoteGatewayMAC); err != nil {
+			return fmt.Errorf("service route: %w", err)
+		}
+	}
 	ext := a.node.ExternalInterface
 	if ext == "" {
 		ext = c.ExternalInterface

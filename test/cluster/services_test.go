@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,27 @@ func TestServicesClusterIP(t *testing.T) {
 				t.Fatalf("exchanges per endpoint %v: want both", got)
 			}
 			t.Logf("UDP exchanges per endpoint from %s: %v", cl.Name, got)
+		})
+	}
+
+	for _, n := range []*nscluster.Node{n1, n2} {
+		t.Run("tcp-from-node-"+n.Config.Name, func(t *testing.T) {
+			// The node's route to serviceCIDR goes through the switch.
+			got := map[string]int{}
+			for i := 0; i < 24; i++ {
+				name, err := tcpName(t, nodeNS(n), "10.96.0.10:80")
+				if err != nil {
+					r, _ := exec.Command("ip", "netns", "exec", n.NS, "ip", "route", "get", "10.96.0.10").CombinedOutput()
+					nb, _ := exec.Command("ip", "netns", "exec", n.NS, "ip", "neigh").CombinedOutput()
+					t.Logf("the node's route: %s neighbours: %s\n%s", r, nb, ofctl(t, n.SwitchSocket(), "dump-flows"))
+					t.Fatalf("connection %d: %v", i, err)
+				}
+				got[name]++
+			}
+			if got["srv1"] == 0 || got["srv2"] == 0 {
+				t.Fatalf("connections per endpoint %v: want both", got)
+			}
+			t.Logf("TCP connections per endpoint from %s: %v", n.Config.Name, got)
 		})
 	}
 

@@ -265,6 +265,34 @@ func TestServiceClusterIPWalk(t *testing.T) {
 			t.Fatalf("%s: connections per endpoint %v: not spread", tc.protoStr, hits)
 		}
 	}
+	// The node itself (its route to the Services' range resolves to
+	// RemoteGatewayMAC, its source the gateway address): both endpoints,
+	// replies un-NATed back to the gateway port.
+	var host conntrack
+	hits := map[string]int{}
+	for sport := uint16(30000); sport < 30032; sport++ {
+		k := ipKey(6, 2, gatewayMAC, [6]byte(RemoteGatewayMAC), "10.77.1.1", "10.96.0.10", sport, 80)
+		out, k2 := host.walk(t, sw.pl, k)
+		dst := netip.AddrFrom4([4]byte(k2.IPDst[:4])).String()
+		var rep dp.Key
+		switch {
+		case dst == "10.77.1.2" && strings.HasSuffix(out, "output:5"):
+			rep = ipKey(6, 5, webMAC, gatewayMAC, "10.77.1.2", "10.77.1.1", 8080, sport)
+		case dst == "10.77.2.5" && strings.Contains(out, "output:3"):
+			rep = ipKey(6, 3, [6]byte{2}, [6]byte{3}, "10.77.2.5", "10.77.1.1", 8080, sport)
+			rep.TunID, rep.TunFlags = 1, dp.TunPresent
+		default:
+			t.Fatalf("node sport %d: to %s, %s", sport, dst, out)
+		}
+		hits[dst]++
+		out3, k3 := host.walk(t, sw.pl, rep)
+		if !strings.HasSuffix(out3, "output:2") || netip.AddrFrom4([4]byte(k3.IPSrc[:4])).String() != "10.96.0.10" {
+			t.Fatalf("reply to the node from %s: %s, source %v", dst, out3, k3.IPSrc[:4])
+		}
+	}
+	if hits["10.77.1.2"] == 0 || hits["10.77.2.5"] == 0 {
+		t.Fatalf("node's connections per endpoint %v", hits)
+	}
 	// Not a Service port: no translation, routed as before (to the gateway's stack by L2).
 	var ct conntrack
 	if out, k := ct.walk(t, sw.pl, fromDB(6, 40000, 81)); netip.AddrFrom4([4]byte(k.IPDst[:4])).String() != "10.96.0.10" || !strings.HasSuffix(out, "output:2") {
