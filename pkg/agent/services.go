@@ -8,6 +8,7 @@ import (
 
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
 	"github.com/nagare-net/nagare/pkg/agent/proxy"
+	"github.com/nagare-net/nagare/pkg/switchd"
 )
 
 // Services: the agent keeps the desired service state of its node in a
@@ -148,22 +149,23 @@ func (a *Agent) programServices(ctx context.Context, ch proxy.Changes) (pipeline
 	return pl.UpdateServices(ctx, ch.Updated, ch.Deleted)
 }
 
-// flushStaleUDP should delete the node zone's UDP connections to
-// endpoints no Service uses any more, as kube-proxy does (conntrack -D):
-// UDP has no end, so a client (a resolver to a deleted DNS pod) would
-// otherwise keep its established entry, and its packets keep going to
-// the gone endpoint, until the entry times out.
-//
-// CALL SITE for the switch's conntrack-flush control command (being added
-// to pkg/switchd ctl by the lead): one request per endpoint with zone
-// (pipeline.CtZone), proto 17, and the endpoint address and port, flushing
-// entries whose original-direction destination after DNAT (the reply
-// tuple's source) is that address and port. Until it exists this only
-// logs what it would flush.
+// flushStaleUDP deletes the node zone's UDP connections to endpoints no
+// Service uses any more, as kube-proxy does (conntrack -D): UDP has no
+// end, so a client (a resolver to a deleted DNS pod) would otherwise keep
+// its established entry, and its packets keep going to the gone endpoint,
+// until the entry times out. The switch's conntrack-flush selects the
+// connections with that address and port at either end (after DNAT, the
+// reply direction's source).
 func (a *Agent) flushStaleUDP(ctx context.Context, stale []pipeline.StaleEndpoint) {
 	for _, e := range stale {
-		// TODO(conntrack-flush): a.call(ctx, switchd.CtlRequest{Cmd: "conntrack-flush", Zone: e.Zone, Proto: e.Proto, Addr: e.Addr, Port: e.Port})
-		a.log.Info("services: UDP endpoint gone; its connections are not flushed yet (switch conntrack-flush to come)",
-			"zone", e.Zone, "endpoint", netip.AddrPortFrom(e.Addr, e.Port))
+		zone := e.Zone
+		req := switchd.CtlRequest{Cmd: "conntrack-flush", Zone: &zone, Proto: "udp", Addr: e.Addr.String(), L4Port: e.Port}
+		resp, err := a.call(ctx, req)
+		if err != nil {
+			a.log.Warn("services: flushing a gone endpoint's UDP connections", "endpoint", netip.AddrPortFrom(e.Addr, e.Port), "err", err)
+			continue
+		}
+		a.log.Info("services: UDP endpoint gone, its connections flushed", "endpoint", netip.AddrPortFrom(e.Addr, e.Port),
+			"result", strings.Join(resp.Lines, "; "))
 	}
 }

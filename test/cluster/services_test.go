@@ -25,7 +25,8 @@ import (
 func TestServicesClusterIP(t *testing.T) {
 	cc := config.Default()
 	cc.Services = append(cc.Services, config.Service{Name: "local", ClusterIP: "10.96.0.11",
-		Ports: []config.ServicePort{{Name: "tcp", Protocol: "TCP", Port: 80, TargetPort: 8080}}, Endpoints: []string{"default/srv1", "10.77.2.2"}})
+		Ports: []config.ServicePort{{Name: "tcp", Protocol: "TCP", Port: 80, TargetPort: 8080},
+			{Name: "udp", Protocol: "UDP", Port: 53, TargetPort: 5353}}, Endpoints: []string{"default/srv1", "10.77.2.2"}})
 	c := newCluster(t, cc)
 	ctx := ctxT(t, 3*time.Minute)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
@@ -126,8 +127,36 @@ func TestServicesClusterIP(t *testing.T) {
 		if got["srv1"] == 0 || got["srv2"] == 0 {
 			t.Fatalf("before: %v, want both endpoints", got)
 		}
+		// A UDP flow (one socket, one source port) that the tracker
+		// sends to srv1: UDP has no end, so only the agent's flush of
+		// the gone endpoint's connections lets it move to srv2 (a
+		// resolver whose DNS pod went), instead of waiting out the
+		// tracker's 120 s.
+		var flow *udpFlow
+		for i := 0; i < 32 && flow == nil; i++ {
+			f := newUDPFlow(t, podNS(clients[0]), "10.96.0.11:53")
+			if name, err := f.ask(); err == nil && name == "srv1" {
+				flow = f
+			} else {
+				f.c.Close()
+			}
+		}
+		if flow == nil {
+			t.Fatal("no UDP flow went to srv1 in 32 tries")
+		}
+		defer flow.c.Close()
 		if err := srv1.Del(ctx); err != nil {
 			t.Fatal(err)
+		}
+		udpDeadline := time.Now().Add(10 * time.Second)
+		for {
+			name, err := flow.ask()
+			if err == nil && name == "srv2" {
+				break
+			}
+			if time.Now().After(udpDeadline) {
+				t.Fatalf("the UDP flow to srv1 did not move to srv2 after srv1 went: %q %v (its connection was not flushed)", name, err)
+			}
 		}
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -202,6 +231,42 @@ func tcpName(t *testing.T, ns nstest.NS, addr string) (string, error) {
 	c.SetDeadline(time.Now().Add(3 * time.Second))
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSpace(line), err
+}
+
+// udpFlow is one UDP socket in a namespace talking to one address: every
+// datagram is the same connection for the tracker.
+type udpFlow struct {
+	c  net.PacketConn
+	to net.Addr
+}
+
+func newUDPFlow(t *testing.T, ns nstest.NS, addr string) *udpFlow {
+	t.Helper()
+	var c net.PacketConn
+	var err error
+	ns.In(t, func() { c, err = net.ListenPacket("udp4", "0.0.0.0:0") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	to, err := net.ResolveUDPAddr("udp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &udpFlow{c: c, to: to}
+}
+
+// ask sends one datagram and returns the name that answers within 500 ms.
+func (f *udpFlow) ask() (string, error) {
+	if _, err := f.c.WriteTo([]byte("who"), f.to); err != nil {
+		return "", err
+	}
+	b := make([]byte, 1500)
+	f.c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	n, _, err := f.c.ReadFrom(b)
+	if err != nil {
+		return "", err
+	}
+	return string(b[:n]), nil
 }
 
 // udpName sends one datagram from a new socket in ns to addr and reads the answer and where it came from.
