@@ -67,7 +67,14 @@ type bench struct {
 	// flushConntrack empties the switch's connection table (nil: the
 	// switch has no way to, the cases use distinct tuples anyway).
 	flushConntrack func() error
+	// flushCache empties the datapath's flow cache, so that a case's
+	// first packets are translated under its own tables (a barrier does
+	// not wait for Open vSwitch's revalidators).
+	flushCache func() error
 	log            string // the switch's log file, quoted on failure
+	// diag returns the switch's own account of its datapath, for a
+	// failure report (nil: none).
+	diag func() string
 }
 
 // newTopology makes the node namespace and the endpoints of one bench,
@@ -163,8 +170,35 @@ func startOVS(t *testing.T) *bench {
 	}
 	b.target = "unix:" + filepath.Join(ovs.Dir(), "br0.mgmt")
 	b.log = filepath.Join(ovs.Dir(), "ovs-vswitchd.log")
+	b.diag = func() string {
+		var out strings.Builder
+		for _, cmd := range [][]string{{"dpctl/dump-flows"}, {"dpctl/dump-conntrack"}, {"coverage/show"}} {
+			o, err := ovs.Appctl(context.Background(), cmd...)
+			if err != nil {
+				o = err.Error()
+			}
+			if cmd[0] == "coverage/show" {
+				var keep []string
+				for _, l := range strings.Split(o, "\n") {
+					if strings.Contains(l, "drop") || strings.Contains(l, "upcall") || strings.Contains(l, "lost") {
+						keep = append(keep, l)
+					}
+				}
+				o = strings.Join(keep, "\n")
+			}
+			fmt.Fprintf(&out, "  ovs-appctl %s:\n    %s\n", cmd[0], strings.ReplaceAll(strings.TrimSpace(o), "\n", "\n    "))
+		}
+		return out.String()
+	}
 	b.flushConntrack = func() error {
 		_, err := ovs.Appctl(context.Background(), "dpctl/flush-conntrack")
+		return err
+	}
+	b.flushCache = func() error {
+		if _, err := ovs.Appctl(context.Background(), "revalidator/wait"); err != nil {
+			return err
+		}
+		_, err := ovs.Appctl(context.Background(), "dpctl/del-flows")
 		return err
 	}
 	out, err := b.ofctl("show")
@@ -216,6 +250,27 @@ func startNagare(t *testing.T) *bench {
 	})
 	sock := filepath.Join(runDir, "br0.mgmt")
 	b.target = "unix:" + sock
+	call := func(cmd string) ([]string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r, err := switchd.Call(ctx, sock, switchd.CtlRequest{Cmd: cmd})
+		if err != nil {
+			return nil, err
+		}
+		return r.Lines, nil
+	}
+	b.flushCache = func() error { _, err := call("flush-cache"); return err }
+	b.diag = func() string {
+		var out strings.Builder
+		for _, cmd := range []string{"dump-cache", "show"} {
+			lines, err := call(cmd)
+			if err != nil {
+				lines = []string{err.Error()}
+			}
+			fmt.Fprintf(&out, "  nagarectl %s:\n    %s\n", cmd, strings.Join(lines, "\n    "))
+		}
+		return out.String()
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.Dial("unix", sock)

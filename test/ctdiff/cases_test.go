@@ -2,13 +2,25 @@ package ctdiff
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 )
 
 // TestDiff runs every case against Open vSwitch and nagare-switch.
+// CTDIFF_SWITCHES=ovs (or nagare) runs one switch alone, against the
+// expectations only: how a case's expectations are checked against the
+// reference.
 func TestDiff(t *testing.T) {
 	requireHost(t)
-	benches := []*bench{startOVS(t), startNagare(t)}
+	var benches []*bench
+	only := os.Getenv("CTDIFF_SWITCHES")
+	if only == "" || strings.Contains(only, "ovs") {
+		benches = append(benches, startOVS(t))
+	}
+	if only == "" || strings.Contains(only, "nagare") {
+		benches = append(benches, startNagare(t))
+	}
 	for _, c := range cases() {
 		t.Run(c.name, func(t *testing.T) { runCase(t, c, benches) })
 	}
@@ -221,10 +233,11 @@ func cases() []ctCase {
 				{tcpReply(1, "SA", 6000, 2001), want{at: "client", state: "+trk+est+rpl"}},
 				{tcp("client", at(cIP, 42011), at(b1IP, 8080), "A", 2001, 6001), want{at: "b1", state: "+trk+est"}},
 				{tcp("client", at(cIP, 42011), at(b1IP, 8080), "R", 2001, 0), want{at: "b1", state: "+trk+est"}},
-				// After the RST: what each makes of a late ACK and of a new
-				// SYN on the same tuple is compared, not prescribed.
-				{tcp("client", at(cIP, 42011), at(b1IP, 8080), "A", 2001, 6001), want{at: "*"}},
-				{tcp("client", at(cIP, 42011), at(b1IP, 8080), "S", 3000, 0), want{at: "*"}},
+				// After the RST (Open vSwitch: the connection is closing,
+				// not gone): a late ACK is still +est, a new SYN on the same
+				// tuple opens a new connection.
+				{tcp("client", at(cIP, 42011), at(b1IP, 8080), "A", 2001, 6001), want{at: "b1", state: "+trk+est"}},
+				{tcp("client", at(cIP, 42011), at(b1IP, 8080), "S", 3000, 0), want{at: "b1", state: "+trk+new"}},
 			},
 		},
 		{
@@ -333,9 +346,12 @@ func cases() []ctCase {
 		},
 		{
 			// Every packet is delivered to b1 with its state stamped: what
-			// each conntrack calls invalid. Open vSwitch's userspace
-			// conntrack does not pick up connections mid-stream (Linux's
-			// nf_conntrack_tcp_loose would call the ACK +new).
+			// each conntrack makes of packets that open no connection
+			// cleanly. Open vSwitch's userspace conntrack picks a TCP
+			// connection up mid-stream from any packet but a SYN+ACK or
+			// one with invalid flags (an ACK alone, even a RST alone, is
+			// +new); SYN+FIN and SYN+ACK are +inv. A UDP datagram with a
+			// bad checksum is +inv, and forwarded as it is.
 			name: "invalid",
 			flows: lines(
 				"table=0,priority=10,ip,actions=ct(table=1,zone=8)",
@@ -343,10 +359,11 @@ func cases() []ctCase {
 				"table=2,priority=1,in_port=1,actions=output:2",
 			),
 			steps: []step{
-				{tcp("client", at(cIP, 42071), at(b1IP, 8080), "A", 7777, 8888), want{at: "b1", state: "+trk+inv"}},
+				{tcp("client", at(cIP, 42071), at(b1IP, 8080), "A", 7777, 8888), want{at: "b1", state: "+trk+new"}},
 				{tcp("client", at(cIP, 42072), at(b1IP, 8080), "SF", 7777, 0), want{at: "b1", state: "+trk+inv"}},
-				{tcp("client", at(cIP, 42073), at(b1IP, 8080), "R", 7777, 0), want{at: "b1", state: "+trk+inv"}},
-				{udp("client", at(cIP, 42074), at(b1IP, 9), "bad checksum").corrupt(), want{at: "b1", state: "+trk+inv"}},
+				{tcp("client", at(cIP, 42073), at(b1IP, 8080), "R", 7777, 0), want{at: "b1", state: "+trk+new"}},
+				{tcp("client", at(cIP, 42076), at(b1IP, 8080), "SA", 7777, 1), want{at: "b1", state: "+trk+inv"}},
+				{udp("client", at(cIP, 42074), at(b1IP, 9), "bad checksum").corrupt(), want{at: "b1", state: "+trk+inv", badCsum: true}},
 				{udp("client", at(cIP, 42075), at(b1IP, 9), "fine"), want{at: "b1", state: "+trk+new"}},
 			},
 		},
@@ -371,10 +388,14 @@ func cases() []ctCase {
 		},
 		{
 			// A Service with two backends: a select group whose buckets
-			// DNAT to b1 or b2. Each connection stays on the backend its
-			// first packet got; the two switches may choose differently.
+			// DNAT to b1 or b2 and recirculate to the routing table (as
+			// OVN's load balancers do). Each connection stays on the
+			// backend its first packet got; the two switches may choose
+			// differently. (A bucket's ct(commit,nat) without table= is
+			// left out of the datapath actions by Open vSwitch 3.1 after
+			// the dp_hash recirculation: the packet leaves un-NATed.)
 			name:   "select_dnat",
-			groups: []string{fmt.Sprintf("group_id=1,type=select,bucket=ct(commit,zone=11,nat(dst=%s:8080)),mod_dl_dst:%s,output:2,bucket=ct(commit,zone=11,nat(dst=%s:8080)),mod_dl_dst:%s,output:3", b1IP, b1MAC, b2IP, b2MAC)},
+			groups: []string{fmt.Sprintf("group_id=1,type=select,bucket=ct(commit,table=3,zone=11,nat(dst=%s:8080)),bucket=ct(commit,table=3,zone=11,nat(dst=%s:8080))", b1IP, b2IP)},
 			flows: lines(
 				"table=0,priority=10,ip,actions=ct(table=1,zone=11,nat)",
 				stampTable(1, 2),
