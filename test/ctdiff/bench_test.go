@@ -71,7 +71,7 @@ type bench struct {
 	// first packets are translated under its own tables (a barrier does
 	// not wait for Open vSwitch's revalidators).
 	flushCache func() error
-	log            string // the switch's log file, quoted on failure
+	log        string // the switch's log file, quoted on failure
 	// diag returns the switch's own account of its datapath, for a
 	// failure report (nil: none).
 	diag func() string
