@@ -93,7 +93,10 @@ func (x *xlate) readField(id fieldID) []byte {
 		x.need(&m)
 		return f.readNX(pw)
 	}
-	fl := openflow.Field(id.field)
+	fl, ok := openflow.BasicOf(id)
+	if !ok {
+		return nil // refused at FLOW_MOD
+	}
 	m := fieldMask(fl)
 	x.need(&m)
 	return basicValue(&x.cur, pw[metaWord], fl)
@@ -112,7 +115,10 @@ func (x *xlate) writeBits(dst fieldRange, v []byte) {
 		f.placeNX(&x.curW, setBits(old, dst.ofs, dst.nbits, v))
 		return
 	}
-	fl := openflow.Field(dst.field.field)
+	fl, ok := openflow.BasicOf(dst.field)
+	if !ok {
+		return // refused at FLOW_MOD
+	}
 	if fl == openflow.FieldMetadata {
 		var m uint64 = ^uint64(0)
 		if dst.nbits < 64 {
@@ -242,4 +248,153 @@ func basicValue(k *flow.Key, meta uint64, f openflow.Field) []byte {
 		return u(uint64(k.IPv6Label), 4)
 	}
 	return make([]byte, f.Len())
+}
+
+// subfield converts the codec's bit range.
+func subfield(s openflow.Subfield) fieldRange {
+	return fieldRange{field: s.Field, ofs: int(s.Ofs), nbits: int(s.NBits)}
+}
+
+// ctSpecOf reads an NXAST_CT action: its flags, zone, table, the nat and
+// the ct_mark / ct_label writes nested in exec(...).
+func ctSpecOf(a openflow.ActionNXCT) *ctSpec {
+	c := &ctSpec{commit: a.Flags&openflow.NXCTFlagCommit != 0, force: a.Flags&openflow.NXCTFlagForce != 0,
+		zone: a.Zone, table: -1}
+	if a.Table != openflow.NXCTRecircNone {
+		c.table = int(a.Table)
+	}
+	if a.ZoneSrc != nil {
+		r := subfield(*a.ZoneSrc)
+		c.zoneSrc = &r
+	}
+	for _, n := range a.Actions {
+		switch n := n.(type) {
+		case openflow.ActionNXNAT:
+			c.nat = natOf(n)
+		case openflow.ActionSetField:
+			c.setCT(n.Field.Key(), 0, 0, n.Field.Value, n.Field.Mask)
+		case openflow.ActionNXRegLoad2:
+			c.setCT(n.Field.Key(), 0, 0, n.Field.Value, n.Field.Mask)
+		case openflow.ActionNXRegLoad:
+			v := binary.BigEndian.AppendUint64(nil, n.Value)
+			c.setCT(n.Dst.Field, int(n.Dst.Ofs), int(n.Dst.NBits), v, nil)
+		}
+	}
+	return c
+}
+
+// setCT records a write to ct_mark or ct_label inside ct(exec(...)):
+// either a whole value under an optional mask, or (nbits > 0) the low
+// bits of v into bits [ofs, ofs+nbits).
+func (c *ctSpec) setCT(k openflow.FieldKey, ofs, nbits int, v, mask []byte) {
+	width := 4
+	if k.Field == openflow.NXMCtLabel {
+		width = 16
+	}
+	val := make([]byte, width)
+	msk := make([]byte, width)
+	if nbits > 0 {
+		val = setBits(val, ofs, nbits, v)
+		msk = setBits(msk, ofs, nbits, allOnes(8))
+	} else {
+		copy(val[width-min(width, len(v)):], v)
+		if mask == nil {
+			mask = allOnes(width)
+		}
+		copy(msk[width-min(width, len(mask)):], mask)
+	}
+	switch k.Field {
+	case openflow.NXMCtMark:
+		m := binary.BigEndian.Uint32(msk)
+		c.mark = c.mark&^m | binary.BigEndian.Uint32(val)&m
+		c.markMask |= m
+	case openflow.NXMCtLabel:
+		for i := range c.label {
+			c.label[i] = c.label[i]&^msk[i] | val[i]&msk[i]
+			c.labelMask[i] |= msk[i]
+		}
+	}
+}
+
+// natOf converts nat(...) to the datapath's form.
+func natOf(n openflow.ActionNXNAT) *flow.NAT {
+	nat := &flow.NAT{AddrMin: n.AddrMin, AddrMax: n.AddrMax, PortMin: n.PortMin, PortMax: n.PortMax}
+	switch {
+	case n.Flags&openflow.NXNATFlagSrc != 0:
+		nat.Kind = flow.NATSrc
+	case n.Flags&openflow.NXNATFlagDst != 0:
+		nat.Kind = flow.NATDst
+	}
+	if !nat.AddrMax.IsValid() {
+		nat.AddrMax = nat.AddrMin
+	}
+	if nat.PortMax == 0 {
+		nat.PortMax = nat.PortMin
+	}
+	if n.Flags&openflow.NXNATFlagPersistent != 0 {
+		nat.Flags |= flow.NATPersistent
+	}
+	if n.Flags&openflow.NXNATFlagProtoHash != 0 {
+		nat.Flags |= flow.NATHash
+	}
+	if n.Flags&openflow.NXNATFlagProtoRandom != 0 {
+		nat.Flags |= flow.NATRandom
+	}
+	return nat
+}
+
+// load sets a field, or the bits of it under a mask (set_field with a
+// mask, NXAST_REG_LOAD2): registers, metadata or a packet field.
+func (x *xlate) load(o openflow.OXM) {
+	k := o.Key()
+	if f := nxFields[k]; f != nil {
+		if f.key {
+			return // ct_mark / ct_label: only inside ct(exec(...)), refused elsewhere
+		}
+		old := f.readNX(x.packet())
+		f.placeNX(&x.curW, maskedMerge(old, o.Value, o.Mask))
+		return
+	}
+	fl, ok := openflow.BasicOf(k)
+	if !ok {
+		return
+	}
+	if fl == openflow.FieldMetadata {
+		v := binary.BigEndian.Uint64(maskedMerge(make([]byte, 8), o.Value, allOnes(8)))
+		m := ^uint64(0)
+		if o.Mask != nil {
+			m = binary.BigEndian.Uint64(maskedMerge(make([]byte, 8), o.Mask, allOnes(8)))
+		}
+		x.curW[metaWord] = x.curW[metaWord]&^m | v&m
+		return
+	}
+	if o.Mask == nil {
+		x.setField(openflow.OXM{Class: openflow.ClassOpenFlowBasic, Field: fl, Value: o.Value})
+		return
+	}
+	old := basicValue(&x.cur, x.packet()[metaWord], fl)
+	m := fieldMask(fl)
+	x.need(&m) // the bits outside the mask come from the packet
+	x.setField(openflow.OXM{Class: openflow.ClassOpenFlowBasic, Field: fl, Value: maskedMerge(old, o.Value, o.Mask)})
+}
+
+// maskedMerge returns old with the bits of v under mask (all when mask is
+// nil); v and mask are right-aligned to old's length.
+func maskedMerge(old, v, mask []byte) []byte {
+	out := append([]byte(nil), old...)
+	n := len(out)
+	for i := 0; i < n; i++ {
+		var vb, mb byte = 0, 0xff
+		if j := len(v) - n + i; j >= 0 && j < len(v) {
+			vb = v[j]
+		}
+		if mask != nil {
+			mb = 0
+			if j := len(mask) - n + i; j >= 0 && j < len(mask) {
+				mb = mask[j]
+			}
+		}
+		out[i] = out[i]&^mb | vb&mb
+	}
+	return out
 }

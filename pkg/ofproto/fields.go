@@ -41,38 +41,9 @@ type nxField struct {
 }
 
 // fieldID names a field of any class, as an OXM header does.
-type fieldID struct {
-	class        uint16
-	field        uint8
-	experimenter uint32
-}
+type fieldID = openflow.FieldKey
 
-func oxmID(o openflow.OXM) fieldID {
-	id := fieldID{class: o.Class, field: uint8(o.Field)}
-	if o.Class == openflow.ClassExperimenter {
-		id.experimenter = o.Experimenter
-	}
-	return id
-}
-
-// Nicira (NXM1) field numbers, from Open vSwitch's meta-flow.h.
-const (
-	nxmCtState   = 105
-	nxmCtZone    = 106
-	nxmCtMark    = 107
-	nxmCtLabel   = 108
-	nxmCtNwProto = 119
-	nxmCtNwSrc   = 120
-	nxmCtNwDst   = 121
-	nxmCtIPv6Src = 122
-	nxmCtIPv6Dst = 123
-	nxmCtTpSrc   = 124
-	nxmCtTpDst   = 125
-)
-
-// nxmXXReg0 is the field number of xxreg0 in the Nicira experimenter OXM
-// class (NXOXM_ET_XXREG0), xxreg<i> = nxmXXReg0+i.
-const nxmXXReg0 = 111
+func oxmID(o openflow.OXM) fieldID { return o.Key() }
 
 // Register words: regWord0+i holds xreg<i>.
 const (
@@ -83,43 +54,42 @@ const (
 var nxFields = func() map[fieldID]*nxField {
 	m := map[fieldID]*nxField{}
 	for i := 0; i < nRegs; i++ {
-		m[fieldID{class: openflow.ClassNXM1, field: uint8(i)}] = &nxField{name: fmt.Sprintf("reg%d", i), len: 4, maskable: true, reg: i}
+		m[fieldID{Class: openflow.ClassNXM1, Field: openflow.NXMReg0 + openflow.Field(i)}] = &nxField{name: fmt.Sprintf("reg%d", i), len: 4, maskable: true, reg: i}
 	}
 	for i := 0; i < nRegs/2; i++ {
-		m[fieldID{class: openflow.ClassPacketRegs, field: uint8(i)}] = &nxField{name: fmt.Sprintf("xreg%d", i), len: 8, maskable: true, reg: 2 * i}
+		m[fieldID{Class: openflow.ClassPacketRegs, Field: openflow.PktReg0 + openflow.Field(i)}] = &nxField{name: fmt.Sprintf("xreg%d", i), len: 8, maskable: true, reg: 2 * i}
 	}
 	for i := 0; i < nRegs/4; i++ {
-		m[fieldID{class: openflow.ClassExperimenter, field: uint8(nxmXXReg0 + i), experimenter: openflow.ExperimenterNicira}] =
-			&nxField{name: fmt.Sprintf("xxreg%d", i), len: 16, maskable: true, reg: 4 * i}
+		m[fieldID{Class: openflow.ClassNXM1, Field: openflow.NXMXXReg0 + openflow.Field(i)}] = &nxField{name: fmt.Sprintf("xxreg%d", i), len: 16, maskable: true, reg: 4 * i}
 	}
-	key := func(n uint8, name string, l int, maskable bool, put func(k *flow.Key, b []byte), get func(k *flow.Key) []byte) {
-		m[fieldID{class: openflow.ClassNXM1, field: n}] = &nxField{name: name, len: l, maskable: maskable, key: true, put: put, get: get}
+	key := func(n openflow.Field, name string, l int, maskable bool, put func(k *flow.Key, b []byte), get func(k *flow.Key) []byte) {
+		m[fieldID{Class: openflow.ClassNXM1, Field: n}] = &nxField{name: name, len: l, maskable: maskable, key: true, put: put, get: get}
 	}
-	key(nxmCtState, "ct_state", 4, true,
+	key(openflow.NXMCtState, "ct_state", 4, true,
 		func(k *flow.Key, b []byte) { k.CtState = uint8(binary.BigEndian.Uint32(b)) },
 		func(k *flow.Key) []byte { return binary.BigEndian.AppendUint32(nil, uint32(k.CtState)) })
-	key(nxmCtZone, "ct_zone", 2, false,
+	key(openflow.NXMCtZone, "ct_zone", 2, false,
 		func(k *flow.Key, b []byte) { k.CtZone = binary.BigEndian.Uint16(b) },
 		func(k *flow.Key) []byte { return binary.BigEndian.AppendUint16(nil, k.CtZone) })
-	key(nxmCtMark, "ct_mark", 4, true,
+	key(openflow.NXMCtMark, "ct_mark", 4, true,
 		func(k *flow.Key, b []byte) { k.CtMark = binary.BigEndian.Uint32(b) },
 		func(k *flow.Key) []byte { return binary.BigEndian.AppendUint32(nil, k.CtMark) })
-	key(nxmCtLabel, "ct_label", 16, true,
+	key(openflow.NXMCtLabel, "ct_label", 16, true,
 		func(k *flow.Key, b []byte) { copy(k.CtLabel[:], b) },
 		func(k *flow.Key) []byte { return append([]byte(nil), k.CtLabel[:]...) })
-	key(nxmCtNwProto, "ct_nw_proto", 1, false,
+	key(openflow.NXMCtNWProto, "ct_nw_proto", 1, false,
 		func(k *flow.Key, b []byte) { k.CtNwProto = b[0] },
 		func(k *flow.Key) []byte { return []byte{k.CtNwProto} })
-	key(nxmCtNwSrc, "ct_nw_src", 4, true,
+	key(openflow.NXMCtNWSrc, "ct_nw_src", 4, true,
 		func(k *flow.Key, b []byte) { copy(k.CtNwSrc[:], b) },
 		func(k *flow.Key) []byte { return append([]byte(nil), k.CtNwSrc[:]...) })
-	key(nxmCtNwDst, "ct_nw_dst", 4, true,
+	key(openflow.NXMCtNWDst, "ct_nw_dst", 4, true,
 		func(k *flow.Key, b []byte) { copy(k.CtNwDst[:], b) },
 		func(k *flow.Key) []byte { return append([]byte(nil), k.CtNwDst[:]...) })
-	key(nxmCtTpSrc, "ct_tp_src", 2, true,
+	key(openflow.NXMCtTPSrc, "ct_tp_src", 2, true,
 		func(k *flow.Key, b []byte) { k.CtTpSrc = binary.BigEndian.Uint16(b) },
 		func(k *flow.Key) []byte { return binary.BigEndian.AppendUint16(nil, k.CtTpSrc) })
-	key(nxmCtTpDst, "ct_tp_dst", 2, true,
+	key(openflow.NXMCtTPDst, "ct_tp_dst", 2, true,
 		func(k *flow.Key, b []byte) { k.CtTpDst = binary.BigEndian.Uint16(b) },
 		func(k *flow.Key) []byte { return binary.BigEndian.AppendUint16(nil, k.CtTpDst) })
 	return m
@@ -211,7 +181,10 @@ var (
 // room for an IPv6 original tuple.
 func nxPrereq(m openflow.Match, o openflow.OXM) error {
 	id := oxmID(o)
-	if id.class == openflow.ClassNXM1 && (id.field == nxmCtIPv6Src || id.field == nxmCtIPv6Dst) {
+	if id.Class == openflow.ClassNXM1 && id.Field == openflow.NXMConjID {
+		return ofErr(openflow.ErrTypeBadMatch, openflow.BadMatchBadField, "conj_id: conjunctive matches are not supported yet")
+	}
+	if id.Class == openflow.ClassNXM1 && (id.Field == openflow.NXMCtIPv6Src || id.Field == openflow.NXMCtIPv6Dst) {
 		return ofErr(openflow.ErrTypeBadMatch, openflow.BadMatchBadField,
 			"ct_ipv6_src/ct_ipv6_dst are not in the datapath flow key (IPv4 original tuples only)")
 	}
@@ -221,15 +194,6 @@ func nxPrereq(m openflow.Match, o openflow.OXM) error {
 	}
 	if len(o.Value) != f.len || (o.Mask != nil && (len(o.Mask) != f.len || !f.maskable)) {
 		return ofErr(openflow.ErrTypeBadMatch, openflow.BadMatchBadLen, "%s: %d bytes", f.name, len(o.Value))
-	}
-	switch id.field {
-	case nxmCtNwSrc, nxmCtNwDst, nxmCtNwProto, nxmCtTpSrc, nxmCtTpDst:
-		if id.class != openflow.ClassNXM1 {
-			return nil
-		}
-		if et, ok := m.Get(openflow.FieldEthType); !ok || et.Uint() != 0x0800 {
-			return ofErr(openflow.ErrTypeBadMatch, openflow.BadMatchBadPrereq, "%s needs eth_type=0x0800", f.name)
-		}
 	}
 	return nil
 }

@@ -258,6 +258,11 @@ func (p *Pipeline) checkInstructions(fm *openflow.FlowMod) error {
 				return err
 			}
 		case openflow.InstWriteActions:
+			for _, a := range in.Actions {
+				if sf, ok := a.(openflow.ActionSetField); a.Type() == openflow.ActionTypeExperimenter || (ok && (!sf.Field.IsBasic() || sf.Field.Mask != nil)) {
+					return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadType, "%s in write_actions: only in apply_actions", a)
+				}
+			}
 			if err := p.checkActions(in.Actions, false); err != nil {
 				return err
 			}
@@ -270,6 +275,12 @@ func (p *Pipeline) checkInstructions(fm *openflow.FlowMod) error {
 // that do not exist. Callers hold p.mu (or, for packet-out, take it).
 func (p *Pipeline) checkActions(as openflow.Actions, packetOut bool) error {
 	for _, a := range as {
+		if a.Type() == openflow.ActionTypeExperimenter {
+			if err := checkNX(a); err != nil {
+				return err
+			}
+			continue
+		}
 		switch a := a.(type) {
 		case openflow.ActionOutput:
 			if a.Port == openflow.PortTable && !packetOut {
@@ -290,10 +301,16 @@ func (p *Pipeline) checkActions(as openflow.Actions, packetOut bool) error {
 				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadOutGroup, "group %d does not exist", a.GroupID)
 			}
 		case openflow.ActionSetField:
+			if !a.Field.IsBasic() {
+				if f := nxFields[a.Field.Key()]; f == nil || f.key {
+					return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "set_field %s: the fast path cannot rewrite it", a.Field.Key())
+				}
+				continue
+			}
 			if !settable(a.Field.Field) {
 				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "set_field %s: the fast path cannot rewrite it", a.Field.Field)
 			}
-			if a.Field.Class != openflow.ClassOpenFlowBasic || len(a.Field.Value) != a.Field.Field.Len() || a.Field.Mask != nil {
+			if len(a.Field.Value) != a.Field.Field.Len() || (a.Field.Mask != nil && len(a.Field.Mask) != len(a.Field.Value)) {
 				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetArgument, "set_field %s", a.Field.Field)
 			}
 		case openflow.ActionSetQueue:
@@ -326,4 +343,72 @@ func settable(f openflow.Field) bool {
 		return true
 	}
 	return false
+}
+
+// checkNX checks a Nicira action against what translation and the fast
+// path do (the codec has checked it as Open vSwitch does): fields read
+// must be in the key or the registers, fields written must be registers,
+// metadata or rewritable packet fields.
+func checkNX(a openflow.Action) error {
+	readable := func(k openflow.FieldKey) bool {
+		if nxFields[k] != nil {
+			return true
+		}
+		f, ok := openflow.BasicOf(k)
+		return ok && (supported(f) || f == openflow.FieldMetadata)
+	}
+	writable := func(k openflow.FieldKey) bool {
+		if f := nxFields[k]; f != nil {
+			return !f.key
+		}
+		f, ok := openflow.BasicOf(k)
+		return ok && (settable(f) || f == openflow.FieldMetadata)
+	}
+	badSet := func(k openflow.FieldKey) error {
+		return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "%s: the fast path cannot rewrite it", k)
+	}
+	switch a := a.(type) {
+	case openflow.ActionNXCT:
+		if a.Alg != 0 {
+			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadArgument, "ct(alg=%d): no connection tracking helpers (ALGs)", a.Alg)
+		}
+		if a.ZoneSrc != nil && !readable(a.ZoneSrc.Field) {
+			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "ct zone from %s: not in the flow key", a.ZoneSrc.Field)
+		}
+		for _, n := range a.Actions {
+			if nat, ok := n.(openflow.ActionNXNAT); ok && nat.AddrMin.Is6() {
+				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadArgument, "nat to IPv6 addresses: not supported yet")
+			}
+		}
+	case openflow.ActionNXCTClear, openflow.ActionNXNote, openflow.ActionNXDecTTL:
+	case openflow.ActionNXRegMove:
+		if !readable(a.Src.Field) {
+			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "move from %s: not in the flow key", a.Src.Field)
+		}
+		if !writable(a.Dst.Field) {
+			return badSet(a.Dst.Field)
+		}
+	case openflow.ActionNXRegLoad:
+		if !writable(a.Dst.Field) {
+			return badSet(a.Dst.Field)
+		}
+	case openflow.ActionNXRegLoad2:
+		if !writable(a.Field.Key()) {
+			return badSet(a.Field.Key())
+		}
+	case openflow.ActionNXResubmit:
+		if a.CT {
+			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExpType, "resubmit(,%d,ct): not supported", a.Table)
+		}
+	case openflow.ActionNXConjunction:
+		return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExpType, "%s: conjunctive matches are not supported yet", a)
+	case openflow.ActionExperimenter:
+		if a.Experimenter != openflow.ExperimenterNicira {
+			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExperimenter, "experimenter 0x%08x", a.Experimenter)
+		}
+		return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExpType, "%s: not supported", a)
+	default:
+		return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExpType, "%s: not supported", a)
+	}
+	return nil
 }

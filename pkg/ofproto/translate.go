@@ -1,6 +1,7 @@
 package ofproto
 
 import (
+	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
@@ -224,11 +225,26 @@ func (p *Pipeline) TranslatePacketOut(key flow.Key, inPort uint32, actions openf
 // pipeline runs the tables from id on.
 func (x *xlate) pipeline(id uint8) { x.pipelineFrom(id, actionSet{}) }
 
-// pipelineFrom runs the tables from id on with an action set.
+// pipelineFrom runs the tables from id on with an action set, then the
+// set.
 func (x *xlate) pipelineFrom(id uint8, set actionSet) {
 	outer := x.set
 	x.set = &set
 	defer func() { x.set = outer }()
+	if !x.tables(id) {
+		return
+	}
+	if !set.empty() {
+		x.tracef(TraceNote, x.tableID, "action set: %s", set.actions())
+		x.apply(set.actions())
+	}
+}
+
+// tables runs the tables from id on, following goto_table, writing to
+// x.set. It returns false when the action set must not run: a table
+// missed (the packet is dropped, OpenFlow 1.3 5.4), or the pass was
+// frozen (recirc.go) and the set belongs to the recirculated pass.
+func (x *xlate) tables(id uint8) bool {
 	for {
 		t := x.p.tables[id]
 		if x.popped || x.l2Unknown {
@@ -236,13 +252,13 @@ func (x *xlate) pipelineFrom(id uint8, set actionSet) {
 			// not in the key: the fast path parses the packet again.
 			x.tracef(TraceNote, id, "table %d after pop_mpls/pop_pbb: recirculate to see the inner headers", id)
 			x.freeze(id)
-			return
+			return false
 		}
 		r := x.lookup(t)
 		if r == nil {
 			x.rules = append(x.rules, RuleRef{kind: refMiss, table: t})
 			x.tracef(TraceMiss, id, "no match: drop")
-			return
+			return false
 		}
 		x.rules = append(x.rules, RuleRef{kind: refRule, table: t, rule: r})
 		x.tableID, x.cookie, x.miss = id, r.cookie, r.miss
@@ -275,21 +291,53 @@ func (x *xlate) pipelineFrom(id uint8, set actionSet) {
 		}
 		x.apply(apply)
 		if clearSet {
-			set = actionSet{}
+			*x.set = actionSet{}
 		}
-		set.write(write)
+		x.set.write(write)
 		if meta != nil {
 			x.curW[metaWord] = x.curW[metaWord]&^meta.Mask | meta.Metadata&meta.Mask
 		}
 		if next < 0 || next >= len(x.p.tables) {
-			break
+			return true
 		}
 		id = uint8(next)
 	}
-	if !set.empty() {
-		x.tracef(TraceNote, x.tableID, "action set: %s", set.actions())
-		x.apply(set.actions())
+}
+
+// resubmit runs the packet through table a.Table (this table for
+// NXTableCurrent), with in_port a.InPort for the lookup unless it is
+// IN_PORT, then goes on with the actions after it (Open vSwitch's
+// resubmit: the resubmitted rule writes the same action set).
+func (x *xlate) resubmit(a openflow.ActionNXResubmit) {
+	x.depth++
+	defer func() { x.depth-- }()
+	if x.depth > maxDepth {
+		x.err = errDepth
+		return
 	}
+	table := a.Table
+	if table == openflow.NXTableCurrent {
+		table = x.tableID
+	}
+	if int(table) >= len(x.p.tables) {
+		return
+	}
+	in := x.cur.InPort
+	if a.InPort != openflow.PortInPort {
+		x.cur.InPort = a.InPort
+		x.stale = true
+	}
+	tid, cookie, miss := x.tableID, x.cookie, x.miss
+	if x.set == nil { // a packet-out's actions
+		var set actionSet
+		x.set = &set
+		defer func() { x.set = nil }()
+	}
+	x.tracef(TraceNote, x.tableID, "resubmit to table %d", table)
+	x.tables(table)
+	x.cur.InPort = in
+	x.stale = true
+	x.tableID, x.cookie, x.miss = tid, cookie, miss
 }
 
 // apply executes an action list on the current packet.
@@ -304,7 +352,27 @@ func (x *xlate) apply(as openflow.Actions) {
 		case openflow.ActionGroup:
 			x.group(a.GroupID)
 		case openflow.ActionSetField:
-			x.setField(a.Field)
+			if a.Field.IsBasic() && a.Field.Mask == nil {
+				x.setField(a.Field)
+			} else {
+				x.load(a.Field)
+			}
+		case openflow.ActionNXRegLoad2:
+			x.load(a.Field)
+		case openflow.ActionNXRegLoad:
+			x.writeBits(subfield(a.Dst), binary.BigEndian.AppendUint64(nil, a.Value))
+		case openflow.ActionNXRegMove:
+			x.move(subfield(a.Src), subfield(a.Dst))
+		case openflow.ActionNXCT:
+			x.conntrack(ctSpecOf(a))
+		case openflow.ActionNXCTClear:
+			x.ctClear()
+		case openflow.ActionNXResubmit:
+			x.resubmit(a)
+		case openflow.ActionNXNote:
+			// A comment for people reading the flows.
+		case openflow.ActionNXDecTTL:
+			x.apply(openflow.Actions{openflow.ActionDecNWTTL{}})
 		case openflow.ActionPushVLAN:
 			x.pushVLAN(a.EtherType)
 		case openflow.ActionPopVLAN:
@@ -1106,7 +1174,7 @@ func (s *actionSet) write(as openflow.Actions) {
 		case openflow.ActionSetField:
 			i := 0
 			for ; i < len(s.sets); i++ {
-				if s.sets[i].Field.Field == a.Field.Field {
+				if s.sets[i].Field.Key() == a.Field.Key() {
 					s.sets[i] = a
 					break
 				}

@@ -129,7 +129,7 @@ func TestOvsOfctlAcceptsError(t *testing.T) {
 // GROUP_DESC, GROUP_FEATURES, METER_FEATURES and TABLE_FEATURES replies.
 func TestOvsOfctlAcceptsStats(t *testing.T) {
 	var groupDescs []GroupDesc
-	for _, name := range []string{"add_group_select", "add_group_ff", "add_group_indirect"} {
+	for _, name := range []string{"add_group_select", "add_group_ff", "add_group_indirect", "add_group_nx_hash"} {
 		gm := goldenOf(t, name, TypeGroupMod)[0].(*GroupMod)
 		groupDescs = append(groupDescs, GroupDesc{GroupType: gm.GroupType, GroupID: gm.GroupID, Buckets: gm.Buckets})
 	}
@@ -153,7 +153,8 @@ func TestOvsOfctlAcceptsStats(t *testing.T) {
 		{"groups", []string{"dump-groups"}, MPGroupDesc, &GroupDescReply{Groups: groupDescs},
 			[]string{"group_id=1,type=select,bucket=weight:50,actions=output:1,bucket=weight:50,actions=output:2",
 				"group_id=2,type=ff,bucket=watch_port:1,actions=output:1,bucket=watch_port:2,actions=output:2",
-				"group_id=3,type=indirect,bucket=actions=set_field:00:00:00:00:00:01->eth_dst,output:3"}},
+				"group_id=3,type=indirect,bucket=actions=set_field:00:00:00:00:00:01->eth_dst,output:3",
+				"group_id=7,type=select,bucket=actions=load:0x1->NXM_NX_REG0[],resubmit(,10),bucket=actions=load:0x2->NXM_NX_REG0[],resubmit(,10)"}},
 		{"group_stats", []string{"dump-group-stats"}, MPGroup, &GroupStatsReply{Stats: []GroupStats{{
 			GroupID: 1, RefCount: 2, PacketCount: 30, ByteCount: 3000, DurationSec: 4,
 			Buckets: []BucketCounter{{10, 1000}, {20, 2000}}}}},

@@ -370,6 +370,16 @@ func ParseAction(b []byte) (Action, int, error) {
 		a = ActionSetField{Field: o}
 	case ActionTypeExperimenter:
 		want = n
+		if be.Uint32(p) == ExperimenterNicira {
+			nx, err := parseNXAction(b[:n])
+			if err != nil {
+				return nil, 0, err
+			}
+			if nx != nil {
+				a = nx
+				break
+			}
+		}
 		a = ActionExperimenter{Experimenter: be.Uint32(p), Data: append([]byte{}, p[4:]...)}
 	default:
 		return nil, 0, bad(ErrTypeBadAction, BadActionBadType, "action type %d", t)
@@ -401,6 +411,12 @@ func actionLen(a Action) int {
 		return pad8(4 + a.Field.Len())
 	case ActionExperimenter:
 		return pad8(8 + len(a.Data))
+	case NXAction:
+		b, err := a.MarshalBinary()
+		if err != nil {
+			return 0
+		}
+		return len(b)
 	}
 	return 8
 }
@@ -504,14 +520,7 @@ func (ActionPopPBB) String() string { return "pop_pbb" }
 
 // String implements Action, e.g. "set_field:00:11:22:33:44:55->eth_dst".
 func (a ActionSetField) String() string {
-	name, ok := setFieldName[a.Field.Field]
-	if !ok {
-		name = a.Field.Field.String()
-		if int(a.Field.Field) < numFields {
-			name = ovsName[a.Field.Field]
-		}
-	}
-	return "set_field:" + formatOXMValue(a.Field) + "->" + name
+	return "set_field:" + formatFieldValue(a.Field) + "->" + setFieldTarget(a.Field)
 }
 
 // String implements Action.
@@ -549,13 +558,34 @@ func (t ActionType) String() string {
 //     OFPBAC_BAD_SET_LEN; masked or out of range: OFPBAC_BAD_SET_ARGUMENT
 //   - set_field of a field whose prerequisites the match (and earlier
 //     push actions) do not establish: OFPBAC_MATCH_INCONSISTENT
-//   - experimenter actions: OFPBAC_BAD_EXPERIMENTER (none are supported)
+//   - experimenter actions of another experimenter than Nicira:
+//     OFPBAC_BAD_EXPERIMENTER; Nicira subtypes this package does not
+//     decode: OFPBAC_BAD_EXPERIMENTER_TYPE
+//   - the Nicira actions (nxaction.go), checked as Open vSwitch checks
+//     them; see validateNX
 //
 // push_mpls and pop_mpls change the packet's ethertype for the actions
 // after them, so set_field mpls_label after push_mpls is consistent.
-func ValidateActions(as Actions, m Match) error {
+func ValidateActions(as Actions, m Match) error { return validateActions(as, m, false) }
+
+// validateActions checks a list; inCT is set for the actions nested in ct.
+func validateActions(as Actions, m Match, inCT bool) error {
+	if err := checkConjunctionAlone(as); err != nil {
+		return err
+	}
 	pushedVLAN := false
 	for _, a := range as {
+		if inCT {
+			if err := checkNestedInCT(a); err != nil {
+				return err
+			}
+		}
+		if nx, ok := a.(NXAction); ok {
+			if err := validateNX(nx, m, inCT); err != nil {
+				return err
+			}
+			continue
+		}
 		switch a := a.(type) {
 		case ActionOutput:
 			if !validOutPort(a.Port) {
@@ -583,10 +613,13 @@ func ValidateActions(as Actions, m Match) error {
 			}
 			m = m.retyped(a.EtherType)
 		case ActionSetField:
-			if err := validateSetField(a.Field, m, pushedVLAN); err != nil {
+			if err := validateSetField(a.Field, m, pushedVLAN, inCT); err != nil {
 				return err
 			}
 		case ActionExperimenter:
+			if a.Experimenter == ExperimenterNicira && len(a.Data) >= 2 {
+				return bad(ErrTypeBadAction, BadActionBadExpType, "nicira action subtype %d", be.Uint16(a.Data))
+			}
 			return bad(ErrTypeBadAction, BadActionBadExperimenter, "experimenter 0x%08x", a.Experimenter)
 		}
 	}
@@ -602,8 +635,14 @@ func validOutPort(p uint32) bool {
 	return p > 0 && p <= PortMax
 }
 
-func validateSetField(o OXM, m Match, pushedVLAN bool) error {
-	if o.Class != ClassOpenFlowBasic || int(o.Field) >= numFields {
+func validateSetField(o OXM, m Match, pushedVLAN, inCT bool) error {
+	if o.Class != ClassOpenFlowBasic {
+		if o.Mask != nil {
+			return bad(ErrTypeBadAction, BadActionBadSetArgument, "set_field of %s with a mask", o.Key())
+		}
+		return validateNXSetField(o, m, inCT)
+	}
+	if int(o.Field) >= numFields {
 		return bad(ErrTypeBadAction, BadActionBadSetType, "set_field of oxm %#04x:%d", o.Class, o.Field)
 	}
 	switch o.Field {

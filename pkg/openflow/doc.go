@@ -30,10 +30,28 @@
 // instruction.go, format.go
 // (ovs-ofctl printing) and parse.go (ovs-ofctl flow syntax).
 //
+// # Open vSwitch's Nicira extensions
+//
+// Controllers that program Open vSwitch for Kubernetes Services and
+// NetworkPolicy (Antrea) use Nicira (experimenter 0x00002320) extensions,
+// which ovs-ofctl -O OpenFlow13 sends inside OF1.3 messages. nxm.go has the
+// match fields (reg<n>, xreg<n>, xxreg<n>, ct_state, ct_zone, ct_mark,
+// ct_label, the ct_nw/ct_ipv6/ct_tp tuple, conj_id): they are OXMs of class
+// ClassNXM1 or ClassPacketRegs, looked up with Match.Lookup(FieldKey{...}).
+// nxaction.go has the actions (ActionNXCT with nested actions, ActionNXNAT,
+// ActionNXCTClear, ActionNXRegMove, ActionNXRegLoad, ActionNXRegLoad2,
+// ActionNXResubmit, ActionNXConjunction, ActionNXNote, ActionNXDecTTL), each
+// with its wire layout and the ovs-ofctl encoding it was captured as;
+// nxvalidate.go checks them as Open vSwitch does, with its error codes;
+// nxparse.go reads their ovs-ofctl syntax. Unknown Nicira subtypes stay
+// ActionExperimenter and are refused with OFPBAC_BAD_EXPERIMENTER_TYPE.
+//
 // Decoding is structural: lengths, padding and TLV framing are checked and
 // violations are reported with the error code the spec asks for. Semantic
 // checks (match prerequisites, duplicate fields, masks, action arguments)
-// live in the Validate methods so that a controller can still decode and
+// live in the Validate methods (Nicira actions are the exception where Open
+// vSwitch itself refuses them while decoding: a load wider than its bits,
+// an unknown field header, a bad nat range or conjunction) so that a controller can still decode and
 // print what a peer sent even when a switch would reject it.
 //
 // # Match representation

@@ -173,6 +173,28 @@ type Error struct {
 	Code   uint16
 	Reason string // for humans and logs; never sent on the wire
 	Err    error  // wrapped cause (io.ErrUnexpectedEOF for short input)
+	// Experimenter is the experimenter id of an ErrTypeExperimenter
+	// error (Code is then its exp_type), e.g. ExperimenterNicira.
+	Experimenter uint32
+}
+
+// Open vSwitch's own errors that an OF1.3 switch sends as OFPET_EXPERIMENTER
+// with experimenter ExperimenterNicira and these exp_types (ofp-errors.h,
+// "NX1.2+(n)").
+const (
+	nxBRCMustBeZero     uint16 = 4  // NXBRC_MUST_BE_ZERO: a must-be-zero field was not
+	nxBACBadConjunction uint16 = 15 // NXBAC_BAD_CONJUNCTION
+)
+
+// Exported names of the Nicira error codes above.
+const (
+	NXErrMustBeZero     = nxBRCMustBeZero
+	NXErrBadConjunction = nxBACBadConjunction
+)
+
+// nxErr returns a Nicira experimenter error.
+func nxErr(code uint16, reason string) error {
+	return &Error{Type: ErrTypeExperimenter, Code: code, Experimenter: ExperimenterNicira, Reason: reason}
 }
 
 // Error returns e.g. "openflow: BAD_MATCH/BAD_PREREQ: tcp_dst needs ...".
@@ -193,13 +215,16 @@ func (e *Error) Unwrap() error { return e.Err }
 // Is reports whether target is an *Error with the same type and code.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Type == e.Type && t.Code == e.Code
+	return ok && t.Type == e.Type && t.Code == e.Code && (e.Type != ErrTypeExperimenter || t.Experimenter == e.Experimenter)
 }
 
 // Reply builds the OFPT_ERROR to send in answer to the offending message
 // req (its raw bytes): same xid, data echoing at most 64 bytes of req.
 func (e *Error) Reply(req []byte) *ErrorMsg {
 	m := &ErrorMsg{Type: e.Type, Code: e.Code}
+	if e.Type == ErrTypeExperimenter {
+		m.Experimenter = e.Experimenter
+	}
 	if len(req) >= HeaderLen {
 		m.Xid = be.Uint32(req[4:8])
 	}
@@ -291,6 +316,14 @@ func (t ErrorType) String() string {
 }
 
 func errorName(t ErrorType, code uint16) string {
+	if t == ErrTypeExperimenter {
+		switch code {
+		case nxBRCMustBeZero:
+			return "EXPERIMENTER/NXBRC_MUST_BE_ZERO"
+		case nxBACBadConjunction:
+			return "EXPERIMENTER/NXBAC_BAD_CONJUNCTION"
+		}
+	}
 	codes := errorCodeNames[t]
 	if int(code) < len(codes) {
 		return t.String() + "/" + codes[code]

@@ -85,9 +85,12 @@ var printOrder = []Field{
 func (m Match) String() string {
 	var out []string
 	sh, coversProto := shorthand(m)
+	before, after := formatNXMatch(m)
+	out = append(out, before...)
 	if sh != "" {
 		out = append(out, sh)
 	}
+	out = append(out, after...)
 	for _, f := range printOrder {
 		o, ok := m.Get(f)
 		if !ok || len(o.Value) != f.Len() || (o.Mask != nil && len(o.Mask) != len(o.Value)) {
@@ -101,6 +104,9 @@ func (m Match) String() string {
 	for _, o := range m.Fields {
 		if o.Class == ClassOpenFlowBasic && int(o.Field) < numFields &&
 			len(o.Value) == o.Field.Len() && (o.Mask == nil || len(o.Mask) == len(o.Value)) {
+			continue
+		}
+		if knownNX(o) {
 			continue
 		}
 		s := fmt.Sprintf("oxm(0x%04x:%d=%x", o.Class, o.Field, o.Value)

@@ -102,6 +102,16 @@ func appendBuckets(b []byte, bs []Bucket) ([]byte, error) {
 
 // GroupMod is OFPT_GROUP_MOD.
 //
+// Open vSwitch's select-group options selection_method=hash,fields(...),
+// selection_method=dp_hash and selection_method_param have no place in an
+// OpenFlow 1.3 GROUP_MOD: they are group properties (the Netronome
+// experimenter 0x0000154d's NTRT_SELECTION_METHOD) that only OpenFlow 1.5
+// group mods carry. ovs-ofctl -O OpenFlow13 accepts them on its command
+// line and silently leaves them out of what it sends (golden
+// add_group_nx_hash.hex, add_group_nx_dp_hash.hex), so a switch speaking
+// 1.3 never sees them and GroupMod has no fields for them; the switch
+// picks its own bucket hash.
+//
 //	8 bytes: ofp_header
 //	2 bytes: command (Group{Add,Modify,Delete})
 //	1 byte:  type (GroupType*)

@@ -317,7 +317,26 @@ func (i InstExperimenter) String() string {
 //   - goto_table to a table ≤ tableID or above TableMax: OFPBIC_BAD_TABLE_ID
 //   - an experimenter instruction: OFPBIC_BAD_EXPERIMENTER
 //   - every action list through ValidateActions
+//   - conjunction with any instruction but its apply_actions:
+//     NXBAC_BAD_CONJUNCTION, as Open vSwitch (a conjunction flow may only
+//     carry conjunction and note actions)
 func ValidateInstructions(is Instructions, tableID uint8, m Match) error {
+	if len(is) > 1 {
+		for _, in := range is {
+			var as Actions
+			switch in := in.(type) {
+			case InstApplyActions:
+				as = in.Actions
+			case InstWriteActions:
+				as = in.Actions
+			}
+			for _, a := range as {
+				if _, ok := a.(ActionNXConjunction); ok {
+					return nxErr(nxBACBadConjunction, "conjunction with another instruction")
+				}
+			}
+		}
+	}
 	seen := map[InstructionType]bool{}
 	for _, in := range is {
 		if seen[in.Type()] {

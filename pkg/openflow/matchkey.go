@@ -20,6 +20,9 @@ func (m Match) Key() (MatchKey, error) {
 		if err := validateOXM(o); err != nil {
 			return MatchKey{}, err
 		}
+		if o.Class != ClassOpenFlowBasic {
+			return MatchKey{}, bad(ErrTypeBadMatch, BadMatchBadField, "%s is not a basic field", oxmName(o))
+		}
 		n := o.Field.Len()
 		copy(k.Value[o.Field][:n], o.Value)
 		if o.Mask != nil {

@@ -341,6 +341,14 @@ func (o *OXM) decode(b []byte, et ErrorType, lenCode uint16) (int, error) {
 		if len(p) != want {
 			return 0, bad(et, lenCode, "oxm %s length %d, want %d", field, len(p), want)
 		}
+	} else if fi, ok := nxFields[FieldKey{class, field}]; ok && fi.matchable {
+		want := fi.len
+		if hasmask {
+			want *= 2
+		}
+		if len(p) != want {
+			return 0, bad(et, lenCode, "oxm %s length %d, want %d", fi.name, len(p), want)
+		}
 	}
 	if hasmask {
 		if len(p)%2 != 0 {

@@ -168,6 +168,7 @@ var encodeOrder = []Field{
 
 func parseMatchTokens(tokens []string) (Match, error) {
 	var fields [numFields]*OXM
+	nx := map[FieldKey]OXM{} // Nicira fields (nxparse.go)
 	set := func(f Field, o OXM) error {
 		if fields[f] != nil {
 			return fmt.Errorf("openflow: %s given twice", f)
@@ -224,7 +225,20 @@ func parseMatchTokens(tokens []string) (Match, error) {
 		default:
 			f, ok := fieldAliases[k]
 			if !ok {
-				return Match{}, fmt.Errorf("openflow: unknown match field %q", k)
+				os, isNX, err := parseNXMatch(k, v)
+				if !isNX {
+					return Match{}, fmt.Errorf("openflow: unknown match field %q", k)
+				}
+				if err != nil {
+					return Match{}, fmt.Errorf("openflow: %s: %w", tok, err)
+				}
+				for _, o := range os {
+					if _, dup := nx[o.Key()]; dup {
+						return Match{}, fmt.Errorf("openflow: %s given twice", o.Key())
+					}
+					nx[o.Key()] = o
+				}
+				continue
 			}
 			if o, err = parseFieldValue(f, v, true); err != nil {
 				return Match{}, fmt.Errorf("openflow: %s: %w", tok, err)
@@ -271,7 +285,23 @@ func parseMatchTokens(tokens []string) (Match, error) {
 		}
 	}
 	var m Match
+	addNX := func(f Field) {
+		if o, ok := nx[FieldKey{ClassNXM1, f}]; ok {
+			m.Fields = append(m.Fields, o)
+		}
+	}
+	addNX(NXMConjID)
 	for _, f := range encodeOrder {
+		if f == FieldMetadata {
+			// ovs-ofctl puts the registers and the conntrack fields
+			// between tun_id and metadata.
+			for i := 0; i < NumRegs; i++ {
+				addNX(NXMReg0 + Field(i))
+			}
+			for _, f := range nxCtOrder {
+				addNX(f)
+			}
+		}
 		if fields[f] != nil {
 			m.Fields = append(m.Fields, *fields[f])
 		}
@@ -412,11 +442,11 @@ func ParseInstructions(s string) (Instructions, error) {
 			}
 			meter = &InstMeter{MeterID: uint32(n)}
 		default:
-			a, err := parseAction(tok)
+			as, err := parseActionToken(tok)
 			if err != nil {
 				return nil, err
 			}
-			apply = append(apply, a)
+			apply = append(apply, as...)
 			applied = true
 		}
 	}
@@ -449,22 +479,57 @@ func ParseActions(s string) (Actions, error) {
 		if tok == "drop" {
 			continue
 		}
-		a, err := parseAction(tok)
+		a, err := parseActionToken(tok)
 		if err != nil {
 			return nil, err
 		}
-		as = append(as, a)
+		as = append(as, a...)
 	}
 	return as, nil
 }
 
-func parseAction(tok string) (Action, error) {
-	k, v, hasArg := strings.Cut(tok, ":")
-	if !hasArg {
-		if i := strings.IndexByte(tok, '('); i > 0 && strings.HasSuffix(tok, ")") {
-			k, v, hasArg = tok[:i], tok[i+1:len(tok)-1], true
-		}
+// cutAction splits "name:arg" or "name(arg)", whichever delimiter comes
+// first (ct(...) and nat(...) hold colons inside).
+func cutAction(tok string) (k, v string, hasArg bool) {
+	i, j := strings.IndexByte(tok, ':'), strings.IndexByte(tok, '(')
+	if j > 0 && (i < 0 || j < i) && strings.HasSuffix(tok, ")") {
+		return tok[:j], tok[j+1 : len(tok)-1], true
 	}
+	return strings.Cut(tok, ":")
+}
+
+// parseActionToken parses one action token, which may stand for several
+// actions on the wire (load of more than 64 bits, masked set_field).
+func parseActionToken(tok string) ([]Action, error) {
+	k, v, hasArg := cutAction(tok)
+	as, isNX, err := parseNXActionText(strings.ToLower(k), v, tok, hasArg)
+	if err != nil {
+		return nil, fmt.Errorf("openflow: %s: %w", tok, err)
+	}
+	if isNX {
+		// Refuse here what the switch would refuse while decoding (a ct
+		// zone from other than 16 bits, a conjunction clause out of
+		// range...), as ovs-ofctl refuses it while parsing.
+		for _, a := range as {
+			b, err := a.MarshalBinary()
+			if err == nil {
+				_, _, err = ParseAction(b)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("openflow: %s: %w", tok, err)
+			}
+		}
+		return as, nil
+	}
+	a, err := parseAction(tok)
+	if err != nil {
+		return nil, err
+	}
+	return []Action{a}, nil
+}
+
+func parseAction(tok string) (Action, error) {
+	k, v, hasArg := cutAction(tok)
 	num := func(bits int) (uint64, error) { return parseUint(v, bits) }
 	var a Action
 	var err error
@@ -531,7 +596,7 @@ func parseAction(tok string) (Action, error) {
 		a = ActionPushPBB{EtherType: uint16(n)}
 	case "pop_pbb":
 		a = ActionPopPBB{}
-	case "set_field", "load":
+	case "set_field":
 		val, name, ok := strings.Cut(v, "->")
 		if !ok {
 			return nil, fmt.Errorf("openflow: %s: want set_field:value->field", tok)

@@ -6,11 +6,17 @@ import (
 	"testing"
 )
 
+// parsesNX says whether ParseFlow reads the Nicira extension syntax yet.
+const parsesNX = true
+
 // TestParseFlowMatchesOvsOfctl parses every add-flow command line of the
 // golden files and demands the exact FLOW_MOD bytes ovs-ofctl sent.
 func TestParseFlowMatchesOvsOfctl(t *testing.T) {
 	for _, c := range goldenCommands {
 		if !strings.HasPrefix(c.args, "add-flow SOCK ") {
+			continue
+		}
+		if strings.HasPrefix(c.name, "add_flow_nx_") && !parsesNX {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {

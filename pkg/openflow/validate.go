@@ -80,18 +80,39 @@ var prereqs = [numFields][]prereq{
 //     OFPBMC_BAD_PREREQ
 //
 // Prerequisites may appear anywhere in the list, as OVS accepts.
+//
+// Open vSwitch's fields of class NXM1 and PACKET_REGS (nxm.go) are
+// checked the same way; in addition a register must not be matched twice
+// under different names (reg0 and xreg0: OFPBMC_DUP_FIELD), ct_state must
+// use only its eight known bits (OFPBMC_BAD_VALUE), and the conntrack
+// tuple fields (ct_nw_*, ct_ipv6_*, ct_tp_*) need a ct_state that shows a
+// valid connection (OFPBMC_BAD_PREREQ), as Open vSwitch decodes them.
 func (m Match) Validate() error {
-	var seen FieldSet
+	seen := map[FieldKey]bool{}
+	var regs uint32
 	for _, o := range m.Fields {
 		if err := validateOXM(o); err != nil {
 			return err
 		}
-		if seen.Has(o.Field) {
-			return bad(ErrTypeBadMatch, BadMatchDupField, "%s twice", o.Field)
+		if seen[o.Key()] {
+			return bad(ErrTypeBadMatch, BadMatchDupField, "%s twice", oxmName(o))
 		}
-		seen |= 1 << o.Field
+		seen[o.Key()] = true
+		if lo, hi, ok := regSpan(o.Key()); ok {
+			span := uint32(1)<<hi - uint32(1)<<lo
+			if regs&span != 0 {
+				return bad(ErrTypeBadMatch, BadMatchDupField, "%s overlaps a register matched before", oxmName(o))
+			}
+			regs |= span
+		}
 	}
 	for _, o := range m.Fields {
+		if o.Class != ClassOpenFlowBasic {
+			if nxFields[o.Key()].ctValid && !m.ctValid() {
+				return bad(ErrTypeBadMatch, BadMatchBadPrereq, "%s needs ct_state to show a valid connection", oxmName(o))
+			}
+			continue
+		}
 		if err := m.checkPrereqs(o.Field); err != nil {
 			return err
 		}
@@ -99,12 +120,17 @@ func (m Match) Validate() error {
 	return nil
 }
 
+// oxmName names o for error messages.
+func oxmName(o OXM) string {
+	if n := FieldName(o.Key()); n != "" {
+		return n
+	}
+	return fmt.Sprintf("oxm 0x%04x:%d", o.Class, o.Field)
+}
+
 func validateOXM(o OXM) error {
 	if o.Class != ClassOpenFlowBasic {
-		if o.Class == ClassExperimenter {
-			return bad(ErrTypeBadMatch, BadMatchBadField, "experimenter 0x%08x oxm field %d", o.Experimenter, o.Field)
-		}
-		return bad(ErrTypeBadMatch, BadMatchBadField, "oxm class 0x%04x field %d", o.Class, o.Field)
+		return validateNXOXM(o)
 	}
 	if int(o.Field) >= numFields {
 		return bad(ErrTypeBadMatch, BadMatchBadField, "unknown basic field %d", o.Field)

@@ -95,7 +95,8 @@ func TestMatchValidate(t *testing.T) {
 		{"in_port 0", Match{}.Add(Uint(FieldInPort, 0)), BadMatchBadValue},
 		{"in_port ANY", Match{}.Add(Uint(FieldInPort, uint64(PortAny))), BadMatchBadValue},
 		{"unknown basic field", Match{}.Add(OXM{Class: ClassOpenFlowBasic, Field: 40, Value: []byte{1}}), BadMatchBadField},
-		{"nicira class", Match{}.Add(OXM{Class: ClassNXM1, Field: 0, Value: []byte{0, 0, 0, 1}}), BadMatchBadField},
+		{"unknown nicira field", Match{}.Add(OXM{Class: ClassNXM1, Field: 90, Value: []byte{0, 0, 0, 1}}), BadMatchBadField},
+		{"nxm0 alias in a match", Match{}.Add(OXM{Class: ClassNXM0, Field: 1, Value: make([]byte, 6)}), BadMatchBadField},
 		{"experimenter class", Match{}.Add(OXM{Class: ClassExperimenter, Experimenter: ExperimenterONF, Field: 1, Value: []byte{1}}), BadMatchBadField},
 		{"short value", Match{}.Add(Basic(FieldInPort, []byte{0, 1})), BadMatchBadLen},
 		{"short mask", Match{}.Add(BasicMasked(FieldMetadata, make([]byte, 8), make([]byte, 4))), BadMatchBadLen},
@@ -136,8 +137,8 @@ func TestMatchDecodeErrors(t *testing.T) {
 			}
 		})
 	}
-	// Nicira NXM fields decode (so a controller can print them) and are
-	// rejected by Validate.
+	// Unknown Nicira NXM fields decode (so a controller can print them)
+	// and are rejected by Validate; known ones (reg0 here) validate.
 	var m Match
 	if err := m.UnmarshalBinary(mustHex("0001000c0001000400000001")); err == nil {
 		t.Fatal("want short-padding error")
@@ -145,8 +146,17 @@ func TestMatchDecodeErrors(t *testing.T) {
 	if err := m.UnmarshalBinary(mustHex("0001000c00010004000000010000000000")[:16]); err != nil {
 		t.Fatal(err)
 	}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if s := m.String(); s != "reg0=0x1" {
+		t.Errorf("String = %q", s)
+	}
+	if err := m.UnmarshalBinary(mustHex("0001000c0001b404000000010000000000")[:16]); err != nil {
+		t.Fatal(err)
+	}
 	wantErr(t, m.Validate(), ErrTypeBadMatch, BadMatchBadField)
-	if s := m.String(); s != "oxm(0x0001:0=00000001)" {
+	if s := m.String(); s != "oxm(0x0001:90=00000001)" {
 		t.Errorf("String = %q", s)
 	}
 }
@@ -226,12 +236,13 @@ func TestActionValidate(t *testing.T) {
 		{"set_field tcp after push_mpls", Actions{ActionPushMPLS{EtherType: 0x8847}, ActionSetField{Field: Uint(FieldTCPDst, 5)}}, tcpMatch, BadActionMatchInconsistent},
 		{"set_field in_port", Actions{ActionSetField{Field: Uint(FieldInPort, 1)}}, Match{}, BadActionBadSetType},
 		{"set_field metadata", Actions{ActionSetField{Field: Uint(FieldMetadata, 1)}}, Match{}, BadActionBadSetType},
-		{"set_field nicira", Actions{ActionSetField{Field: OXM{Class: ClassNXM1, Value: []byte{1, 2, 3, 4}}}}, Match{}, BadActionBadSetType},
+		{"set_field unknown nicira field", Actions{ActionSetField{Field: OXM{Class: ClassNXM1, Field: 90, Value: []byte{1, 2, 3, 4}}}}, Match{}, BadActionBadSetType},
 		{"set_field unknown basic", Actions{ActionSetField{Field: OXM{Class: ClassOpenFlowBasic, Field: 99, Value: []byte{1}}}}, Match{}, BadActionBadSetType},
 		{"set_field masked", Actions{ActionSetField{Field: MACMasked(FieldEthDst, mustMAC("00:00:00:00:00:01"), mustMAC("ff:ff:ff:ff:ff:ff"))}}, Match{}, BadActionBadSetArgument},
 		{"set_field wrong length", Actions{ActionSetField{Field: Basic(FieldEthDst, []byte{1, 2})}}, Match{}, BadActionBadSetLen},
 		{"set_field dscp 64", Actions{ActionSetField{Field: Uint(FieldIPDSCP, 64)}}, tcpMatch, BadActionBadSetArgument},
-		{"experimenter", Actions{ActionExperimenter{Experimenter: ExperimenterNicira, Data: []byte{0, 1}}}, Match{}, BadActionBadExperimenter},
+		{"experimenter", Actions{ActionExperimenter{Experimenter: ExperimenterONF, Data: []byte{0, 1}}}, Match{}, BadActionBadExperimenter},
+		{"nicira unknown subtype", Actions{ActionExperimenter{Experimenter: ExperimenterNicira, Data: []byte{0, 99}}}, Match{}, BadActionBadExpType},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

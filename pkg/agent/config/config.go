@@ -1,11 +1,13 @@
 // Package config is the node agent's view of the cluster: the settings
-// every node shares (VNI, MTU, cluster CIDR, external interface) and the
-// nodes themselves (name, underlay address, pod CIDR).
+// every node shares (VNI, MTU, cluster CIDR, external interface), the
+// nodes themselves (name, underlay address, pod CIDR) and, for the lab and
+// the tests, Services (pkg/agent/proxy turns them into the same API
+// objects the Kubernetes source hands it).
 //
 // Without Kubernetes the whole of it comes from a cluster file (YAML, the
 // embedded Default unless --cluster-file names another); under Kubernetes
-// the same file, minus its nodes, comes from the ConfigMap and the nodes
-// come from the API server (pkg/agent/k8s).
+// the same file, minus its nodes and Services, comes from the ConfigMap and
+// the nodes and Services come from the API server (pkg/agent/k8s).
 package config
 
 import (
@@ -38,7 +40,57 @@ type Cluster struct {
 	ExternalInterface string `yaml:"externalInterface"`
 	// VXLANPort is the UDP port of the tunnel (default 4789).
 	VXLANPort uint16 `yaml:"vxlanPort"`
-	Nodes     []Node `yaml:"nodes"`
+	// KubeAPIServerOverride is the API server's address for the agent's
+	// own client (e.g. https://10.0.0.1:6443), used instead of the
+	// kubernetes Service (KUBERNETES_SERVICE_HOST): that Service is
+	// reached through the Service datapath the agent itself programs, so
+	// an agent that needs it to start would wait forever on a fresh node.
+	// Kubernetes only; default: in-cluster configuration.
+	KubeAPIServerOverride string `yaml:"kubeAPIServerOverride,omitempty"`
+	Nodes                 []Node `yaml:"nodes"`
+	// Services, without Kubernetes (ignored with --kubernetes).
+	Services []Service `yaml:"services,omitempty"`
+}
+
+// Service is a Service in the cluster file: the fields of a Kubernetes
+// Service the proxy reads, and its endpoints. Values are checked by the
+// proxy, as the API server's would be: a bad port or address is reported
+// and skipped there, so one bad Service never keeps the agent from
+// starting.
+type Service struct {
+	Name      string `yaml:"name"`
+	Namespace string `yaml:"namespace,omitempty"` // default "default"
+	// Type is ClusterIP (default), NodePort or LoadBalancer.
+	Type      string `yaml:"type,omitempty"`
+	ClusterIP string `yaml:"clusterIP"`
+	// ExternalIPs are spec.externalIPs; LoadBalancerIPs stand for
+	// status.loadBalancer.ingress (what a cloud's controller would write).
+	ExternalIPs     []string `yaml:"externalIPs,omitempty"`
+	LoadBalancerIPs []string `yaml:"loadBalancerIPs,omitempty"`
+	// ExternalTrafficPolicy and InternalTrafficPolicy: Cluster (default) or Local.
+	ExternalTrafficPolicy string `yaml:"externalTrafficPolicy,omitempty"`
+	InternalTrafficPolicy string `yaml:"internalTrafficPolicy,omitempty"`
+	// SessionAffinity: None (default) or ClientIP, for
+	// SessionAffinityTimeout seconds (default 10800).
+	SessionAffinity        string        `yaml:"sessionAffinity,omitempty"`
+	SessionAffinityTimeout int           `yaml:"sessionAffinityTimeout,omitempty"`
+	Ports                  []ServicePort `yaml:"ports"`
+	// Endpoints are pod addresses (their node is the one whose pod CIDR
+	// holds them) or pod names, namespace/name or a name in the Service's
+	// namespace: a name resolves only on the node the pod runs on (the
+	// agent knows its own pods), so give addresses for pods elsewhere.
+	Endpoints []string `yaml:"endpoints,omitempty"`
+}
+
+// ServicePort is one port of a cluster-file Service.
+type ServicePort struct {
+	Name     string `yaml:"name,omitempty"`
+	Protocol string `yaml:"protocol,omitempty"` // TCP (default), UDP, SCTP
+	Port     int    `yaml:"port"`
+	// TargetPort is the endpoints' port (default: Port). Only numbers:
+	// without Kubernetes there are no container ports to resolve a name.
+	TargetPort int `yaml:"targetPort,omitempty"`
+	NodePort   int `yaml:"nodePort,omitempty"`
 }
 
 // Node is one node of the cluster.
@@ -141,7 +193,35 @@ func (c *Cluster) Complete() error {
 			return fmt.Errorf("nodes[%d]: podCIDR %s is outside clusterCIDR %s", i, n.PodCIDR, c.ClusterCIDR)
 		}
 	}
+	// Services: only what makes the file ambiguous is refused here (no
+	// name, the same name twice); values are the proxy's to judge.
+	svcs := map[string]bool{}
+	for i := range c.Services {
+		s := &c.Services[i]
+		if s.Namespace == "" {
+			s.Namespace = "default"
+		}
+		if s.Name == "" {
+			return fmt.Errorf("services[%d]: a Service needs a name", i)
+		}
+		if svcs[s.Namespace+"/"+s.Name] {
+			return fmt.Errorf("services[%d]: Service %s/%s appears twice", i, s.Namespace, s.Name)
+		}
+		svcs[s.Namespace+"/"+s.Name] = true
+	}
 	return nil
+}
+
+// PodNetwork is the cluster CIDR (if set) and every known node's pod CIDR.
+func (c *Cluster) PodNetwork() []netip.Prefix {
+	var out []netip.Prefix
+	if c.ClusterCIDR.IsValid() {
+		out = append(out, c.ClusterCIDR)
+	}
+	for _, n := range c.Nodes {
+		out = append(out, n.PodCIDR)
+	}
+	return out
 }
 
 // Check checks one node's own fields (also for nodes from the API server).

@@ -1,14 +1,23 @@
 // Package pipeline is the OpenFlow pipeline nagare-agent programs into its
-// node's nagare-switch: the tables, in order, and one flow builder per
-// purpose, in one file per feature (Antrea's habit).
+// node's nagare-switch: the tables, in order, here; the flows in one file
+// per feature (Antrea's habit), so that a feature is read, and changed, in
+// one place:
+//
+//	pod_connectivity.go  local pods: classify, spoof guard, ARP, routed and switched delivery
+//	node.go              the local node: table defaults' owner, the gateway (the node's stack)
+//	remote_node.go       other nodes: tunnel endpoints, their spoof guard, routes into the tunnels
+//	(service.go)         Services: to come, fed by pkg/agent/proxy's desired state
+//
+// cookie.go says which feature and object a flow belongs to; ofconn.go is
+// the OpenFlow 1.3 client.
 //
 // # Rules for adding a table
 //
 //  1. Declare it in tables below, in packet order, with its stage. Table
 //     ids leave gaps of 10 so a table can go between two others without
 //     renumbering (renumbering rewrites every flow on every node).
-//  2. Give it a default flow (priority 0) in defaults() that says what an
-//     unmatched packet does: the next table, or drop. Nothing is left to
+//  2. Give it a default flow (priority 0) in tableDefaults() that says what
+//     an unmatched packet does: the next table, or drop. Nothing is left to
 //     the switch's table-miss behaviour.
 //  3. Put its builders in the file of the feature they serve, each one
 //     function with a one-line comment that says what the flow does; give
@@ -39,6 +48,19 @@ type Table struct {
 }
 
 // The tables, in the order a packet meets them.
+//
+//   - Classifier records where a packet came in (pod, gateway, tunnel) in
+//     the metadata's low bits for the tables after it; other ports drop.
+//   - SpoofGuard passes what a source may send; everything else drops here.
+//     IPv6 from pods drops too (nagare gives pods no IPv6 address yet).
+//   - ARPResponder delivers each ARP request to its target alone and sends
+//     replies to L2; anything not ARP goes on to L3.
+//   - L3Forwarding handles routed IPv4: packets to the gateway's MAC (from
+//     pods), to RemoteGatewayMAC (from the node, towards other nodes'
+//     pods) or from a tunnel. Every routed hop decrements the TTL; what is
+//     not routed goes on to L2.
+//   - L2Forwarding switches by destination MAC to a pod's port or the
+//     gateway; unknown destinations and broadcasts drop: nothing floods.
 var (
 	TableClassifier = Table{0, "Classifier", "classify"}   // where did it come from: pod, gateway, tunnel
 	TableSpoofGuard = Table{10, "SpoofGuard", "validate"}  // a pod sends only as itself; a node only its pods
@@ -50,6 +72,42 @@ var (
 
 // Tables returns the pipeline's tables in order.
 func Tables() []Table { return append([]Table(nil), tables...) }
+
+// tableDefaults are every table's priority-0 flow, in table order.
+func tableDefaults(c uint64) []*openflow.FlowMod {
+	return []*openflow.FlowMod{
+		classifierDefault(c),
+		spoofGuardDefault(c),
+		arpDefault(c),
+		l3Default(c),
+		l2Default(c),
+	}
+}
+
+// classifierDefault drops packets from ports the agent did not attach.
+func classifierDefault(c uint64) *openflow.FlowMod {
+	return flow(TableClassifier, prioDefault, c, match())
+}
+
+// spoofGuardDefault drops whatever the flows above did not pass.
+func spoofGuardDefault(c uint64) *openflow.FlowMod {
+	return flow(TableSpoofGuard, prioDefault, c, match())
+}
+
+// arpDefault sends everything that is not ARP on to L3 forwarding.
+func arpDefault(c uint64) *openflow.FlowMod {
+	return flow(TableARP, prioDefault, c, match(), gotoTable(TableL3))
+}
+
+// l3Default sends packets that are not routed here to L2 forwarding.
+func l3Default(c uint64) *openflow.FlowMod {
+	return flow(TableL3, prioDefault, c, match(), gotoTable(TableL2))
+}
+
+// l2Default drops packets for MACs not on this node.
+func l2Default(c uint64) *openflow.FlowMod {
+	return flow(TableL2, prioDefault, c, match())
+}
 
 // Priorities, per table, highest first.
 const (
