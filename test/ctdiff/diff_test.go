@@ -130,14 +130,8 @@ func runCase(t *testing.T, c ctCase, benches []*bench) {
 				obs[bi][i].arrived = b.frames.waitFor(ids[i], 1, time.Now().Add(deliverTimeout))
 			}
 		}
-	}
-	// Copies that came late, or to a second endpoint, count too.
-	for bi, b := range benches {
-		for i := range c.steps {
-			obs[bi][i].arrived = b.frames.get(ids[i])
-		}
-	}
-	for i, s := range c.steps {
+		// The first difference ends the case: later packets depend on
+		// what this one did.
 		if msg := compareStep(c, i, s, benches, obs); msg != "" {
 			t.Errorf("%s\n%s", msg, logTails(benches))
 			return
@@ -147,6 +141,19 @@ func runCase(t *testing.T, c ctCase, benches []*bench) {
 			got = append(got, b.name+": "+describeObs(obs[bi][i]))
 		}
 		t.Logf("#%d %s:\n    %s", i+1, s.send, strings.Join(got, "\n    "))
+	}
+	// Copies that came late, or to a second endpoint, count too: every
+	// step is compared again with all that arrived.
+	for bi, b := range benches {
+		for i := range c.steps {
+			obs[bi][i].arrived = b.frames.get(ids[i])
+		}
+	}
+	for i, s := range c.steps {
+		if msg := compareStep(c, i, s, benches, obs); msg != "" {
+			t.Errorf("(after the last packet) %s\n%s", msg, logTails(benches))
+			return
+		}
 	}
 }
 
