@@ -117,6 +117,11 @@ func service(z int) []string {
 		stampTable(1, 2),
 		fmt.Sprintf("table=2,priority=20,ct_state=+trk+new,in_port=1,tcp,nw_dst=%s,tp_dst=80,actions=ct(commit,zone=%d,nat(dst=%s:8080)),mod_dl_dst:%s,output:2", vip, z, b1IP, b1MAC),
 		fmt.Sprintf("table=2,priority=20,ct_state=+trk+new,in_port=1,udp,nw_dst=%s,tp_dst=53,actions=ct(commit,zone=%d,nat(dst=%s:5353)),mod_dl_dst:%s,output:2", vip, z, b1IP, b1MAC),
+		fmt.Sprintf("table=2,priority=20,ct_state=+trk+new,in_port=1,icmp,nw_dst=%s,actions=ct(commit,zone=%d,nat(dst=%s)),mod_dl_dst:%s,output:2", vip, z, b1IP, b1MAC),
+		// The connection's original tuple, whatever NAT did to the
+		// packet: marked in the DSCP (8 on the way in, 9 on the way back).
+		fmt.Sprintf("table=2,priority=30,ct_state=+trk+est-rpl,ct_nw_dst=%s,ct_nw_proto=6,ct_tp_dst=80,tcp,actions=set_field:8->ip_dscp,goto_table:3", vip),
+		fmt.Sprintf("table=2,priority=30,ct_state=+trk+est+rpl,ct_nw_src=%s,ct_nw_dst=%s,ct_tp_src=42035,ct_tp_dst=80,tcp,actions=set_field:9->ip_dscp,goto_table:3", cIP, vip),
 		"table=2,priority=20,ct_state=+trk+est,ip,actions=goto_table:3",
 		"table=2,priority=20,ct_state=+trk+rel,ip,actions=goto_table:3",
 		routeTable(3),
@@ -268,6 +273,27 @@ func cases() []ctCase {
 				{tcpReply(1, "SA", 5000, 1001), want{at: "client", state: "+trk+est+rpl+snat", src: at(vip, 80), dst: at(cIP, 42031)}},
 				{tcp("client", at(cIP, 42031), at(vip, 80), "A", 1001, 5001), want{at: "b1", state: "+trk+est+dnat", dst: at(b1IP, 8080)}},
 				{tcpReply(3, "PA", 5001, 1001).with("hi"), want{at: "client", state: "+trk+est+rpl+snat", src: at(vip, 80)}},
+			},
+		},
+		{
+			name:  "dnat_icmp",
+			flows: service(2),
+			steps: []step{
+				{ping("client", cIP, vip, 0x4203, 1), want{at: "b1", state: "+trk+new", dst: b1IP}},
+				{pong(1), want{at: "client", state: "+trk+est+rpl+snat", src: vip, dst: cIP}},
+				{ping("client", cIP, vip, 0x4203, 2), want{at: "b1", state: "+trk+est+dnat", dst: b1IP}},
+			},
+		},
+		{
+			// ct_nw_src/dst, ct_tp_src/dst and ct_nw_proto match the
+			// connection's original direction, before DNAT: the DSCP
+			// shows which rule took the packet.
+			name:  "ct_tuple",
+			flows: service(2),
+			steps: []step{
+				{tcp("client", at(cIP, 42035), at(vip, 80), "S", 1000, 0), want{at: "b1", state: "+trk+new", dst: at(b1IP, 8080), fields: map[string]string{"ip_tos": "0"}}},
+				{tcpReply(1, "SA", 5000, 1001), want{at: "client", state: "+trk+est+rpl+snat", src: at(vip, 80), fields: map[string]string{"ip_tos": "36"}}},
+				{tcp("client", at(cIP, 42035), at(vip, 80), "A", 1001, 5001), want{at: "b1", state: "+trk+est+dnat", dst: at(b1IP, 8080), fields: map[string]string{"ip_tos": "32"}}},
 			},
 		},
 		{
