@@ -2,6 +2,7 @@ package ctdiff
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -75,6 +76,9 @@ type bench struct {
 	// diag returns the switch's own account of its datapath, for a
 	// failure report (nil: none).
 	diag func() string
+	// trace is the switch's own trace of frame entering on port inPort,
+	// the tracker answering ctNext ("trk,new") on a recirculation.
+	trace func(frame []byte, inPort int, ctNext string) string
 }
 
 // newTopology makes the node namespace and the endpoints of one bench,
@@ -194,6 +198,18 @@ func startOVS(t *testing.T) *bench {
 		_, err := ovs.Appctl(context.Background(), "dpctl/flush-conntrack")
 		return err
 	}
+	b.trace = func(frame []byte, inPort int, ctNext string) string {
+		args := []string{"ofproto/trace"}
+		if ctNext != "" {
+			args = append(args, "--ct-next", ctNext)
+		}
+		args = append(args, "br0", fmt.Sprintf("in_port=%d", inPort), hex.EncodeToString(frame))
+		o, err := ovs.Appctl(context.Background(), args...)
+		if err != nil {
+			return err.Error()
+		}
+		return o
+	}
 	b.flushCache = func() error {
 		if _, err := ovs.Appctl(context.Background(), "revalidator/wait"); err != nil {
 			return err
@@ -260,6 +276,16 @@ func startNagare(t *testing.T) *bench {
 		return r.Lines, nil
 	}
 	b.flushCache = func() error { _, err := call("flush-cache"); return err }
+	b.trace = func(frame []byte, inPort int, ctNext string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r, err := switchd.Call(ctx, sock, switchd.CtlRequest{Cmd: "trace", Hex: hex.EncodeToString(frame),
+			Packet: fmt.Sprintf("in_port=%d", inPort), CtNext: ctNext})
+		if err != nil {
+			return err.Error()
+		}
+		return strings.Join(r.Lines, "\n")
+	}
 	b.diag = func() string {
 		var out strings.Builder
 		for _, cmd := range []string{"dump-cache", "show"} {

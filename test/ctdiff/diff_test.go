@@ -187,7 +187,7 @@ func compareStep(c ctCase, i int, s step, benches []*bench, obs [][]observation)
 	base := obs[0][i]
 	for bi := 1; bi < len(benches); bi++ {
 		if d := diffObs(base, obs[bi][i], s.want.free); d != "" {
-			return fmt.Sprintf("%s: DIFFERENCE between %s and %s: %s\n%s", head, benches[0].name, benches[bi].name, d, sides())
+			return fmt.Sprintf("%s: DIFFERENCE between %s and %s: %s\n%s%s", head, benches[0].name, benches[bi].name, d, sides(), traces(s, benches, obs, i))
 		}
 	}
 	// Each against the expectation.
@@ -197,7 +197,7 @@ func compareStep(c ctCase, i int, s step, benches []*bench, obs [][]observation)
 			if len(benches) > 1 && bi == 0 {
 				who += " (and so the other switch too, up to the free fields)"
 			}
-			return fmt.Sprintf("%s: %s differs from the expectation: %s\n%s", head, who, d, sides())
+			return fmt.Sprintf("%s: %s differs from the expectation: %s\n%s%s", head, who, d, sides(), traces(s, benches, obs, i))
 		}
 	}
 	return ""
@@ -375,4 +375,47 @@ func logTails(benches []*bench) string {
 		}
 	}
 	return b.String()
+}
+
+// traces asks each switch how it translates the packet of step i, the
+// tracker answering on a recirculation what Open vSwitch's conntrack
+// answered (its stamp), else what the step expects.
+func traces(s step, benches []*bench, obs [][]observation, i int) string {
+	ctNext := ""
+	if bits, err := parseCTState(s.want.state); s.want.state != "" && err == nil {
+		ctNext = ctNextArg(bits)
+	}
+	for _, a := range obs[0][i].arrived {
+		if v := value(describe(a.frame), "ct_state"); strings.HasPrefix(v, "+") {
+			bits, _ := parseCTState(v)
+			ctNext = ctNextArg(bits)
+		}
+	}
+	var b strings.Builder
+	for bi, be := range benches {
+		o := obs[bi][i]
+		if be.trace == nil || o.err != nil {
+			continue
+		}
+		port := 0
+		for _, e := range endpoints {
+			if e.name == o.from {
+				port = e.port
+			}
+		}
+		fmt.Fprintf(&b, "  %s's trace (in_port=%d, ct-next %q):\n    %s\n", be.name, port, ctNext,
+			strings.ReplaceAll(strings.TrimSpace(be.trace(o.sent, port, ctNext)), "\n", "\n    "))
+	}
+	return b.String()
+}
+
+// ctNextArg writes ct_state bits as ofproto/trace's --ct-next takes them.
+func ctNextArg(bits uint8) string {
+	var f []string
+	for _, c := range ctFlags {
+		if bits&c.bit != 0 {
+			f = append(f, c.name)
+		}
+	}
+	return strings.Join(f, ",")
 }
