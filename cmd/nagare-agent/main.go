@@ -8,10 +8,11 @@
 //	nagare-agent install-cni --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d
 //	nagare-agent cleanup --node-name NODE [--netns ...]   # remove the node's devices and masquerade
 //
-// Without Kubernetes the nodes come from a cluster file (the embedded
-// default unless --cluster-file names one); with --kubernetes the shared
-// settings come from --config (the same YAML without nodes) and the nodes
-// from the API server.
+// Without Kubernetes the nodes and Services come from a cluster file (the
+// embedded default unless --cluster-file names one); with --kubernetes the
+// shared settings come from --config (the same YAML without nodes and
+// Services, plus kubeAPIServerOverride) and the nodes, Services and
+// EndpointSlices from the API server.
 package main
 
 import (
@@ -64,9 +65,9 @@ func run(args []string) error {
 		dpuNetns    string
 	)
 	fs.StringVar(&cfg.NodeName, "node-name", defaultNodeName(), "this node's name (default: $NODE_NAME, else the host name)")
-	fs.StringVar(&clusterFile, "cluster-file", "", "cluster file (YAML: vni, mtu, clusterCIDR, externalInterface, nodes); default: the embedded one")
-	fs.StringVar(&clusterFile, "config", "", "same as --cluster-file (under Kubernetes: the settings, without nodes)")
-	fs.BoolVar(&kube, "kubernetes", false, "take nodes and pods from the Kubernetes API (in-cluster, or --kubeconfig)")
+	fs.StringVar(&clusterFile, "cluster-file", "", "cluster file (YAML: vni, mtu, clusterCIDR, externalInterface, nodes, services); default: the embedded one")
+	fs.StringVar(&clusterFile, "config", "", "same as --cluster-file (under Kubernetes: the settings, without nodes and services)")
+	fs.BoolVar(&kube, "kubernetes", false, "take nodes, pods, Services and EndpointSlices from the Kubernetes API (in-cluster, or --kubeconfig; kubeAPIServerOverride in --config comes first)")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --kubernetes outside a pod")
 	fs.StringVar(&netnsName, "netns", "", "the node's network namespace (a name under /var/run/netns, or a path); default: the agent's own")
 	fs.StringVar(&switchSock, "switch", "unix:"+agent.DefaultSwitchSocket, "the node switch's management socket")
@@ -116,7 +117,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if kube {
-		client, err := k8s.ClientFromFlags(kubeconfig, kubeconfig == "")
+		client, err := k8s.ClientFromFlags(kubeconfig, kubeconfig == "", c.KubeAPIServerOverride)
 		if err != nil {
 			return err
 		}

@@ -15,8 +15,8 @@ import (
 )
 
 func init() {
-	register(&command{name: "agent", summary: "the node agent: pods, IPAM, nodes, tunnels, pipeline flows per table",
-		usage: "nagarectl agent [--agent-socket PATH] [status|pods|nodes|pipeline|dpu|metrics] [--json]\n       nagarectl agent [--agent-socket PATH] direct-forward on|off",
+	register(&command{name: "agent", summary: "the node agent: pods, IPAM, nodes, tunnels, Services, pipeline flows per table",
+		usage: "nagarectl agent [--agent-socket PATH] [status|pods|nodes|services|pipeline|dpu|metrics] [--json]\n       nagarectl agent [--agent-socket PATH] direct-forward on|off",
 		run:   runAgent})
 }
 
@@ -75,7 +75,8 @@ func runAgent(args []string, stdout, _ io.Writer) error {
 		fmt.Fprintf(w, "switch %s: %s, %d reconnects; last sync %s ago: %d added, %d deleted, %d kept (%s)\n",
 			st.Switch.Socket, conn, st.Switch.Reconnects, time.Since(st.Switch.LastSyncAt).Round(time.Second),
 			st.Switch.LastSync.Added, st.Switch.LastSync.Deleted, st.Switch.LastSync.Kept, st.Switch.SyncTook)
-		fmt.Fprintf(w, "IPAM: %d of %d addresses in use; %d pods; %d remote nodes\n", st.IPAM.Used, st.IPAM.Total, len(st.Pods), len(st.Remotes))
+		fmt.Fprintf(w, "IPAM: %d of %d addresses in use; %d pods; %d remote nodes; %d Services (%d problems)\n",
+			st.IPAM.Used, st.IPAM.Total, len(st.Pods), len(st.Remotes), len(st.Services), len(st.ServiceProblems))
 		for _, m := range st.Masquerade {
 			fmt.Fprintf(w, "masquerade: %s\n", m)
 		}
@@ -90,12 +91,14 @@ func runAgent(args []string, stdout, _ io.Writer) error {
 		printPods(w, st)
 	case "nodes":
 		printNodes(w, st)
+	case "services":
+		printServices(w, st)
 	case "pipeline":
 		printTables(w, st)
 	case "dpu":
 		printDPU(w, st)
 	default:
-		return usagef("unknown view %q (status, pods, nodes, pipeline, dpu, metrics)", what)
+		return usagef("unknown view %q (status, pods, nodes, services, pipeline, dpu, metrics)", what)
 	}
 	return nil
 }
@@ -115,6 +118,55 @@ func printNodes(w io.Writer, st *agent.Status) {
 	fmt.Fprintln(w, "REMOTE NODE\tUNDERLAY\tPOD CIDR\tTUNNEL PORT")
 	for _, r := range st.Remotes {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", r.Name, r.Underlay, r.PodCIDR, r.Port)
+	}
+}
+
+// printServices prints the desired service state: per Service port its
+// frontends and verdicts (forward; reject or drop when no endpoint is
+// usable), then one row per endpoint. USE says which traffic goes to the endpoint (int: ClusterIP,
+// ext: NodePort, LoadBalancer, external IPs). CONNS stays "-" until the
+// switch tracks connections and the agent reads them.
+func printServices(w io.Writer, st *agent.Status) {
+	fmt.Fprintln(w, "SERVICE\tTYPE\tPORT\tFRONTENDS\tVERDICT INT/EXT\tENDPOINT\tSTATE\tUSE\tNODE\tPOD\tCONNS")
+	for _, s := range st.Services {
+		typ := s.Type
+		if s.InternalPolicy == "Local" || s.ExternalPolicy == "Local" {
+			typ += fmt.Sprintf(" (int %s, ext %s)", s.InternalPolicy, s.ExternalPolicy)
+		}
+		if s.Affinity != "None" {
+			typ += ", " + s.Affinity
+		}
+		for _, p := range s.Ports {
+			port := p.Protocol
+			if p.Name != "" {
+				port = p.Name + "/" + p.Protocol
+			}
+			first := fmt.Sprintf("%s\t%s\t%s\t%s\t%s/%s", s.Service, typ, port, strings.Join(p.Frontends, ", "), p.Internal, p.External)
+			if len(p.Endpoints) == 0 {
+				fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\t-\n", first)
+				continue
+			}
+			for i, e := range p.Endpoints {
+				if i > 0 {
+					first = "\t\t\t\t"
+				}
+				var use []string
+				if e.Internal {
+					use = append(use, "int")
+				}
+				if e.External {
+					use = append(use, "ext")
+				}
+				conns := "-"
+				if e.Connections != nil {
+					conns = fmt.Sprint(*e.Connections)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", first, e.Address, e.State, orDash(strings.Join(use, ",")), orDash(e.Node), orDash(e.Pod), conns)
+			}
+		}
+	}
+	for _, p := range st.ServiceProblems {
+		fmt.Fprintf(w, "problem: %s\n", p)
 	}
 }
 

@@ -12,8 +12,9 @@
 //
 // Files: agent.go (config, start, the switch connection), pods.go (the CNI
 // handler: ADD, DEL, CHECK, GC, STATUS), nodes.go (remote nodes and
-// tunnels), gc.go (leaked allocations), status.go (nagarectl agent,
-// Prometheus metrics).
+// tunnels), services.go (the desired service state, pkg/agent/proxy),
+// gc.go (leaked allocations), status.go (nagarectl agent, Prometheus
+// metrics).
 package agent
 
 import (
@@ -26,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +38,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/agent/k8s"
 	"github.com/nagare-net/nagare/pkg/agent/nodenet"
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
+	"github.com/nagare-net/nagare/pkg/agent/proxy"
 	"github.com/nagare-net/nagare/pkg/agent/snat"
 	"github.com/nagare-net/nagare/pkg/agent/vf"
 	"github.com/nagare-net/nagare/pkg/controlnet"
@@ -147,6 +150,9 @@ type Agent struct {
 
 	sw controlnet.Endpoint // where the switch is
 	vf *vf.VF              // DPU mode: VF links and direct forward
+
+	services       *proxy.Tracker // the desired service state (services.go)
+	unresolvedPods atomic.Value   // cluster-file endpoint pods not on this node, last logged
 }
 
 // New checks the configuration; Run does the work.
@@ -207,8 +213,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		srv.Close()
 		return err
 	}
+	a.startServices()
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); a.serviceLoop(ctx) }()
 	go func() {
 		defer wg.Done()
 		if err := cniserver.Serve(ctx, srv, a, a.log, a.met.cni); err != nil && ctx.Err() == nil {

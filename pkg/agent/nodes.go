@@ -83,6 +83,7 @@ func (a *Agent) NodeUpdated(n config.Node) {
 		log.Error("route to remote pods", "err", err)
 	}
 	a.met.remotes.Set(float64(a.remoteCount()))
+	a.nodesChanged()
 	// Under swMu a switch (re)connection either has not read the remotes
 	// yet (and will add this one) or is done (and we add it here).
 	a.swMu.Lock()
@@ -138,6 +139,7 @@ func (a *Agent) NodeDeleted(name string) {
 	a.swMu.Unlock()
 	a.forgetRemote(r.node, log)
 	a.met.remotes.Set(float64(a.remoteCount()))
+	a.nodesChanged()
 	log.Info("remote node removed")
 }
 

@@ -214,6 +214,7 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 		return nil, undo(fmt.Errorf("direct forward: %w", err))
 	}
 	a.met.pods.Set(float64(a.podCount()))
+	a.podsChanged()
 	log.Info("pod attached", "ip", al.IP, "mac", rec.MAC, "port", rec.OFPort, "host", rec.Host, "repeat", !fresh)
 
 	podIf := 1
@@ -307,6 +308,7 @@ func (a *Agent) detach(ctx context.Context, rec *podRecord, log *slog.Logger) er
 	n := len(a.pods)
 	a.mu.Unlock()
 	a.met.pods.Set(float64(n))
+	a.podsChanged()
 	log.Info("pod detached", "ip", rec.IP, "host", rec.Host)
 	return nil
 }

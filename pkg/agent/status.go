@@ -20,6 +20,7 @@ import (
 
 	"github.com/nagare-net/nagare/pkg/agent/cniserver"
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
+	"github.com/nagare-net/nagare/pkg/agent/proxy"
 	"github.com/nagare-net/nagare/pkg/agent/snat"
 )
 
@@ -41,6 +42,79 @@ type Status struct {
 	Masquerade  []string              `json:"masquerade,omitempty"`
 	Mode        string                `json:"mode"`          // host or dpu
 	DPU         *DPUStatus            `json:"dpu,omitempty"` // DPU mode: control network, lease, direct forward
+	// Services is the desired service state (pkg/agent/proxy); not yet
+	// programmed as flows.
+	Services []ServiceStatus `json:"services,omitempty"`
+	// ServiceProblems is the bad input refused or skipped, one line each.
+	ServiceProblems []string `json:"serviceProblems,omitempty"`
+}
+
+// ServiceStatus is one Service as the agent wants it on this node.
+type ServiceStatus struct {
+	Service        string              `json:"service"` // namespace/name
+	Type           string              `json:"type"`
+	InternalPolicy string              `json:"internalTrafficPolicy"`
+	ExternalPolicy string              `json:"externalTrafficPolicy"`
+	Affinity       string              `json:"sessionAffinity"` // None, or ClientIP and its timeout
+	Ports          []ServicePortStatus `json:"ports"`
+}
+
+// ServicePortStatus is one Service port: where it answers, what happens
+// when it has no endpoint for a kind of traffic, its endpoints.
+type ServicePortStatus struct {
+	Name      string           `json:"name"`
+	Protocol  string           `json:"protocol"`
+	Frontends []string         `json:"frontends"` // "ClusterIP 10.96.0.10:80"
+	Internal  string           `json:"internal"`  // forward, reject or drop
+	External  string           `json:"external"`
+	Endpoints []EndpointStatus `json:"endpoints"`
+}
+
+// EndpointStatus is one endpoint: its state and which traffic uses it.
+type EndpointStatus struct {
+	Address  string `json:"address"` // IP:target port
+	Node     string `json:"node,omitempty"`
+	Pod      string `json:"pod,omitempty"`
+	State    string `json:"state"`    // ready, serving-terminating, terminating, not-ready
+	Internal bool   `json:"internal"` // ClusterIP traffic goes to it
+	External bool   `json:"external"` // NodePort, LoadBalancer, external IP traffic goes to it
+	// Connections through this endpoint: nil until the switch's connection
+	// tracking exists and the agent reads it.
+	Connections *int `json:"connections,omitempty"`
+}
+
+func serviceStatus(s *proxy.Service) ServiceStatus {
+	policy := func(local bool) string {
+		if local {
+			return "Local"
+		}
+		return "Cluster"
+	}
+	st := ServiceStatus{Service: s.Key.String(), Type: string(s.Type), InternalPolicy: policy(s.InternalLocal),
+		ExternalPolicy: policy(s.ExternalLocal), Affinity: "None"}
+	if s.Affinity.ClientIP {
+		st.Affinity = "ClientIP " + s.Affinity.Timeout.String()
+	}
+	for _, p := range s.Ports {
+		ps := ServicePortStatus{Name: p.Name, Protocol: string(p.Protocol), Internal: string(p.Internal), External: string(p.External),
+			Frontends: []string{}, Endpoints: []EndpointStatus{}}
+		for _, f := range p.Frontends {
+			ps.Frontends = append(ps.Frontends, string(f.Kind)+" "+f.String())
+		}
+		in, ex := map[string]bool{}, map[string]bool{}
+		for _, e := range p.InternalEndpoints {
+			in[e.String()] = true
+		}
+		for _, e := range p.ExternalEndpoints {
+			ex[e.String()] = true
+		}
+		for _, e := range p.Endpoints {
+			ps.Endpoints = append(ps.Endpoints, EndpointStatus{Address: e.String(), Node: e.NodeName, Pod: e.Pod, State: e.State(),
+				Internal: in[e.String()], External: ex[e.String()]})
+		}
+		st.Ports = append(st.Ports, ps)
+	}
+	return st
 }
 
 type SwitchStatus struct {
@@ -102,6 +176,14 @@ func (a *Agent) Snapshot(ctx context.Context) Status {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		st.Tables, _ = pl.TableCounts(tctx)
 		cancel()
+	}
+	if a.services != nil {
+		for _, s := range a.services.Services() {
+			st.Services = append(st.Services, serviceStatus(s))
+		}
+		for _, p := range a.services.Problems() {
+			st.ServiceProblems = append(st.ServiceProblems, p.String())
+		}
 	}
 	st.Masquerade, _ = snat.Describe(a.nodeNetns())
 	st.DPU = a.dpuStatus()
@@ -193,6 +275,7 @@ type metrics struct {
 	cni        *cniMetrics
 	pods       prometheus.Gauge
 	remotes    prometheus.Gauge
+	services   prometheus.Gauge
 	reconnects prometheus.Counter
 	gcReleased prometheus.Counter
 }
@@ -202,10 +285,11 @@ func newMetrics(a *Agent) *metrics {
 		cni:        newCNIMetrics(a.reg),
 		pods:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_pods", Help: "Pods attached on this node."}),
 		remotes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_remote_nodes", Help: "Remote nodes with a tunnel."}),
+		services:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_services", Help: "Services in the desired service state (not yet programmed as flows)."}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "nagare_agent_switch_reconnects_total", Help: "Times the switch connection was lost."}),
 		gcReleased: prometheus.NewCounter(prometheus.CounterOpts{Name: "nagare_agent_gc_released_total", Help: "Allocations released by garbage collection."}),
 	}
-	a.reg.MustRegister(m.pods, m.remotes, m.reconnects, m.gcReleased,
+	a.reg.MustRegister(m.pods, m.remotes, m.services, m.reconnects, m.gcReleased,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nagare_agent_ip_allocations", Help: "Addresses allocated in the node's pod subnet."},
 			func() float64 {
 				if a.ipam == nil {

@@ -22,7 +22,13 @@ type ErrorMsg struct {
 func (*ErrorMsg) MsgType() MsgType { return TypeError }
 
 // Err returns the error type and code as an *Error.
-func (m *ErrorMsg) Err() *Error { return &Error{Type: m.Type, Code: m.Code} }
+func (m *ErrorMsg) Err() *Error {
+	e := &Error{Type: m.Type, Code: m.Code}
+	if m.Type == ErrTypeExperimenter {
+		e.Experimenter = m.Experimenter
+	}
+	return e
+}
 
 // MarshalBinary encodes the ERROR.
 func (m *ErrorMsg) MarshalBinary() ([]byte, error) {

@@ -199,8 +199,15 @@ func wantNXErr(t *testing.T, err error, code uint16) {
 	if !errors.As(err, &oe) || oe.Type != ErrTypeExperimenter || oe.Code != code || oe.Experimenter != ExperimenterNicira {
 		t.Fatalf("error %v, want Nicira experimenter error %d", err, code)
 	}
-	if r := oe.Reply([]byte{4, 14, 0, 8, 0, 0, 0, 9}); r.Type != ErrTypeExperimenter || r.Experimenter != ExperimenterNicira || r.Code != code {
+	r := oe.Reply([]byte{4, 14, 0, 8, 0, 0, 0, 9})
+	if r.Type != ErrTypeExperimenter || r.Experimenter != ExperimenterNicira || r.Code != code {
 		t.Fatalf("reply %#v", r)
+	}
+	// On the wire and back, it is the same error.
+	b, _ := r.MarshalBinary()
+	var back ErrorMsg
+	if derr := back.UnmarshalBinary(b); derr != nil || !errors.Is(back.Err(), err) {
+		t.Fatalf("reply %x decodes to %v (%v), want %v", b, back.Err(), derr, err)
 	}
 }
 
@@ -453,6 +460,19 @@ func TestNXParse(t *testing.T) {
 		if got := fm.Instructions.String(); got != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.in, got, c.want)
 		}
+	}
+	// Operands by ovs-fields name resolve to the header ovs-ofctl 3.1 wrote
+	// (in_port is the 16-bit NXM_OF_IN_PORT); these are its bytes.
+	fm, err := ParseFlow("priority=1,ip,actions=move:ip_ecn->reg0[0..1],move:OXM_OF_IP_DSCP[]->reg1[0..5],move:in_port->reg2[0..15],load:1->tun_id[0..3]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm.Xid = 6
+	if b, _ := fm.MarshalBinary(); !bytes.Equal(b, mustHex("040e00a800000006000000000000000000000000000000000000000000000001ffffffffffffffffffffffff000000000001000a80000a0208000000000000000004006800000000ffff00180000232000060002000000000001380100010004ffff00180000232000060006000000008000100100010204ffff00180000232000060010000000000000000200010404ffff00180000232000070003000120080000000000000001")) {
+		t.Errorf("operands encode as %x", b)
+	}
+	if got, want := fm.Instructions.String(), "move:NXM_NX_IP_ECN[]->NXM_NX_REG0[0..1],move:OXM_OF_IP_DSCP[]->NXM_NX_REG1[0..5],move:NXM_OF_IN_PORT[]->NXM_NX_REG2[0..15],load:0x1->NXM_NX_TUN_ID[0..3]"; got != want {
+		t.Errorf("String = %s", got)
 	}
 	// ct_state spellings: +flags, flags|flags (mask 0xff), numbers.
 	for in, want := range map[string]OXM{

@@ -98,11 +98,11 @@ func ofsNBits(ofs, nbits uint16) uint16 { return ofs<<6 | (nbits-1)&0x3f }
 // fieldHeader encodes a field's NXM/OXM header (no mask): class, field<<1,
 // length in bytes.
 func fieldHeader(k FieldKey) (uint32, error) {
-	w, ok := fieldWidth(k)
+	n, ok := fieldBytes(k)
 	if !ok || k.Class == ClassExperimenter || k.Field > 0x7f {
 		return 0, fmt.Errorf("openflow: no header for field %s", k)
 	}
-	return uint32(k.Class)<<16 | uint32(k.Field)<<9 | uint32(w/8), nil
+	return uint32(k.Class)<<16 | uint32(k.Field)<<9 | uint32(n), nil
 }
 
 // parseFieldHeader decodes a 4-byte NXM header naming a known field.
@@ -110,8 +110,8 @@ func fieldHeader(k FieldKey) (uint32, error) {
 // wrong length or with hasmask) with code; so does this.
 func parseFieldHeader(h uint32, et ErrorType, code uint16) (FieldKey, error) {
 	k := FieldKey{Class: uint16(h >> 16), Field: Field(h >> 9 & 0x7f)}
-	w, ok := fieldWidth(k)
-	if !ok || h>>8&1 != 0 || int(h&0xff) != w/8 {
+	n, ok := fieldBytes(k)
+	if !ok || h>>8&1 != 0 || int(h&0xff) != n {
 		return FieldKey{}, bad(et, code, "unknown field header 0x%08x", h)
 	}
 	return k, nil

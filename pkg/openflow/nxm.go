@@ -160,6 +160,7 @@ func init() {
 		{ClassNXM1, 21, "NXM_NX_ICMPV6_TYPE", FieldICMPv6Type}, {ClassNXM1, 22, "NXM_NX_ICMPV6_CODE", FieldICMPv6Code},
 		{ClassNXM1, 23, "NXM_NX_ND_TARGET", FieldIPv6NDTarget}, {ClassNXM1, 24, "NXM_NX_ND_SLL", FieldIPv6NDSLL},
 		{ClassNXM1, 25, "NXM_NX_ND_TLL", FieldIPv6NDTLL}, {ClassNXM1, 27, "NXM_NX_IPV6_LABEL", FieldIPv6FLabel},
+		{ClassNXM1, 28, "NXM_NX_IP_ECN", FieldIPECN},
 	} {
 		fi := fieldInfos[x.basic]
 		nxFields[FieldKey{x.class, x.f}] = nxFieldInfo{name: fi.name, nxm: x.nxm, len: fi.len, maskable: fi.maskable,
@@ -172,6 +173,9 @@ func init() {
 	}
 	nxFields[FieldKey{ClassNXM1, NXMTunID}] = nxFieldInfo{name: "tun_id", nxm: "NXM_NX_TUN_ID", len: 8, maskable: true,
 		writable: true, basic: FieldTunnelID, hasBasic: true}
+	// Open vSwitch's in_port is the 16-bit NXM_OF_IN_PORT (OpenFlow 1.0
+	// numbering), not the 32-bit OXM in_port; move and load name it so.
+	nxFields[FieldKey{ClassNXM0, 0}] = nxFieldInfo{name: "in_port", nxm: "NXM_OF_IN_PORT", len: 2, writable: true}
 	basicNXMName[FieldTunnelID] = "NXM_NX_TUN_ID"
 	initNXMNames()
 }
@@ -196,16 +200,40 @@ func nxInfo(k FieldKey) (nxFieldInfo, bool) {
 	return fi, ok
 }
 
-// fieldWidth returns the width in bits of a known field of any class.
+// fieldBits is the width in bits, where Open vSwitch's is less than the
+// field's bytes, of the basic fields move and load can address.
+var fieldBits = map[Field]int{
+	FieldIPDSCP: 6, FieldIPECN: 2, FieldVLANVID: 13, FieldVLANPCP: 3, FieldMPLSLabel: 20, FieldMPLSTC: 3,
+	FieldMPLSBOS: 1, FieldIPv6FLabel: 20, FieldIPv6ExtHdr: 9,
+}
+
+// fieldWidth returns the width in bits of a known field of any class, as
+// move and load address it (ip_ecn is 2 bits in its 1-byte value).
 func fieldWidth(k FieldKey) (int, bool) {
+	n, ok := fieldBytes(k)
+	if !ok {
+		return 0, false
+	}
+	f, basic := k.Field, k.Class == ClassOpenFlowBasic
+	if fi, ok := nxFields[k]; ok && fi.hasBasic {
+		f, basic = fi.basic, true
+	}
+	if b, ok := fieldBits[f]; ok && basic {
+		return b, true
+	}
+	return 8 * n, true
+}
+
+// fieldBytes returns the value length in bytes of a known field.
+func fieldBytes(k FieldKey) (int, bool) {
 	if k.Class == ClassOpenFlowBasic {
 		if int(k.Field) < numFields {
-			return 8 * fieldInfos[k.Field].len, true
+			return fieldInfos[k.Field].len, true
 		}
 		return 0, false
 	}
 	if fi, ok := nxFields[k]; ok {
-		return 8 * fi.len, true
+		return fi.len, true
 	}
 	return 0, false
 }

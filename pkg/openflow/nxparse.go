@@ -218,6 +218,9 @@ func operandKey(name string) (FieldKey, bool) {
 	if k, _, ok := nxFieldByName(name); ok {
 		return k, true
 	}
+	if name == "in_port" {
+		return FieldKey{ClassNXM0, 0}, true
+	}
 	f, ok := fieldAliases[name]
 	if !ok {
 		return FieldKey{}, false

@@ -1,6 +1,7 @@
 // Package k8s is the agent's Kubernetes source: the cluster's nodes (pod
-// CIDR from spec.podCIDR, underlay address from the InternalIP) and the
-// pods scheduled to this node, from client-go informers. Leader-free: every
+// CIDR from spec.podCIDR, underlay address from the InternalIP), the pods
+// scheduled to this node, and Services with their EndpointSlices (handed
+// to the proxy's Tracker), from client-go informers. Leader-free: every
 // agent watches for itself.
 package k8s
 
@@ -10,21 +11,29 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	listerv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/agent/proxy"
 )
 
 // NodeHandler hears about the cluster's nodes.
@@ -38,11 +47,24 @@ type PodRef struct {
 	Namespace, Name, UID string
 }
 
+// ServiceHandler hears about Services and EndpointSlices
+// (*proxy.Tracker is one).
+type ServiceHandler interface {
+	UpdateService(*corev1.Service)
+	DeleteService(proxy.ServiceKey)
+	UpdateEndpointSlice(*discoveryv1.EndpointSlice)
+	DeleteEndpointSlice(*discoveryv1.EndpointSlice)
+}
+
 // Source watches the API server.
 type Source struct {
 	client   kubernetes.Interface
 	nodeName string
 	log      *slog.Logger
+	services ServiceHandler // nil: Services are not watched
+
+	eventsOnce sync.Once
+	events     record.EventRecorder
 
 	mu      sync.Mutex
 	pods    listerv1.PodLister
@@ -58,21 +80,74 @@ func NewSource(client kubernetes.Interface, nodeName string, log *slog.Logger) *
 	return &Source{client: client, nodeName: nodeName, log: log, synced: make(chan struct{}), skipped: map[string]string{}}
 }
 
+// ServiceAccountDir is where a pod finds its service account's token and
+// the cluster's CA.
+const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
 // ClientFromFlags builds a client from a kubeconfig, or from the pod's
-// service account when inCluster.
-func ClientFromFlags(kubeconfig string, inCluster bool) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if inCluster {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
+// service account when inCluster. apiServer, when set (the ConfigMap's
+// kubeAPIServerOverride), is the API server's address, used before
+// anything else.
+func ClientFromFlags(kubeconfig string, inCluster bool, apiServer string) (kubernetes.Interface, error) {
+	cfg, err := RESTConfig(kubeconfig, inCluster, apiServer, ServiceAccountDir)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	cfg.UserAgent = "nagare-agent"
 	return kubernetes.NewForConfig(cfg)
+}
+
+// RESTConfig is the agent's client configuration. In a pod, client-go
+// would reach the API server through the kubernetes Service
+// (KUBERNETES_SERVICE_HOST, a ClusterIP): that is a Service this agent
+// programs, so on a node where no proxy runs yet the agent would wait on
+// itself forever. With apiServer set it goes straight there, with the
+// service account's token and CA from saDir (in a pod) or the
+// kubeconfig's credentials (outside one).
+func RESTConfig(kubeconfig string, inCluster bool, apiServer, saDir string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	switch {
+	case apiServer != "" && inCluster:
+		if u, perr := url.Parse(apiServer); perr != nil || u.Scheme != "https" || u.Host == "" {
+			return nil, fmt.Errorf("kubeAPIServerOverride %q: want https://HOST:PORT", apiServer)
+		}
+		token := filepath.Join(saDir, "token")
+		if _, err := os.Stat(token); err != nil {
+			return nil, fmt.Errorf("kubeAPIServerOverride %s: service account token: %w", apiServer, err)
+		}
+		cfg = &rest.Config{Host: apiServer, BearerTokenFile: token,
+			TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(saDir, "ca.crt")}}
+	case inCluster:
+		cfg, err = rest.InClusterConfig()
+	default:
+		cfg, err = clientcmd.BuildConfigFromFlags(apiServer, kubeconfig)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "nagare-agent"
+	return cfg, nil
+}
+
+// WatchServices makes Run follow Services and EndpointSlices into h (a
+// *proxy.Tracker). Call it before Run.
+func (s *Source) WatchServices(h ServiceHandler) { s.services = h }
+
+// ReportProblem is how the proxy's bad input is told (the Tracker's
+// report function): a log line and a Warning Event on the object, so
+// `kubectl describe service` shows why it is not served.
+func (s *Source) ReportProblem(p proxy.Problem) {
+	s.eventsOnce.Do(func() {
+		b := record.NewBroadcaster()
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
+		s.events = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nagare-agent", Host: s.nodeName})
+	})
+	s.log.Warn("service input refused", "object", p.Object, "namespace", p.Service.Namespace, "name", p.Name, "reason", p.Reason, "problem", p.Message)
+	ref := &corev1.ObjectReference{Kind: p.Object, APIVersion: "v1", Namespace: p.Service.Namespace, Name: p.Name}
+	if p.Object == "EndpointSlice" {
+		ref.APIVersion = "discovery.k8s.io/v1"
+	}
+	s.events.Event(ref, corev1.EventTypeWarning, p.Reason, p.Message)
 }
 
 // NodeFrom turns a Node object into the agent's node, or says why it
@@ -137,9 +212,17 @@ func (s *Source) Run(ctx context.Context, h NodeHandler) error {
 	s.mu.Lock()
 	s.pods = pf.Core().V1().Pods().Lister()
 	s.mu.Unlock()
+	synced := []cache.InformerSynced{ni.HasSynced, pf.Core().V1().Pods().Informer().HasSynced}
+	if s.services != nil {
+		si, ei, err := s.serviceInformers(nf)
+		if err != nil {
+			return err
+		}
+		synced = append(synced, si.HasSynced, ei.HasSynced)
+	}
 	nf.Start(ctx.Done())
 	pf.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), ni.HasSynced, pf.Core().V1().Pods().Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}
 	close(s.synced)
@@ -148,6 +231,48 @@ func (s *Source) Run(ctx context.Context, h NodeHandler) error {
 	nf.Shutdown()
 	pf.Shutdown()
 	return nil
+}
+
+// serviceInformers feeds Services and EndpointSlices to s.services.
+func (s *Source) serviceInformers(f informers.SharedInformerFactory) (cache.SharedIndexInformer, cache.SharedIndexInformer, error) {
+	h := s.services
+	si := f.Core().V1().Services().Informer()
+	if _, err := si.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.service(o, h.UpdateService) },
+		UpdateFunc: func(_, o any) { s.service(o, h.UpdateService) },
+		DeleteFunc: func(o any) {
+			s.service(o, func(svc *corev1.Service) { h.DeleteService(proxy.ServiceKey{Namespace: svc.Namespace, Name: svc.Name}) })
+		},
+	}); err != nil {
+		return nil, nil, err
+	}
+	ei := f.Discovery().V1().EndpointSlices().Informer()
+	if _, err := ei.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.slice(o, h.UpdateEndpointSlice) },
+		UpdateFunc: func(_, o any) { s.slice(o, h.UpdateEndpointSlice) },
+		DeleteFunc: func(o any) { s.slice(o, h.DeleteEndpointSlice) },
+	}); err != nil {
+		return nil, nil, err
+	}
+	return si, ei, nil
+}
+
+func (s *Source) service(o any, f func(*corev1.Service)) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	if svc, ok := o.(*corev1.Service); ok {
+		f(svc)
+	}
+}
+
+func (s *Source) slice(o any, f func(*discoveryv1.EndpointSlice)) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	if es, ok := o.(*discoveryv1.EndpointSlice); ok {
+		f(es)
+	}
 }
 
 func (s *Source) node(o any, h NodeHandler) {

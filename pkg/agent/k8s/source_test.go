@@ -2,15 +2,21 @@ package k8s
 
 import (
 	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
 	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/agent/proxy"
 )
 
 func node(name, cidr, ip string) *corev1.Node {
@@ -102,5 +108,102 @@ func TestSource(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSourceServices: Services and EndpointSlices, their updates and
+// deletions, reach the tracker through the informers, and a refused
+// Service becomes a Warning Event on it.
+func TestSourceServices(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
+	thief := svc.DeepCopy()
+	thief.Name, thief.Spec.ClusterIP, thief.Spec.ClusterIPs = "thief", "10.78.1.9", []string{"10.78.1.9"}
+	es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-abc",
+		Labels: map[string]string{discoveryv1.LabelServiceName: "web"}}, AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.78.1.5"}, NodeName: ptr.To("me")}}}
+	client := fake.NewSimpleClientset(node("me", "10.78.1.0/24", "192.168.1.1"), svc, thief, es)
+	s := NewSource(client, "me", nil)
+	tr := proxy.NewTracker(proxy.Node{Name: "me", PodNetwork: []netip.Prefix{netip.MustParsePrefix("10.78.0.0/16")}}, s.ReportProblem)
+	s.WatchServices(tr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx, &recorder{updated: map[string]config.Node{}})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-tr.Changed():
+			tr.Take()
+		case <-time.After(50 * time.Millisecond):
+		}
+		ss := tr.Services()
+		if len(ss) == 1 && len(ss[0].Ports) == 1 && len(ss[0].Ports[0].Endpoints) == 1 && len(tr.Problems()) == 1 {
+			if e := ss[0].Ports[0].Endpoints[0]; !e.Local || e.Port != 8080 {
+				t.Fatalf("endpoint %+v", e)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("services %v problems %v", ss, tr.Problems())
+		}
+	}
+	// A deleted slice and Service reach the tracker too.
+	if err := client.DiscoveryV1().EndpointSlices("ns").Delete(ctx, "web-abc", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.CoreV1().Services("ns").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for len(tr.Services()) != 0 {
+		select {
+		case <-tr.Changed():
+			tr.Take()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deleted Service still there: %v", tr.Services())
+		}
+	}
+	for {
+		evs, err := client.CoreV1().Events("ns").List(ctx, metav1.ListOptions{})
+		if err == nil && len(evs.Items) == 1 {
+			if e := evs.Items[0]; e.Reason != proxy.ReasonClusterIPInPodNetwork || e.InvolvedObject.Name != "thief" || e.Type != corev1.EventTypeWarning {
+				t.Fatalf("event %+v", e)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no event: %v %v", evs, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRESTConfigOverride: with kubeAPIServerOverride the agent's client
+// goes to that address with the service account's token and CA, and
+// never needs KUBERNETES_SERVICE_HOST (the Service it programs itself).
+func TestRESTConfigOverride(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("t"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := RESTConfig("", true, "https://10.0.0.1:6443", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host != "https://10.0.0.1:6443" || cfg.BearerTokenFile != filepath.Join(dir, "token") || cfg.TLSClientConfig.CAFile != filepath.Join(dir, "ca.crt") {
+		t.Errorf("config %+v", cfg)
+	}
+	if _, err := RESTConfig("", true, "", dir); err == nil {
+		t.Error("in-cluster without the override and without KUBERNETES_SERVICE_HOST worked")
+	}
+	for _, bad := range []string{"10.0.0.1:6443", "http://10.0.0.1:6443", "https://"} {
+		if _, err := RESTConfig("", true, bad, dir); err == nil {
+			t.Errorf("override %q accepted", bad)
+		}
 	}
 }

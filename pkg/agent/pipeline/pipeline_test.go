@@ -1,35 +1,20 @@
 package pipeline
 
 import (
-	"net"
-	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/nagare-net/nagare/pkg/openflow"
 )
 
-func testPipeline() *Pipeline {
-	gwMAC, _ := net.ParseMAC("02:00:00:00:01:01")
-	p := New(nil, Node{Name: "n1", PodCIDR: netip.MustParsePrefix("10.77.1.0/24"), ClusterCIDR: netip.MustParsePrefix("10.77.0.0/16"),
-		GatewayIP: netip.MustParseAddr("10.77.1.1"), GatewayMAC: gwMAC, GatewayPort: 1, VNI: 7}, nil)
-	m1, _ := net.ParseMAC("0a:58:0a:4d:01:02")
-	m2, _ := net.ParseMAC("0a:58:0a:4d:01:03")
-	p.SetState([]Pod{
-		{Key: "c1/eth0", Name: "default/a", Port: 4, MAC: m1, IP: netip.MustParseAddr("10.77.1.2")},
-		{Key: "c2/eth0", Name: "default/b", Port: 5, MAC: m2, IP: netip.MustParseAddr("10.77.1.3")},
-	}, []RemoteNode{{Name: "n2", PodCIDR: netip.MustParsePrefix("10.77.2.0/24"), Underlay: netip.MustParseAddr("192.168.77.2"), Port: 3}})
-	return p
-}
-
 // TestDesired checks the declared pipeline: every flow is valid OpenFlow
 // 1.3 for nagare's codec, sits in a declared table, carries the cookie of
 // its feature and object, no two flows collide, and every table has a
 // default.
 func TestDesired(t *testing.T) {
-	p := testPipeline()
+	p := representativePipeline()
 	fs := p.Desired()
-	if want := 12 + 2*7 + 6; len(fs) != want {
+	if want := 12 + 2*7 + 2*6; len(fs) != want {
 		t.Fatalf("%d flows, want %d (12 node-wide, 7 per pod, 6 per remote node)", len(fs), want)
 	}
 	declared := map[uint8]bool{}
@@ -64,12 +49,12 @@ func TestDesired(t *testing.T) {
 			t.Errorf("table %s has no default flow", tb.Name)
 		}
 	}
-	for obj, want := range map[uint64]int{localObject(): 12, podObject("c1/eth0"): 7, podObject("c2/eth0"): 7, nodeObject("n2"): 6} {
+	for obj, want := range map[uint64]int{localObject(): 12, podObject("3f2a9c/eth0"): 7, podObject("7b01de/eth0"): 7, nodeObject("node2"): 6, nodeObject("node3"): 6} {
 		if objects[obj] != want {
 			t.Errorf("cookie %#x: %d flows, want %d", obj, objects[obj], want)
 		}
 	}
-	if podObject("c1/eth0")&cookieFeature != cookiePod || nodeObject("n2")&cookieFeature != cookieRemote {
+	if podObject("3f2a9c/eth0")&cookieFeature != cookiePod || nodeObject("node2")&cookieFeature != cookieRemote {
 		t.Error("cookie feature bits wrong")
 	}
 }
@@ -77,20 +62,20 @@ func TestDesired(t *testing.T) {
 // TestFlowsSay pins the flows that decide forwarding, in ovs-ofctl's words.
 func TestFlowsSay(t *testing.T) {
 	var all []string
-	for _, f := range testPipeline().Desired() {
+	for _, f := range representativePipeline().Desired() {
 		all = append(all, f.String())
 	}
 	text := strings.Join(all, "\n")
 	for _, want := range []string{
 		// a pod sends only as itself
-		"table=10,priority=200,ip,in_port=4,dl_src=0a:58:0a:4d:01:02,nw_src=10.77.1.2",
-		"table=10,priority=200,arp,in_port=4,dl_src=0a:58:0a:4d:01:02,arp_spa=10.77.1.2,arp_sha=0a:58:0a:4d:01:02",
+		"table=10,priority=200,ip,in_port=5,dl_src=0a:58:0a:4d:01:02,nw_src=10.77.1.2",
+		"table=10,priority=200,arp,in_port=5,dl_src=0a:58:0a:4d:01:02,arp_spa=10.77.1.2,arp_sha=0a:58:0a:4d:01:02",
 		// ARP to its target only
-		"table=20,priority=200,arp,arp_op=1,arp_tpa=10.77.1.3 actions=output:5",
+		"table=20,priority=200,arp,arp_op=1,arp_tpa=10.77.1.3 actions=output:6",
 		// remote pods through the tunnel, TTL-1
-		"table=30,priority=200,ip,metadata=0x1/0x3,dl_dst=02:00:00:00:01:01,nw_dst=10.77.2.0/24 actions=dec_ttl,set_field:0x7->tun_id,output:3",
+		"table=30,priority=200,ip,metadata=0x1/0x3,dl_dst=02:00:00:00:01:01,nw_dst=10.77.2.0/24 actions=dec_ttl,set_field:0x1->tun_id,output:3",
 		// intra-node by MAC
-		"table=40,priority=200,dl_dst=0a:58:0a:4d:01:03 actions=output:5",
+		"table=40,priority=200,dl_dst=0a:58:0a:4d:01:03 actions=output:6",
 	} {
 		if !containsFlow(text, want) {
 			t.Errorf("no flow like\n  %s\nin\n%s", want, text)

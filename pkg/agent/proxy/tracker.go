@@ -165,7 +165,10 @@ func (t *Tracker) Take() Changes {
 			ch.Updated = append(ch.Updated, s)
 		}
 	}
-	clear(t.dirty)
+	// A fresh map, not clear(): clearing walks every bucket the map ever
+	// grew, so after a full sync of ten thousand Services each later Take
+	// would pay for all of them again.
+	t.dirty = map[ServiceKey]bool{}
 	return ch
 }
 

@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/nagare-net/nagare/pkg/agent/proxy"
+)
+
+// Services: the agent keeps the desired service state of its node in a
+// proxy.Tracker, fed by the Kubernetes source's Service and EndpointSlice
+// informers, or by the cluster file's services section. No flows yet: the
+// switch's connection tracking is being built, and service.go in the
+// pipeline will program what serviceLoop takes.
+
+// serviceCoalesce is how long serviceLoop lets updates gather after the
+// first one: a rollout touches a Service's slices many times in a few
+// milliseconds, and each Take should see them together.
+const serviceCoalesce = 100 * time.Millisecond
+
+// proxyNode is what the proxy needs of this node: its address (NodePort
+// frontends) and the pod network (no ClusterIP may lie in it).
+func (a *Agent) proxyNode() proxy.Node {
+	n := proxy.Node{Name: a.cfg.NodeName, PodNetwork: a.cfg.Cluster.PodNetwork()}
+	if a.node.Underlay.IsValid() {
+		n.Addresses = []netip.Addr{a.node.Underlay}
+	}
+	if a.node.PodCIDR.IsValid() {
+		n.PodNetwork = append(n.PodNetwork, a.node.PodCIDR)
+	}
+	a.mu.Lock()
+	for _, r := range a.remotes {
+		n.PodNetwork = append(n.PodNetwork, r.node.PodCIDR)
+	}
+	a.mu.Unlock()
+	return n
+}
+
+// startServices makes the tracker and connects its source.
+func (a *Agent) startServices() {
+	report := func(p proxy.Problem) {
+		a.log.Warn("service input refused", "object", p.Object, "namespace", p.Service.Namespace, "name", p.Name, "reason", p.Reason, "problem", p.Message)
+	}
+	if a.cfg.Kube != nil {
+		report = a.cfg.Kube.ReportProblem
+	}
+	a.services = proxy.NewTracker(a.proxyNode(), report)
+	if a.cfg.Kube != nil {
+		a.cfg.Kube.WatchServices(a.services)
+		return
+	}
+	a.feedClusterServices()
+}
+
+// feedClusterServices hands the cluster file's Services to the tracker,
+// with pod names resolved against the pods attached here (again whenever
+// they change; an unchanged state is not reported as a change).
+func (a *Agent) feedClusterServices() {
+	if a.services == nil || a.cfg.Kube != nil || len(a.cfg.Cluster.Services) == 0 {
+		return
+	}
+	svcs, slices, unresolved := proxy.FromClusterFile(a.cfg.Cluster, a.podAddress)
+	for _, s := range svcs {
+		a.services.UpdateService(s)
+	}
+	for _, s := range slices {
+		a.services.UpdateEndpointSlice(s)
+	}
+	// Said when the set changes: this node's view of those Services lacks
+	// the endpoints, which only their addresses in the file would fix.
+	u := strings.Join(unresolved, ",")
+	if last, _ := a.unresolvedPods.Swap(u).(string); u != last && u != "" {
+		a.log.Info("service endpoints named by pods not on this node are left out (give their addresses)", "pods", u)
+	}
+}
+
+// podAddress finds a pod attached on this node by namespace/name.
+func (a *Agent) podAddress(name string) (netip.Addr, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.pods {
+		if p.Pod == name {
+			return p.IP, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// podsChanged: a pod came or went (cluster-file endpoints by pod name).
+func (a *Agent) podsChanged() { a.feedClusterServices() }
+
+// nodesChanged: a remote node came, went or changed (the pod network).
+func (a *Agent) nodesChanged() {
+	if a.services != nil {
+		a.services.SetNode(a.proxyNode())
+	}
+}
+
+// serviceLoop takes the tracker's changes as they come.
+func (a *Agent) serviceLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.services.Changed():
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(serviceCoalesce):
+		}
+		start := time.Now()
+		ch := a.services.Take()
+		if len(ch.Updated)+len(ch.Deleted) == 0 {
+			continue
+		}
+		// Here the pipeline will program ch.Updated and remove ch.Deleted.
+		a.met.services.Set(float64(len(a.services.Services())))
+		a.log.Info("services changed", "updated", len(ch.Updated), "deleted", len(ch.Deleted), "took", time.Since(start))
+	}
+}
