@@ -9,9 +9,12 @@
  *   nagare_port_xdp      XDP on ports whose flows may be onloaded: their
  *                        packets to an AF_XDP socket (nagare_port_xdp.h)
  *
+ *   nagare_recirc        the passes after the first (tail call, lib/recirc.h)
+ *
  * One packet's way: port lookup → parse → exact-match cache → megaflow
  * search → stats → actions; a miss goes to userspace on the upcall ring,
- * a packet of an onloaded flow on the onload ring (lib/onload.h).
+ * a packet of an onloaded flow on the onload ring (lib/onload.h). A
+ * recirc action ends the pass and starts the next one (lib/recirc.h).
  * Everything the fast path does is decided by userspace: it replays flows,
  * it never makes policy. */
 #include "lib/common.h"
@@ -20,17 +23,22 @@
 #include "lib/parse.h"
 #include "lib/megaflow.h"
 #include "lib/upcall.h"
+#include "lib/recirc.h"
 #include "lib/actions.h"
 #include "lib/onload.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Tunnel ports read the metadata the external-mode device left on the
- * skb after decapsulation. */
-static __always_inline int tunnel_key(struct __sk_buff *skb, struct flow_key *key)
+ * skb after decapsulation. Out of line: its bpf_tunnel_key must not sit
+ * on the entry program's stack, which run_actions' frame shares the
+ * verifier's 512 bytes with. */
+__noinline int tunnel_key(struct __sk_buff *skb, struct flow_key *key)
 {
 	struct bpf_tunnel_key tk = {};
 
+	if (!skb || !key)
+		return -DROP_TUNNEL_KEY;
 	if (bpf_skb_get_tunnel_key(skb, &tk, sizeof(tk), 0) < 0)
 		return -DROP_TUNNEL_KEY;
 	key->tun_id = tk.tunnel_id;
@@ -65,12 +73,12 @@ static __always_inline struct port_info *port_lookup(__u32 ifindex)
 }
 
 /* emc_hash spreads a key over the EMC slots: two xor lanes, two
- * multiplies, a final mix (cheaper than hashing 112 bytes word by word). */
+ * multiplies, a final mix (cheaper than hashing 160 bytes word by word). */
 static __always_inline __u32 emc_hash(const struct flow_key *key)
 {
 	const __u64 *k = (const __u64 *)key;
-	__u64 a = k[0] ^ k[2] ^ k[4] ^ k[6] ^ k[8] ^ k[10] ^ k[12];
-	__u64 b = k[1] ^ k[3] ^ k[5] ^ k[7] ^ k[9] ^ k[11] ^ k[13];
+	__u64 a = k[0] ^ k[2] ^ k[4] ^ k[6] ^ k[8] ^ k[10] ^ k[12] ^ k[14] ^ k[16] ^ k[18];
+	__u64 b = k[1] ^ k[3] ^ k[5] ^ k[7] ^ k[9] ^ k[11] ^ k[13] ^ k[15] ^ k[17] ^ k[19];
 	__u64 h = a * 0x9E3779B97F4A7C15ull ^ b * 0xC2B2AE3D27D4EB4Full;
 
 	h ^= h >> 29;
@@ -85,7 +93,8 @@ static __always_inline int key_equal(const struct flow_key *a, const struct flow
 	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) |
 		 (x[4] ^ y[4]) | (x[5] ^ y[5]) | (x[6] ^ y[6]) | (x[7] ^ y[7]) |
 		 (x[8] ^ y[8]) | (x[9] ^ y[9]) | (x[10] ^ y[10]) | (x[11] ^ y[11]) |
-		 (x[12] ^ y[12]) | (x[13] ^ y[13]));
+		 (x[12] ^ y[12]) | (x[13] ^ y[13]) | (x[14] ^ y[14]) | (x[15] ^ y[15]) |
+		 (x[16] ^ y[16]) | (x[17] ^ y[17]) | (x[18] ^ y[18]) | (x[19] ^ y[19]));
 }
 
 /* flow_alive: is (fid, gen) still the installed flow? */
@@ -108,45 +117,22 @@ static __always_inline void trace_reset(void)
 		t->n = 0;
 }
 
-SEC("tc")
-int nagare_port_ingress(struct __sk_buff *skb)
+/* pass_run looks st->key up (EMC, then megaflow search) and runs what
+ * it finds; a miss is an upcall. Every pass of a packet runs it: the first
+ * (from a port, or from userspace) and each recirculation (recirc.h). */
+static __always_inline int pass_run(struct __sk_buff *skb, struct pass *st, struct dp_config *cfg,
+				    __u32 port_flags, int mode, int first)
 {
-	struct flow_key key = {};
-	struct parse_state ps = {};
+	struct flow_key *key = &st->key;
 	const struct flow_entry *fe = NULL;
 	struct emc_entry *emc_slot = NULL;
-	struct port_info *port;
-	struct dp_config *cfg;
-	__u32 ifindex = skb->ifindex, zero = 0, fid = NO_FLOW;
-	int ret;
-
-	if (skb->mark == NAGARE_MARK_BYPASS) {
-		skb->mark = 0;
-		return TC_ACT_OK;
-	}
-	port = port_lookup(ifindex);
-	if (!port)
-		return TC_ACT_OK; /* not a switch port (being added or removed) */
-	cfg = bpf_map_lookup_elem(&config, &zero);
-	if (!cfg)
-		return TC_ACT_OK;
-	trace_reset();
-
-	key.in_port = port->ofport;
-	if (port->flags & PORT_TUNNEL) {
-		ret = tunnel_key(skb, &key);
-		if (ret < 0)
-			return drop(-ret);
-	}
-	ret = parse_packet(skb, &key, &ps);
-	if (ret < 0)
-		return drop(-ret);
+	__u32 fid = NO_FLOW;
 
 	if (cfg->emc) {
-		__u32 slot = emc_hash(&key);
+		__u32 slot = emc_hash(key);
 
 		emc_slot = bpf_map_lookup_elem(&emc, &slot);
-		if (emc_slot && key_equal(&emc_slot->key, &key) &&
+		if (emc_slot && key_equal(&emc_slot->key, key) &&
 		    flow_alive(emc_slot->flow_id, emc_slot->gen)) {
 			fid = emc_slot->flow_id;
 			fe = &emc_slot->fe;
@@ -154,7 +140,7 @@ int nagare_port_ingress(struct __sk_buff *skb)
 		}
 	}
 	if (!fe) {
-		fid = megaflow_lookup(&key, cfg->n_masks);
+		fid = megaflow_lookup(key, cfg->n_masks);
 		if (fid != NO_FLOW)
 			fe = bpf_map_lookup_elem(&flows, &fid);
 		if (fe) {
@@ -168,7 +154,7 @@ int nagare_port_ingress(struct __sk_buff *skb)
 			 * own packet rate. */
 			if (emc_slot && flow_alive(fid, fe->gen) &&
 			    (cfg->emc <= 1 || bpf_get_prandom_u32() % cfg->emc == 0)) {
-				__builtin_memcpy(&emc_slot->key, &key, sizeof(key));
+				__builtin_memcpy(&emc_slot->key, key, sizeof(*key));
 				emc_slot->flow_id = fid;
 				emc_slot->gen = fe->gen;
 				__builtin_memcpy(&emc_slot->fe, fe, sizeof(*fe));
@@ -180,29 +166,109 @@ int nagare_port_ingress(struct __sk_buff *skb)
 		count(CTR_MISS);
 		if (!cfg->upcalls)
 			return drop(DROP_MISS_NO_UPCALL);
-		if (!upcall_admit(skb, cfg))
+		/* A packet userspace executes came from userspace: its
+		 * miss after a recirculation is not the port's to pay for. */
+		if (mode == MODE_PATH && !upcall_admit(skb, cfg))
 			return drop(DROP_UPCALL_PORT_BUDGET);
-		if (send_upcall(skb, &key, UPCALL_MISS, 0) < 0)
+		if (send_upcall(skb, key, UPCALL_MISS, 0) < 0)
 			return drop(DROP_UPCALL_RING_FULL);
 		/* Userspace executes the packet once it has decided. */
 		return TC_ACT_SHOT;
 	}
 
-	update_stats(fid, skb->len, key.tcp_flags);
+	update_stats(fid, skb->len, key->tcp_flags);
 	/* On a PORT_XDP port, XDP saw this packet first and left it to the
-	 * fast path. */
-	if (!(port->flags & PORT_XDP) &&
-	    onload_packet(skb, &key, fe, fid) != ONLOAD_NO)
+	 * fast path. Only first passes are onloaded: the onload ring's
+	 * userspace runs a flow's actions on the packet as it arrived. */
+	if (first && mode == MODE_PATH && !(port_flags & PORT_XDP) &&
+	    onload_packet(skb, key, fe, fid) != ONLOAD_NO)
 		return TC_ACT_SHOT; /* userspace sends it on, or dropped and counted */
-	return run_actions(skb, fe, &ps, &key, MODE_PATH);
+	return run_list(skb, fe, &st->ps, key, mode);
+}
+
+/* recirculate hands the packet to nagare_recirc for its next pass. */
+static __always_inline int recirculate(struct __sk_buff *skb, __u32 mode, __u32 depth)
+{
+	skb->cb[RECIRC_CB_MODE] = mode;
+	skb->cb[RECIRC_CB_DEPTH] = depth;
+	bpf_tail_call(skb, &recirc_progs, 0);
+	/* Only when userspace has not filled recirc_progs (being loaded). */
+	return drop(DROP_BAD_ACTION);
+}
+
+SEC("tc")
+int nagare_port_ingress(struct __sk_buff *skb)
+{
+	struct port_info *port;
+	struct dp_config *cfg;
+	struct pass *st;
+	__u32 ifindex = skb->ifindex, zero = 0;
+	int ret;
+
+	if (skb->mark == NAGARE_MARK_BYPASS) {
+		skb->mark = 0;
+		return TC_ACT_OK;
+	}
+	port = port_lookup(ifindex);
+	if (!port)
+		return TC_ACT_OK; /* not a switch port (being added or removed) */
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	st = pass_of(MODE_PATH);
+	if (!cfg || !st)
+		return TC_ACT_OK;
+	trace_reset();
+
+	__builtin_memset(&st->key, 0, sizeof(st->key));
+	__builtin_memset(&st->ps, 0, sizeof(st->ps));
+	st->key.in_port = port->ofport;
+	if (port->flags & PORT_TUNNEL) {
+		ret = tunnel_key(skb, &st->key);
+		if (ret < 0)
+			return drop(-ret);
+	}
+	ret = parse_packet(skb, &st->key, &st->ps);
+	if (ret < 0)
+		return drop(-ret);
+	ret = pass_run(skb, st, cfg, port->flags, MODE_PATH, 1);
+	if (ret == TC_ACT_RECIRC)
+		return recirculate(skb, MODE_PATH, 1);
+	return ret;
+}
+
+/* nagare_recirc is every pass after the first (recirc.h): entered by tail
+ * call only, with the mode and depth in skb->cb. */
+SEC("tc")
+int nagare_recirc(struct __sk_buff *skb)
+{
+	__u32 mode = skb->cb[RECIRC_CB_MODE] & 1, depth = skb->cb[RECIRC_CB_DEPTH], zero = 0;
+	struct dp_config *cfg;
+	struct pass *st;
+	int ret;
+
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	st = pass_of(mode);
+	if (!cfg || !st)
+		return TC_ACT_SHOT;
+	if (depth >= RECIRC_MAX)
+		return drop(DROP_RECIRC_DEPTH);
+	recirc_save(&st->carry, &st->key);
+	__builtin_memset(&st->key, 0, sizeof(st->key));
+	__builtin_memset(&st->ps, 0, sizeof(st->ps));
+	ret = parse_packet(skb, &st->key, &st->ps);
+	if (ret < 0)
+		return drop(-ret);
+	recirc_restore(&st->key, &st->carry);
+	ret = pass_run(skb, st, cfg, 0, mode, 0);
+	if (ret == TC_ACT_RECIRC)
+		return recirculate(skb, mode, depth + 1);
+	return mode == MODE_EXECUTE ? TC_ACT_SHOT : ret;
 }
 
 SEC("tc")
 int nagare_execute(struct __sk_buff *skb)
 {
-	struct flow_key key = {};
-	struct parse_state ps = {};
 	const struct flow_entry *fe;
+	struct pass *st = pass_of(MODE_EXECUTE);
 	__u32 slot = skb->cb[0];
 	int ret;
 
@@ -210,12 +276,18 @@ int nagare_execute(struct __sk_buff *skb)
 	fe = bpf_map_lookup_elem(&exec_actions, &slot);
 	if (!fe || !fe->gen)
 		return drop(DROP_EXEC_SLOT);
-	key.in_port = skb->cb[1];
-	ret = parse_packet(skb, &key, &ps);
+	if (!st)
+		return TC_ACT_SHOT;
+	__builtin_memset(&st->key, 0, sizeof(st->key));
+	__builtin_memset(&st->ps, 0, sizeof(st->ps));
+	st->key.in_port = skb->cb[1];
+	ret = parse_packet(skb, &st->key, &st->ps);
 	if (ret < 0)
 		return drop(-ret);
 	count(CTR_EXECUTED);
-	run_actions(skb, fe, &ps, &key, MODE_EXECUTE);
+	ret = run_list(skb, fe, &st->ps, &st->key, MODE_EXECUTE);
+	if (ret == TC_ACT_RECIRC)
+		return recirculate(skb, MODE_EXECUTE, 1);
 	return TC_ACT_SHOT;
 }
 

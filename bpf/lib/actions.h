@@ -26,6 +26,7 @@
 #include "mpls.h"
 #include "meter.h"
 #include "pbb.h"
+#include "recirc.h"
 
 enum exec_mode { MODE_PATH = 0, MODE_EXECUTE = 1 };
 
@@ -279,10 +280,16 @@ static __always_inline int meter_remark(struct __sk_buff *skb, struct parse_stat
 	return set_tos(skb, ps, af_remark(packet_tos(skb, ps, 0) >> 2, prec) << 2, 0xfc);
 }
 
-static __always_inline int set_tunnel(struct __sk_buff *skb, struct parse_state *ps, const struct action *a,
-				      const struct flow_key *key)
+/* Out of line: its bpf_tunnel_key would sit in run_actions' frame, which
+ * shares the verifier's 512 bytes with the entry program's and the
+ * connection tracker's (conntrack.h). */
+__noinline int set_tunnel(struct __sk_buff *skb, struct parse_state *ps, const struct action *a,
+			  const struct flow_key *key)
 {
 	struct bpf_tunnel_key tk = {};
+
+	if (!skb || !ps || !a || !key)
+		return -1;
 
 	tk.tunnel_id = a->arg32;
 	tk.remote_ipv4 = bpf_ntohl(a->tun.remote);
@@ -327,24 +334,201 @@ static __always_inline int clone_out(struct __sk_buff *skb, const struct action 
 	return bpf_clone_redirect(skb, a->arg32, flags);
 }
 
-/* run_actions applies fe's actions to skb and returns the TC verdict.
+/* The connection tracker rewrites packets with the helpers above. */
+#include "conntrack.h"
+
+/* run_rare runs the actions that change the packet or the key for
+ * run_actions: out of line, so that the verifier checks them once rather
+ * than once per slot of run_actions' loop (it walks all sixteen). Returns
+ * 0, or -DROP_*. */
+__noinline int run_rare(struct __sk_buff *skb, struct parse_state *ps, struct flow_key *key,
+			const struct action *a, int mode)
+{
+	__u8 proto;
+	int err = 0;
+
+	if (!skb || !ps || !key || !a)
+		return -DROP_BAD_ACTION;
+	proto = key->nw_proto;
+	switch (a->type) {
+	case ACT_SET_ETH_SRC:
+		err = bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_source), a->mac, 6, 0);
+		break;
+	case ACT_SET_ETH_DST:
+		err = bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_dest), a->mac, 6, 0);
+		break;
+	case ACT_SET_IPV4_SRC:
+		err = set_ipv4_addr(skb, ps, proto, offsetof(struct iphdr, saddr), a->arg32);
+		break;
+	case ACT_SET_IPV4_DST:
+		err = set_ipv4_addr(skb, ps, proto, offsetof(struct iphdr, daddr), a->arg32);
+		break;
+	case ACT_SET_IPV6_SRC:
+		err = set_ipv6_addr(skb, ps, proto, offsetof(struct ipv6hdr, saddr), a->ip6);
+		break;
+	case ACT_SET_IPV6_DST:
+		err = set_ipv6_addr(skb, ps, proto, offsetof(struct ipv6hdr, daddr), a->ip6);
+		break;
+	case ACT_SET_TP_SRC:
+		err = set_tp_port(skb, ps, proto, 0, a->arg16);
+		break;
+	case ACT_SET_TP_DST:
+		err = set_tp_port(skb, ps, proto, 2, a->arg16);
+		break;
+	case ACT_SET_TOS:
+		err = set_tos(skb, ps, a->arg16, a->arg32);
+		break;
+	case ACT_DEC_TTL:
+		err = rewrite_ttl(skb, ps, 1, 0);
+		if (err > 0)
+			return -DROP_TTL_EXCEEDED;
+		break;
+	case ACT_SET_TTL:
+		err = rewrite_ttl(skb, ps, 0, a->arg16);
+		break;
+	case ACT_PUSH_VLAN:
+		/* A tag already in skb metadata (every tagged packet at tc
+		 * ingress of a real device; an earlier push) is moved into
+		 * the packet by this push, ahead of L3: later rewrites
+		 * must find their headers 4 bytes further in. */
+		if (skb->vlan_present) {
+			ps->vlan_in_data = 1;
+			ps->l3_off += 4;
+			if (ps->l4_off)
+				ps->l4_off += 4;
+			if (ps->nd_lla_off)
+				ps->nd_lla_off += 4;
+		}
+		if (bpf_skb_vlan_push(skb, a->arg32, a->arg16) < 0)
+			return -DROP_VLAN;
+		break;
+	case ACT_POP_VLAN:
+		if (bpf_skb_vlan_pop(skb) < 0)
+			return -DROP_VLAN;
+		if (ps->vlan_in_data) {
+			ps->vlan_in_data = 0;
+			ps->l3_off -= 4;
+			if (ps->l4_off)
+				ps->l4_off -= 4;
+			if (ps->nd_lla_off)
+				ps->nd_lla_off -= 4;
+		}
+		break;
+	case ACT_CT_EXT:
+		ct_ext(a, mode);
+		break;
+	case ACT_CT_CLEAR:
+		ct_clear(key);
+		break;
+	case ACT_HASH:
+		key->dp_hash = dp_hash_of(key, a->arg32);
+		break;
+	case ACT_SET_ND_TARGET:
+		if (proto == IPPROTO_ICMPV6 &&
+		    (key->tp_src == bpf_htons(ND_NEIGHBOR_SOLICIT) || key->tp_src == bpf_htons(ND_NEIGHBOR_ADVERT)) &&
+		    key->tp_dst == 0 && skb->len >= ps->l4_off + 24) /* else no target: as parse_nd */
+			err = set_nd(skb, ps, ps->l4_off + 8, a->ip6, 16);
+		break;
+	case ACT_SET_ND_LL:
+		if (ps->nd_lla_off) {
+			__u8 opt[8];
+
+			if (bpf_skb_load_bytes(skb, ps->nd_lla_off, opt, 2) < 0) {
+				err = -1;
+				break;
+			}
+			__builtin_memcpy(opt + 2, a->mac, 6);
+			err = set_nd(skb, ps, ps->nd_lla_off, opt, 8);
+		}
+		break;
+	case ACT_METER: {
+		__u32 prec = 0;
+		int v = meter_apply(a->arg32, skb->len, &prec);
+
+		if (v == METER_DROP)
+			return -DROP_METER;
+		if (v == METER_REMARK)
+			err = meter_remark(skb, ps, prec);
+		break;
+	}
+	case ACT_PUSH_PBB:
+		if (pbb_push(skb, ps, a->arg32) < 0)
+			return -DROP_PBB;
+		break;
+	case ACT_POP_PBB:
+		if (pbb_pop(skb, ps) < 0)
+			return -DROP_PBB;
+		break;
+	case ACT_SET_PBB_ISID:
+		err = pbb_set_isid(skb, a->arg32);
+		break;
+	case ACT_PUSH_MPLS:
+		if (mpls_push(skb, ps, a->arg16, a->arg32) < 0)
+			return -DROP_MPLS;
+		break;
+	case ACT_POP_MPLS:
+		if (mpls_pop(skb, ps, a->arg16) < 0)
+			return -DROP_MPLS;
+		break;
+	case ACT_SET_MPLS:
+		err = mpls_set(skb, ps, a->arg32, a->ip6[0]);
+		break;
+	case ACT_SET_MPLS_TTL:
+		err = mpls_set(skb, ps, bpf_htonl(a->arg16 & 0xff), MPLS_TTL_BE);
+		break;
+	case ACT_DEC_MPLS_TTL:
+		err = mpls_dec_ttl(skb, ps);
+		if (err > 0)
+			return -DROP_TTL_EXCEEDED;
+		break;
+	case ACT_COPY_TTL_OUT:
+	case ACT_COPY_TTL_IN:
+		err = mpls_copy_ttl(skb, ps, a->type == ACT_COPY_TTL_OUT);
+		break;
+	default:
+		return -DROP_BAD_ACTION;
+	}
+	return err < 0 ? -DROP_REWRITE : 0;
+}
+
+/* run_actions stops at an ACT_CT (slot i) and returns ACTS_AT_CT | i;
+ * run_list runs the ct action and resumes at slot i + 1 (the verdict so
+ * far is kept in the parse state). The connection
+ * tracker is called from the entry program, not from run_actions: the
+ * verifier gives all frames of a call chain 512 bytes together, and
+ * entry + run_actions + ct_action + nat_choose would need more. */
+#define ACTS_AT_CT 0x10000
+#define ACTS_EXECUTE 0x200 /* mode (five arguments at most for a BPF function) */
+/* At most this many ct actions in one list (Open vSwitch pipelines have
+ * one or two per pass). */
+#define MAX_CT_PER_LIST 4
+
+/* run_actions applies fe's actions from slot resume & 0xff on and returns
+ * (ACTS_EXECUTE: in MODE_EXECUTE) and returns the TC verdict, TC_ACT_RECIRC when the list ends in a recirculation
+ * (recirc.h: key's words 14..19 then hold what the next pass looks up
+ * with), or ACTS_AT_CT | slot at a ct action.
  *
  * A global (non-inlined) function: the verifier checks it once on its own
  * instead of once for every path through the lookup that reaches it, which
  * keeps the entry program far below the verifier's complexity limit. */
 __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
-			   struct parse_state *ps, const struct flow_key *key, int mode)
+			   struct parse_state *ps, struct flow_key *key, __u32 resume)
 {
-	int verdict = TC_ACT_SHOT, have_output = 0;
-	__u32 i, n;
-	__u8 proto;
+	int mode = (resume & ACTS_EXECUTE) ? MODE_EXECUTE : MODE_PATH;
+	__u32 i, n, start = resume & 0xff;
 
 	if (!skb || !fe || !ps || !key)
 		return TC_ACT_SHOT;
 	n = fe->n_actions;
-	proto = key->nw_proto;
 	if (n == 0)
 		return drop(DROP_ACTION);
+	/* The verdict so far lives in *ps, not in registers: to the verifier
+	 * it is then one unknown value, and the loop's states at each slot
+	 * do not multiply by every verdict and output seen before it. */
+	if (!(resume & 0xff)) {
+		ps->verdict = TC_ACT_SHOT;
+		ps->have_output = 0;
+	}
 
 	for (i = 0; i < MAX_ACTIONS; i++) {
 		const struct action *a;
@@ -352,31 +536,33 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 
 		if (i >= n)
 			break;
+		if (i < start)
+			continue;
 		a = &fe->actions[i];
 		switch (a->type) {
 		case ACT_OUTPUT:
 			trace_output(a->arg32, a->flags);
-			have_output = 1;
+			ps->have_output = 1;
 			if (mode == MODE_EXECUTE || !(a->flags & OUT_LAST)) {
 				if (clone_out(skb, a) < 0)
 					drop(DROP_REDIRECT);
 				break;
 			}
 			if (a->flags & OUT_PEER)
-				verdict = bpf_redirect_peer(a->arg32, 0);
+				ps->verdict = bpf_redirect_peer(a->arg32, 0);
 			else
-				verdict = bpf_redirect(a->arg32, (a->flags & OUT_INGRESS) ? BPF_F_INGRESS : 0);
-			if (verdict != TC_ACT_REDIRECT)
+				ps->verdict = bpf_redirect(a->arg32, (a->flags & OUT_INGRESS) ? BPF_F_INGRESS : 0);
+			if (ps->verdict != TC_ACT_REDIRECT)
 				return drop(DROP_REDIRECT);
 			break;
 		case ACT_OUTPUT_SET:
-			have_output = 1;
+			ps->have_output = 1;
 			if (output_set(skb, a->arg32) < 0)
 				return drop(DROP_BAD_ACTION);
 			break;
 		case ACT_LOCAL:
 			trace_output(skb->ifindex, OUT_INGRESS);
-			have_output = 1;
+			ps->have_output = 1;
 			if (mode == MODE_EXECUTE || !(a->flags & OUT_LAST)) {
 				__u32 mark = skb->mark;
 
@@ -386,139 +572,14 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 				skb->mark = mark;
 				break;
 			}
-			verdict = TC_ACT_OK;
-			break;
-		case ACT_SET_ETH_SRC:
-			err = bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_source), a->mac, 6, 0);
-			break;
-		case ACT_SET_ETH_DST:
-			err = bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_dest), a->mac, 6, 0);
-			break;
-		case ACT_SET_IPV4_SRC:
-			err = set_ipv4_addr(skb, ps, proto, offsetof(struct iphdr, saddr), a->arg32);
-			break;
-		case ACT_SET_IPV4_DST:
-			err = set_ipv4_addr(skb, ps, proto, offsetof(struct iphdr, daddr), a->arg32);
-			break;
-		case ACT_SET_IPV6_SRC:
-			err = set_ipv6_addr(skb, ps, proto, offsetof(struct ipv6hdr, saddr), a->ip6);
-			break;
-		case ACT_SET_IPV6_DST:
-			err = set_ipv6_addr(skb, ps, proto, offsetof(struct ipv6hdr, daddr), a->ip6);
-			break;
-		case ACT_SET_TP_SRC:
-			err = set_tp_port(skb, ps, proto, 0, a->arg16);
-			break;
-		case ACT_SET_TP_DST:
-			err = set_tp_port(skb, ps, proto, 2, a->arg16);
-			break;
-		case ACT_SET_TOS:
-			err = set_tos(skb, ps, a->arg16, a->arg32);
-			break;
-		case ACT_DEC_TTL:
-			err = rewrite_ttl(skb, ps, 1, 0);
-			if (err > 0)
-				return drop(DROP_TTL_EXCEEDED);
-			break;
-		case ACT_SET_TTL:
-			err = rewrite_ttl(skb, ps, 0, a->arg16);
-			break;
-		case ACT_SET_ND_TARGET:
-			if (proto == IPPROTO_ICMPV6 &&
-			    (key->tp_src == bpf_htons(ND_NEIGHBOR_SOLICIT) || key->tp_src == bpf_htons(ND_NEIGHBOR_ADVERT)) &&
-			    key->tp_dst == 0 && skb->len >= ps->l4_off + 24) /* else no target: as parse_nd */
-				err = set_nd(skb, ps, ps->l4_off + 8, a->ip6, 16);
-			break;
-		case ACT_SET_ND_LL:
-			if (ps->nd_lla_off) {
-				__u8 opt[8];
-
-				if (bpf_skb_load_bytes(skb, ps->nd_lla_off, opt, 2) < 0) {
-					err = -1;
-					break;
-				}
-				__builtin_memcpy(opt + 2, a->mac, 6);
-				err = set_nd(skb, ps, ps->nd_lla_off, opt, 8);
-			}
-			break;
-		case ACT_METER: {
-			__u32 prec = 0;
-			int v = meter_apply(a->arg32, skb->len, &prec);
-
-			if (v == METER_DROP)
-				return drop(DROP_METER);
-			if (v == METER_REMARK)
-				err = meter_remark(skb, ps, prec);
-			break;
-		}
-		case ACT_PUSH_PBB:
-			if (pbb_push(skb, ps, a->arg32) < 0)
-				return drop(DROP_PBB);
-			break;
-		case ACT_POP_PBB:
-			if (pbb_pop(skb, ps) < 0)
-				return drop(DROP_PBB);
-			break;
-		case ACT_SET_PBB_ISID:
-			err = pbb_set_isid(skb, a->arg32);
-			break;
-		case ACT_PUSH_MPLS:
-			if (mpls_push(skb, ps, a->arg16, a->arg32) < 0)
-				return drop(DROP_MPLS);
-			break;
-		case ACT_POP_MPLS:
-			if (mpls_pop(skb, ps, a->arg16) < 0)
-				return drop(DROP_MPLS);
-			break;
-		case ACT_SET_MPLS:
-			err = mpls_set(skb, ps, a->arg32, a->ip6[0]);
-			break;
-		case ACT_SET_MPLS_TTL:
-			err = mpls_set(skb, ps, bpf_htonl(a->arg16 & 0xff), MPLS_TTL_BE);
-			break;
-		case ACT_DEC_MPLS_TTL:
-			err = mpls_dec_ttl(skb, ps);
-			if (err > 0)
-				return drop(DROP_TTL_EXCEEDED);
-			break;
-		case ACT_COPY_TTL_OUT:
-		case ACT_COPY_TTL_IN:
-			err = mpls_copy_ttl(skb, ps, a->type == ACT_COPY_TTL_OUT);
-			break;
-		case ACT_PUSH_VLAN:
-			/* A tag already in skb metadata (every tagged packet at tc
-			 * ingress of a real device; an earlier push) is moved into
-			 * the packet by this push, ahead of L3: later rewrites
-			 * must find their headers 4 bytes further in. */
-			if (skb->vlan_present) {
-				ps->vlan_in_data = 1;
-				ps->l3_off += 4;
-				if (ps->l4_off)
-					ps->l4_off += 4;
-				if (ps->nd_lla_off)
-					ps->nd_lla_off += 4;
-			}
-			if (bpf_skb_vlan_push(skb, a->arg32, a->arg16) < 0)
-				return drop(DROP_VLAN);
-			break;
-		case ACT_POP_VLAN:
-			if (bpf_skb_vlan_pop(skb) < 0)
-				return drop(DROP_VLAN);
-			if (ps->vlan_in_data) {
-				ps->vlan_in_data = 0;
-				ps->l3_off -= 4;
-				if (ps->l4_off)
-					ps->l4_off -= 4;
-				if (ps->nd_lla_off)
-					ps->nd_lla_off -= 4;
-			}
+			ps->verdict = TC_ACT_OK;
 			break;
 		case ACT_SET_TUNNEL:
 			if (set_tunnel(skb, ps, a, key) < 0)
 				return drop(DROP_TUNNEL_SET);
 			break;
 		case ACT_USERSPACE:
-			have_output = 1; /* userspace now owns the packet */
+			ps->have_output = 1; /* userspace now owns the packet */
 			/* A cached flow's controller action shares the port's
 			 * upcall budget with its misses: otherwise a flow to the
 			 * controller would be a way around it. Before that, the
@@ -531,17 +592,50 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 			else if (send_upcall(skb, key, UPCALL_ACTION, a->u64[0]) < 0)
 				drop(DROP_UPCALL_RING_FULL);
 			break;
+		case ACT_CT:
+			/* The caller runs it (run_list) and resumes after it. */
+			return ACTS_AT_CT | i;
+		case ACT_RECIRC:
+			/* Last in its list (pkg/datapath compileActions); outputs
+			 * before it were clones. */
+			key->recirc_id = a->arg32;
+			return TC_ACT_RECIRC;
 		case ACT_DROP:
 			return drop(DROP_ACTION);
-		default:
-			return drop(DROP_BAD_ACTION);
+		default: {
+			int r = run_rare(skb, ps, key, a, mode);
+
+			if (r < 0)
+				return drop(-r);
+			break;
+		}
 		}
 		if (err < 0)
 			return drop(DROP_REWRITE);
 	}
-	if (!have_output && mode == MODE_PATH)
+	if (!ps->have_output && mode == MODE_PATH)
 		return drop(DROP_ACTION);
-	return verdict;
+	return ps->verdict;
+}
+
+/* run_list runs fe's whole list: run_actions, and the connection tracker
+ * for each ct action it stops at. */
+static __always_inline int run_list(struct __sk_buff *skb, const struct flow_entry *fe,
+				    struct parse_state *ps, struct flow_key *key, int mode)
+{
+	__u32 resume = mode == MODE_EXECUTE ? ACTS_EXECUTE : 0;
+	int k, ret, err;
+
+	for (k = 0; k <= MAX_CT_PER_LIST; k++) {
+		ret = run_actions(skb, fe, ps, key, resume);
+		if (!(ret & ACTS_AT_CT) || ret < 0)
+			return ret;
+		err = ct_action(skb, ps, key, &fe->actions[ret & (MAX_ACTIONS - 1)], mode);
+		if (err < 0)
+			return drop(-err);
+		resume = ((ret & ~ACTS_AT_CT) + 1) | (mode == MODE_EXECUTE ? ACTS_EXECUTE : 0);
+	}
+	return drop(DROP_BAD_ACTION);
 }
 
 #endif

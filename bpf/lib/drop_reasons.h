@@ -33,6 +33,10 @@ enum drop_reason {
 	DROP_SHORT_PBB = 23,         /* PBB I-TAG cut off */
 	DROP_ONLOAD_RING_FULL = 24,  /* onloaded flow, and the onload ring had no room */
 	DROP_ONLOAD_OVERSIZE = 25,   /* onloaded flow's packet too big for the ring (over ONLOAD_GSO: BIG TCP) while earlier ones wait in userspace */
+	DROP_RECIRC_DEPTH = 26,      /* more than RECIRC_MAX recirculations (recirc.h) */
+	DROP_CT_TABLE_FULL = 27,     /* ct commit found the conntrack table full (conntrack.h) */
+	DROP_CT_PORT_BUDGET = 28,    /* ct commit past the ingress port's share of the table */
+	DROP_NAT_NO_PORT = 29,       /* no free source port (or tuple) in the NAT range (nat.h) */
 	DROP_UPCALL_PORT_BUDGET = 30, /* miss past its port's upcall budget (upcall_admit) */
 	DROP_UPCALL_CONTROLLER_BUDGET = 31, /* controller-action upcall past what the controllers accept (action_upcall_admit) */
 	DROP__MAX = 32,

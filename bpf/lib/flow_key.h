@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* flow_key.h — the flow key: everything a cached flow can match on.
  *
- * The key is 112 bytes = 14 little-endian u64 words. Masks have the same
- * layout, so masking a key is 12 ANDs and a mask says, word by word, which
- * words it touches at all (struct mf_mask.words). The Go twin is
+ * The key is 160 bytes = 20 little-endian u64 words. Masks have the same
+ * layout, so masking a key is 20 ANDs and a mask says, word by word, which
+ * words it touches at all (struct mf_mask.words). Words 14..19 hold the
+ * recirculation and connection tracking state (conntrack.h, recirc.h):
+ * zero for a packet fresh from a port. The Go twin is
  * pkg/flow.Key; a layout test keeps the two identical (offsets from BTF).
  *
  * Field conventions follow Open vSwitch's datapath so that OpenFlow fields
@@ -31,7 +33,7 @@
 #ifndef NAGARE_FLOW_KEY_H
 #define NAGARE_FLOW_KEY_H
 
-#define FLOW_KEY_WORDS 14
+#define FLOW_KEY_WORDS 20
 
 #define FRAG_ANY (1 << 0)
 #define FRAG_LATER (1 << 1)
@@ -75,8 +77,25 @@ struct flow_key {
 	__u8 arp_tha[6];   /* ARP THA; ND target link-layer address */
 	/* words 12-13 */
 	__be32 nd_target[4]; /* IPv6 ND target address */
+	/* word 14: set by the actions of an earlier pass (recirc.h) */
+	__u32 recirc_id;     /* 0: the packet's first pass */
+	__u32 ct_mark;
+	/* word 15 */
+	__u16 ct_zone;
+	__u8 ct_state;       /* CS_* (conntrack.h), Open vSwitch's ct_state bits */
+	__u8 ct_nw_proto;    /* original direction tuple of the connection */
+	__be16 ct_tp_src;    /* ICMP: type */
+	__be16 ct_tp_dst;    /* ICMP: code */
+	/* words 16-17 */
+	__u8 ct_label[16];   /* big-endian 128 bits */
+	/* word 18 */
+	__be32 ct_nw_src;    /* IPv4 only, as Open vSwitch's ct_nw_src */
+	__be32 ct_nw_dst;
+	/* word 19 */
+	__u32 dp_hash;       /* hash action (recirc.h) */
+	__u32 pad2;
 };
 
-_Static_assert(sizeof(struct flow_key) == FLOW_KEY_WORDS * 8, "flow_key must be 14 words");
+_Static_assert(sizeof(struct flow_key) == FLOW_KEY_WORDS * 8, "flow_key must be 20 words");
 
 #endif

@@ -111,6 +111,11 @@ enum action_type {
 	ACT_PUSH_PBB = 30,    /* arg32 = I-SID (pbb.h) */
 	ACT_POP_PBB = 31,
 	ACT_SET_PBB_ISID = 32, /* arg32 = I-SID */
+	ACT_CT = 33,          /* conntrack.h: flags CT_*, arg16 = zone, arg32 = mark, u32 mark mask ... */
+	ACT_CT_EXT = 34,      /* what an ACT_CT after it needs that does not fit its slot (label, NAT range) */
+	ACT_CT_CLEAR = 35,
+	ACT_RECIRC = 36,      /* arg32 = recirc_id: look the packet up again (recirc.h); last in a list */
+	ACT_HASH = 37,        /* arg32 = basis: key.dp_hash = hash of the 5-tuple */
 	ACT__MAX,
 };
 

@@ -32,6 +32,9 @@ struct parse_state {
 	__u8 l3;         /* enum l3_kind */
 	__u8 vlan_in_data; /* the tag sits in the packet, not in skb metadata */
 	__u16 nd_lla_off;  /* offset of an ND link-layer address option, 0 when absent */
+	/* Not the parser's: run_actions' verdict so far (actions.h). */
+	__s32 verdict;
+	__u32 have_output;
 };
 
 struct arp_eth_ipv4 {

@@ -53,6 +53,11 @@ const (
 	actPushPBB    = 30
 	actPopPBB     = 31
 	actSetPBBISID = 32
+	actCT         = 33 // conntrack.go
+	actCTExt      = 34
+	actCTClear    = 35
+	actRecirc     = 36
+	actHash       = 37
 
 	outPeer    = 1 << 0
 	outIngress = 1 << 1
@@ -69,12 +74,24 @@ type rawAction [actionSize]byte
 // happens when the program returns, so it must see the packet as it was).
 // Callers hold d.mu.
 func (d *Datapath) compileActions(acts []flow.Action) ([]rawAction, error) {
-	last := -1
+	// A recirculation is an output too (the next pass sees the packet as
+	// the actions before it left it), and a commit keeps a connection:
+	// neither may be cut off as a rewrite after the last output.
+	last, recirc := -1, -1
 	for i, a := range acts {
-		switch a.(type) {
+		switch a := a.(type) {
 		case flow.Output, flow.Local:
 			last = i
+		case flow.Recirc:
+			last, recirc = i, i
+		case flow.CT:
+			if a.Flags&flow.CTCommit != 0 {
+				last = i
+			}
 		}
+	}
+	if recirc >= 0 && recirc != len(acts)-1 {
+		return nil, fmt.Errorf("datapath: %v must be the last action", acts[recirc])
 	}
 	var out []rawAction
 	for i, a := range acts {
@@ -85,6 +102,20 @@ func (d *Datapath) compileActions(acts []flow.Action) ([]rawAction, error) {
 		}
 		var r rawAction
 		switch a := a.(type) {
+		case flow.CT:
+			ext, err := encodeCT(a, &r)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ext...)
+		case flow.CTClear:
+			r[0] = actCTClear
+		case flow.Recirc:
+			r[0] = actRecirc
+			binary.NativeEndian.PutUint32(r[4:], a.ID)
+		case flow.Hash:
+			r[0] = actHash
+			binary.NativeEndian.PutUint32(r[4:], a.Basis)
 		case flow.Output:
 			p, ok := d.ports[a.Port]
 			if !ok {
@@ -229,7 +260,15 @@ func (d *Datapath) compileActions(acts []flow.Action) ([]rawAction, error) {
 		}
 		out = append(out, r)
 	}
-	for i := len(out) - 1; i >= 0; i-- {
+	// The last output becomes the program's redirect verdict, unless a
+	// recirculation follows it (its next pass decides the verdict) or a
+	// ct action does (the fast path runs those between two calls of its
+	// action loop, which do not share a verdict): the outputs before
+	// either are clones.
+	for i := len(out) - 1; i >= 0 && recirc < 0; i-- {
+		if out[i][0] == actCT {
+			break
+		}
 		if out[i][0] == actOutput || out[i][0] == actLocal {
 			out[i][1] |= outLast
 			break
@@ -267,6 +306,7 @@ func putIP(r *rawAction, a netip.Addr, op4, op6 byte) error {
 // previous process installed). Callers hold d.mu.
 func (d *Datapath) decodeActions(raw []rawAction) []flow.Action {
 	out := make([]flow.Action, 0, len(raw))
+	var ext []rawAction // ACT_CT_EXT slots of the next ACT_CT
 	for _, r := range raw {
 		switch r[0] {
 		case actOutput:
@@ -354,6 +394,17 @@ func (d *Datapath) decodeActions(raw []rawAction) []flow.Action {
 			out = append(out, flow.Drop{})
 		case actOutputSet:
 			out = append(out, d.expandOutputSet(binary.NativeEndian.Uint32(r[4:]))...)
+		case actCTExt:
+			ext = append(ext, r)
+		case actCT:
+			out = append(out, decodeCT(r, ext))
+			ext = ext[:0]
+		case actCTClear:
+			out = append(out, flow.CTClear{})
+		case actRecirc:
+			out = append(out, flow.Recirc{ID: binary.NativeEndian.Uint32(r[4:])})
+		case actHash:
+			out = append(out, flow.Hash{Basis: binary.NativeEndian.Uint32(r[4:])})
 		}
 	}
 	return out

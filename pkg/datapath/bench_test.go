@@ -1,9 +1,15 @@
 package datapath
 
 import (
+	"encoding/binary"
 	"fmt"
+	"net/netip"
+	"runtime"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netns"
 
 	"github.com/nagare-net/nagare/pkg/flow"
 )
@@ -92,4 +98,132 @@ func BenchmarkFastPath(b *testing.B) {
 		}
 		benchRun(b, d, miss, tcActShot)
 	})
+}
+
+// BenchmarkCTRecirc: a packet of an established connection through
+// ct + recirculation (two lookups, the conntrack in between) against the
+// same packet through a plain cached flow. EMC on, as in production.
+//
+//	go test -run '^$' -bench 'CTRecirc' ./pkg/datapath/
+func BenchmarkCTRecirc(b *testing.B) {
+	pkt := udpPkt(b, "10.0.0.1", "10.0.0.2", 1000, 2000, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789")
+	key := exactKeyUDP4("10.0.0.1", "10.0.0.2", 1000, 2000)
+
+	b.Run("plain-flow", func(b *testing.B) {
+		d := newTestDP(b)
+		installMasks(b, d, 1, key)
+		benchRun(b, d, pkt, tcActRedirect)
+	})
+	for _, tc := range []struct {
+		name  string
+		ct    flow.CT
+		reply []byte // makes the connection established
+	}{
+		{"ct-recirc", flow.CT{Zone: 1, Flags: flow.CTCommit},
+			udpPkt(b, "10.0.0.2", "10.0.0.1", 2000, 1000, "a")},
+		{"ct-dnat-recirc", flow.CT{Zone: 1, Flags: flow.CTCommit, NAT: &flow.NAT{Kind: flow.NATDst, AddrMin: netip.MustParseAddr("10.1.0.5"), PortMin: 8080}},
+			udpPkt(b, "10.1.0.5", "10.0.0.1", 8080, 1000, "a")},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			d := newTestDP(b)
+			d.put(flow.Flow{Key: flow.Key{InPort: portIn}, Mask: flow.Mask{InPort: 0xffffffff, RecircID: 0xffffffff},
+				Actions: []flow.Action{tc.ct, flow.Recirc{ID: 1}}})
+			d.put(flow.Flow{Key: flow.Key{InPort: portIn, RecircID: 1, CtState: flow.CtTrk | flow.CtEst},
+				Mask:    flow.Mask{InPort: 0xffffffff, RecircID: 0xffffffff, CtState: flow.CtTrk | flow.CtEst | flow.CtNew | flow.CtRpl | flow.CtInv},
+				Actions: []flow.Action{flow.Output{Port: portOut}}})
+			d.run(pkt, "lo")      // commits
+			d.run(tc.reply, "lo") // a reply: established
+			benchRun(b, d, pkt, tcActRedirect)
+		})
+	}
+}
+
+// BenchmarkConntrackLookup: one lookup of an established connection in
+// nagare's table (a packet in the original direction: one map lookup; a
+// reply: two) against the kernel's nf_conntrack through the kfuncs
+// (bpf_skb_ct_lookup + bpf_ct_release), same packet, same harness
+// (bpf/ct_kfunc_bench.c). docs/conntrack.md quotes it:
+//
+//	go test -run '^$' -bench ConntrackLookup ./pkg/datapath/
+func BenchmarkConntrackLookup(b *testing.B) {
+	requireRoot(b)
+	pkt := udpPkt(b, "10.0.0.1", "10.0.0.2", 1000, 2000, "0123456789abcdef")
+	var objs ctkfuncObjects
+	if err := loadCtkfuncObjects(&objs, nil); err != nil {
+		b.Skipf("kfunc programs do not load here: %v", err)
+	}
+	defer objs.Close()
+	// Our table: the connection in both directions, as a commit makes it.
+	var orig, reply ctKey
+	copy(orig[0:], []byte{10, 0, 0, 1})
+	copy(orig[16:], []byte{10, 0, 0, 2})
+	binary.BigEndian.PutUint16(orig[32:], 1000)
+	binary.BigEndian.PutUint16(orig[34:], 2000)
+	orig[38], orig[39] = 17, 4
+	copy(reply[0:], orig[16:20])
+	copy(reply[16:], orig[0:4])
+	copy(reply[32:], orig[34:36])
+	copy(reply[34:], orig[32:34])
+	reply[38], reply[39] = 17, 4
+	var conn, alias ctValue
+	copy(conn[:], reply[:])
+	binary.NativeEndian.PutUint64(conn[40:], monoCoarse()+uint64(time.Hour))
+	conn[72] = ctKindConn
+	copy(alias[:], orig[:])
+	alias[72] = ctKindReply
+	if err := objs.CtBench.Put(orig, conn); err != nil {
+		b.Fatal(err)
+	}
+	if err := objs.CtBench.Put(reply, alias); err != nil {
+		b.Fatal(err)
+	}
+	replyPkt := udpPkt(b, "10.0.0.2", "10.0.0.1", 2000, 1000, "0123456789abcdef")
+	run := func(b *testing.B, p *ebpf.Program, pkt []byte) {
+		var ret uint32
+		var per time.Duration
+		err := nsRun(func() error {
+			var err error
+			ret, per, err = p.Benchmark(pkt, b.N, b.ResetTimer)
+			return err
+		})
+		if err != nil || ret != 0 {
+			b.Fatalf("ret %d err %v", ret, err)
+		}
+		b.ReportMetric(float64(per.Nanoseconds()), "ns/pkt")
+	}
+	b.Run("own-table-orig", func(b *testing.B) { run(b, objs.CtBenchOwnOrig, pkt) })
+	b.Run("own-table-reply", func(b *testing.B) { run(b, objs.CtBenchOwnReply, replyPkt) })
+	b.Run("kfunc-lookup-release", func(b *testing.B) {
+		var ret uint32
+		if err := nsRun(func() error {
+			var err error
+			ret, err = objs.CtBenchKfuncAdd.Run(&ebpf.RunOptions{Data: pkt})
+			return err
+		}); err != nil || (ret != 0 && ret != 2) {
+			b.Fatalf("inserting into nf_conntrack: ret %d err %v", ret, err)
+		}
+		run(b, objs.CtBenchKfunc, pkt)
+	})
+}
+
+// nsRun runs fn on a thread in the test namespace (the kfuncs look the
+// connection up in the netns of the packet's device).
+func nsRun(fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer orig.Close()
+	h, err := netns.GetFromName(testNS)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	if err := netns.Set(h); err != nil {
+		return err
+	}
+	defer netns.Set(orig)
+	return fn()
 }

@@ -33,6 +33,10 @@ var dropNames = []string{
 	23: "short-pbb",
 	24: "onload-ring-full",
 	25: "onload-oversize",
+	26: "recirc-depth",
+	27: "ct-table-full",
+	28: "ct-port-budget",
+	29: "nat-no-port",
 	30: "upcall-port-budget",
 	31: "controller-upcall-budget",
 }
@@ -62,6 +66,10 @@ const (
 	DropMeter            DropReason = 21
 	DropOnloadRingFull   DropReason = 24
 	DropOnloadOversize   DropReason = 25
+	DropRecircDepth      DropReason = 26
+	DropCTTableFull      DropReason = 27
+	DropCTPortBudget     DropReason = 28
+	DropNATNoPort        DropReason = 29
 	DropUpcallBudget     DropReason = 30
 	DropControllerBudget DropReason = 31
 )

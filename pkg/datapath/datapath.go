@@ -82,6 +82,15 @@ type Config struct {
 	// port's flows may use before it may add no new one.
 	UpcallRate, UpcallBurst      uint32
 	PortFlowLimit, PortMaskLimit int
+	// ConntrackMax is the connections the conntrack table holds
+	// (conntrack.go). Default DefaultConntrackMax; like MaxFlows, an
+	// instance reopened from its pins must use the value it was made with.
+	ConntrackMax int
+	// ConntrackPortMax is the live connections one ingress port may
+	// commit; 0 means a quarter of ConntrackMax, negative no limit.
+	ConntrackPortMax int
+	// ConntrackTimeouts: zero fields are nf_conntrack's defaults.
+	ConntrackTimeouts ConntrackTimeouts
 }
 
 // DefaultEMCInsertInvProb is Open vSwitch's default.
@@ -163,6 +172,9 @@ func Open(cfg Config) (*Datapath, error) {
 	if cfg.MaxFlows == 0 {
 		cfg.MaxFlows = DefaultMaxFlows
 	}
+	if cfg.ConntrackMax == 0 {
+		cfg.ConntrackMax = DefaultConntrackMax
+	}
 	if err := ensureBPFFS(cfg.PinRoot); err != nil {
 		return nil, err
 	}
@@ -215,8 +227,9 @@ func (d *Datapath) load() error {
 	for _, name := range []string{"megaflows", "flows", "flow_gens", "stats", "onload_seqs"} {
 		spec.Maps[name].MaxEntries = uint32(d.cfg.MaxFlows)
 	}
+	spec.Maps["conntrack"].MaxEntries = uint32(2 * d.cfg.ConntrackMax) // an entry per direction
 	for _, m := range spec.Maps {
-		if m.Name != "out_traces" && m.Name != ".rodata" && m.Name != ".bss" && m.Name != ".data" {
+		if !unpinned[m.Name] {
 			m.Pinning = ebpf.PinByName
 		}
 	}
@@ -231,12 +244,22 @@ func (d *Datapath) load() error {
 	opts := ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.dir}}
 	if err := spec.LoadAndAssign(&d.objs, &opts); err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
-			return fmt.Errorf("datapath: the maps pinned in %s were made with other limits (MaxFlows %d now); start with the old limits or remove the instance: %w", d.dir, d.cfg.MaxFlows, err)
+			return fmt.Errorf("datapath: the maps pinned in %s were made with other limits or another layout (MaxFlows %d, ConntrackMax %d now); start with the old limits or remove the instance: %w", d.dir, d.cfg.MaxFlows, d.cfg.ConntrackMax, err)
 		}
 		return fmt.Errorf("datapath: loading the fast path: %w", err)
 	}
+	// Every pass after the first (bpf/lib/recirc.h).
+	if err := d.objs.RecircProgs.Put(uint32(0), d.objs.NagareRecirc); err != nil {
+		return fmt.Errorf("datapath: recirculation program: %w", err)
+	}
 	return d.mapOnloadSeqs()
 }
+
+// unpinned are the maps each process makes anew: per-CPU scratch space
+// and test traces hold nothing between packets, and a program array holds
+// the programs of the process that loaded it (recirc.h).
+var unpinned = map[string]bool{"out_traces": true, ".rodata": true, ".bss": true, ".data": true,
+	"mf_scratch": true, "passes": true, "ct_scratch": true, "recirc_progs": true}
 
 // Close releases this process's handles. Pinned maps and port attachments
 // stay: traffic keeps flowing through the installed flows.

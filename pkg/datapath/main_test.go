@@ -101,21 +101,29 @@ type testDP struct {
 }
 
 // newTestDP opens a fresh traced instance in testNS with lo as port 1.
-func newTestDP(tb testing.TB) *testDP {
+func newTestDP(tb testing.TB) *testDP { return newTestDPWith(tb, nil) }
+
+// newTestDPWith is newTestDP with changes to the instance's Config.
+func newTestDPWith(tb testing.TB, change func(*Config)) *testDP {
 	tb.Helper()
 	requireRoot(tb)
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(tb.Name())
 	// Every megaflow hit enters the EMC: tests count hits packet by packet.
-	d, err := Open(Config{Name: name, PinRoot: testPinDir, NetNS: "/var/run/netns/" + testNS, Trace: !isBench(tb), MaxFlows: 4096, EMCInsertInvProb: 1})
+	cfg := Config{Name: name, PinRoot: testPinDir, NetNS: "/var/run/netns/" + testNS, Trace: !isBench(tb), MaxFlows: 4096, EMCInsertInvProb: 1}
+	if change != nil {
+		change(&cfg)
+	}
+	d, err := Open(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	t := &testDP{Datapath: d, tb: tb, ifindex: map[string]int{}}
+	// t.Datapath, not d: a restart test replaces it.
 	tb.Cleanup(func() {
-		if err := d.Destroy(); err != nil {
+		if err := t.Datapath.Destroy(); err != nil {
 			tb.Error(err)
 		}
 	})
-	t := &testDP{Datapath: d, tb: tb, ifindex: map[string]int{}}
 	for _, n := range []string{"lo", "dummy0", "dummy1"} {
 		_ = d.inNetns(func() error {
 			ifc, err := net.InterfaceByName(n)

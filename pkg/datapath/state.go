@@ -58,6 +58,9 @@ func (d *Datapath) restore() error {
 	if err := d.objs.Config.Lookup(uint32(0), &c); err != nil {
 		return err
 	}
+	if err := d.initConntrack(); err != nil {
+		return err
+	}
 	if c.Layout == 0 {
 		c = nagareDpConfig{Emc: d.cfg.EMCInsertInvProb, Upcalls: 1, Layout: layoutV1,
 			UpcallRate: d.cfg.UpcallRate, UpcallBurst: d.cfg.UpcallBurst}

@@ -60,7 +60,7 @@ func (u *Upcall) Truncated() bool { return len(u.Packet) < u.Len }
 //
 //	0 reason u32, 4 ifindex u32, 8 pkt_len u32, 12 cap_len u32,
 //	16 cookie u64, 24 vlan u32 (proto<<16 | tci, 0: none), 28 gso_size u32,
-//	32 key [112], 144 pkt [up to 65536]
+//	32 key [160], 192 pkt [up to 65536]
 const upcallHeader = 32 + flow.KeySize
 
 // UnmarshalBinary decodes one upcall record.

@@ -252,3 +252,22 @@ func TestConntrackRefusals(t *testing.T) {
 		})
 	}
 }
+
+// output:NXM_NX_REG1[] sends to the port a register holds (Antrea's L2
+// forwarding loads the port, then outputs from the register).
+func TestOutputFromRegister(t *testing.T) {
+	p, _ := newTestPipeline(t, 3)
+	fm, err := openflow.ParseFlow("table=0,priority=10,ip,actions=load:0x2->NXM_NX_REG1[],goto_table:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAddNX(t, p, fm)
+	fm, err = openflow.ParseFlow("table=1,priority=10,actions=output:NXM_NX_REG1[]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAddNX(t, p, fm)
+	if got := actions(translate(t, p, tcpKey(1, "10.8.0.1", "10.8.0.2", 1, 2))); got != "output:2" {
+		t.Fatalf("%s, want output:2", got)
+	}
+}

@@ -388,6 +388,10 @@ func checkNX(a openflow.Action) error {
 		if !writable(a.Dst.Field) {
 			return badSet(a.Dst.Field)
 		}
+	case openflow.ActionNXOutputReg:
+		if !readable(a.Src.Field) {
+			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "output from %s: not in the flow key", a.Src.Field)
+		}
 	case openflow.ActionNXRegLoad:
 		if !writable(a.Dst.Field) {
 			return badSet(a.Dst.Field)

@@ -369,6 +369,9 @@ func (x *xlate) apply(as openflow.Actions) {
 			x.ctClear()
 		case openflow.ActionNXResubmit:
 			x.resubmit(a)
+		case openflow.ActionNXOutputReg:
+			r := subfield(a.Src)
+			x.output(uint32(bitsValue(x.readField(r.field), r.ofs, r.nbits)), a.MaxLen)
 		case openflow.ActionNXNote:
 			// A comment for people reading the flows.
 		case openflow.ActionNXDecTTL:

@@ -86,6 +86,7 @@ var goldenCommands = []struct{ name, args string }{
 	{"add_flow_nx_resubmit", "add-flow SOCK priority=78,ip,ct_state=+trk+est,actions=resubmit(,10),resubmit(1,10),resubmit:3,resubmit(,10,ct)"},
 	{"add_flow_nx_note", "add-flow SOCK priority=79,actions=note:01.02.03.04.05.06.07.08.09.0a.0b,output:1"},
 	{"add_flow_nx_dec_ttl", "add-flow SOCK priority=80,ip,actions=dec_ttl(1,2),dec_ttl"},
+	{"add_flow_nx_output_reg", "add-flow SOCK priority=81,actions=output:NXM_NX_REG1[],output:reg2[0..15]"},
 	{"add_group_nx_hash", "add-group SOCK group_id=7,type=select,selection_method=hash,fields(ip_src,tcp_dst),bucket=load:0x1->NXM_NX_REG0[],resubmit(,10),bucket=load:0x2->NXM_NX_REG0[],resubmit(,10)"},
 	{"add_group_nx_dp_hash", "add-group SOCK group_id=8,type=select,selection_method=dp_hash,bucket=output:1,bucket=output:2"},
 }

@@ -474,6 +474,22 @@ func TestNXParse(t *testing.T) {
 	if got, want := fm.Instructions.String(), "move:NXM_NX_IP_ECN[]->NXM_NX_REG0[0..1],move:OXM_OF_IP_DSCP[]->NXM_NX_REG1[0..5],move:NXM_OF_IN_PORT[]->NXM_NX_REG2[0..15],load:0x1->NXM_NX_TUN_ID[0..3]"; got != want {
 		t.Errorf("String = %s", got)
 	}
+	// output:FIELD[], as ovs-ofctl 3.1 sent it (NXAST_OUTPUT_REG).
+	fm, err = ParseFlow("priority=1,actions=output:NXM_NX_REG1[],output:reg2[0..15]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm.Xid = 6
+	if b, _ := fm.MarshalBinary(); !bytes.Equal(b, mustHex("040e007000000006000000000000000000000000000000000000000000000001ffffffffffffffffffffffff0000000000010004000000000004003800000000ffff001800002320000f001f00010204ffff000000000000ffff001800002320000f000f00010404ffff000000000000")) {
+		t.Errorf("output_reg encodes as %x", b)
+	}
+	if got := fm.Instructions.String(); got != "output:NXM_NX_REG1[],output:NXM_NX_REG2[0..15]" {
+		t.Errorf("String = %s", got)
+	}
+	// ovs-ofctl 3.1 prints output:NXM_NX_REG3[] whatever the max_len.
+	if s := (Actions{ActionNXOutputReg{Src: Subfield{reg(3), 0, 32}, MaxLen: 128}}).String(); s != "output:NXM_NX_REG3[]" {
+		t.Errorf("String = %s", s)
+	}
 	// ct_state spellings: +flags, flags|flags (mask 0xff), numbers.
 	for in, want := range map[string]OXM{
 		"ct_state=+trk-inv":  CtState(CtStateTrk, CtStateTrk|CtStateInv),

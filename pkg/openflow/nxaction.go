@@ -34,6 +34,7 @@ import (
 //	resubmit(,T), resubmit(P,T), NXAST_RESUBMIT_TABLE 14 (resubmit:P too,
 //	resubmit:P                   with table 255); NXAST_RESUBMIT 1 decoded
 //	resubmit(,T,ct)              NXAST_RESUBMIT_TABLE_CT 44
+//	output:NXM_NX_REG1[]         NXAST_OUTPUT_REG 15
 //	conjunction(id,k/n)          NXAST_CONJUNCTION 34
 //	note:hex                     NXAST_NOTE 8
 //	dec_ttl(id,...)              NXAST_DEC_TTL_CNT_IDS 21 (plain dec_ttl is
@@ -52,6 +53,7 @@ const (
 	NXASTRegMove         NXSubtype = 6
 	NXASTRegLoad         NXSubtype = 7
 	NXASTNote            NXSubtype = 8
+	NXASTOutputReg       NXSubtype = 15
 	NXASTResubmitTable   NXSubtype = 14
 	NXASTDecTTLCntIDs    NXSubtype = 21
 	NXASTRegLoad2        NXSubtype = 33
@@ -346,6 +348,45 @@ func (a ActionNXRegLoad2) MarshalBinary() ([]byte, error) {
 func (a ActionNXRegLoad2) String() string {
 	return "set_field:" + formatFieldValue(a.Field) + "->" + setFieldTarget(a.Field)
 }
+
+// ActionNXOutputReg is output:FIELD[a..b]: output to the port number held
+// in a field (24 bytes).
+//
+//	10 bytes: Nicira header, subtype 15
+//	2 bytes:  ofs_nbits of the source
+//	4 bytes:  source field header
+//	2 bytes:  max_len, for output to the controller (0xffff: all)
+//	6 bytes:  zeros
+type ActionNXOutputReg struct {
+	Src    Subfield
+	MaxLen uint16
+}
+
+// Type returns ActionTypeExperimenter.
+func (ActionNXOutputReg) Type() ActionType { return ActionTypeExperimenter }
+
+// Subtype returns NXASTOutputReg.
+func (ActionNXOutputReg) Subtype() NXSubtype { return NXASTOutputReg }
+
+// MarshalBinary encodes the action.
+func (a ActionNXOutputReg) MarshalBinary() ([]byte, error) {
+	if a.Src.NBits == 0 || a.Src.NBits > 64 || a.Src.Ofs > 0x3ff {
+		return nil, fmt.Errorf("openflow: output from %s does not fit ofs_nbits", a.Src)
+	}
+	h, err := fieldHeader(a.Src.Field)
+	if err != nil {
+		return nil, err
+	}
+	b := nxStart(NXASTOutputReg, 24)
+	be.PutUint16(b[10:], ofsNBits(a.Src.Ofs, a.Src.NBits))
+	be.PutUint32(b[12:], h)
+	be.PutUint16(b[16:], a.MaxLen)
+	return b, nil
+}
+
+// String formats as ovs-ofctl: "output:NXM_NX_REG1[]" (it does not print
+// max_len).
+func (a ActionNXOutputReg) String() string { return "output:" + a.Src.String() }
 
 // ActionNXNote is note:hex, a comment controllers attach to a flow.
 //
@@ -804,6 +845,24 @@ func parseNXAction(b []byte) (Action, error) {
 		return ActionNXRegLoad2{Field: o}, nil
 	case NXASTNote:
 		return ActionNXNote{Note: append([]byte{}, p...)}, nil
+	case NXASTOutputReg:
+		if err := fixed(24); err != nil {
+			return nil, err
+		}
+		on := be.Uint16(p)
+		src := Subfield{Ofs: on >> 6, NBits: on&0x3f + 1}
+		k, err := parseFieldHeader(be.Uint32(p[2:]), ErrTypeBadAction, BadActionBadSetType)
+		if err != nil {
+			return nil, err
+		}
+		src.Field = k
+		if !allZero(p[8:14]) {
+			return nil, bad(ErrTypeBadAction, BadActionBadArgument, "output_reg zeros")
+		}
+		if err := checkSubfield(src, false); err != nil {
+			return nil, err
+		}
+		return ActionNXOutputReg{Src: src, MaxLen: be.Uint16(p[6:])}, nil
 	case NXASTDecTTLCntIDs:
 		cnt := int(be.Uint16(p))
 		if err := fixed(pad8(16 + 2*cnt)); err != nil {

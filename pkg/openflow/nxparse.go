@@ -304,6 +304,14 @@ func parseNXActionText(k, v, tok string, hasArg bool) (out []Action, ok bool, er
 		return []Action{a}, true, err
 	case "ct_clear":
 		return []Action{ActionNXCTClear{}}, true, nil
+	case "output":
+		// output:FIELD[..]; ovs-ofctl tells a field from a port by the
+		// brackets (and refuses output(port=FIELD[],...)).
+		if !strings.Contains(v, "[") || strings.Contains(tok, "(") {
+			return nil, false, nil
+		}
+		sf, err := ParseSubfield(v)
+		return []Action{ActionNXOutputReg{Src: sf, MaxLen: 0xffff}}, true, err
 	case "move":
 		src, dst, found := strings.Cut(v, "->")
 		if !found {

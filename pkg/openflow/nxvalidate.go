@@ -77,6 +77,8 @@ func validateNX(a NXAction, m Match, inCT bool) error {
 		if a.NClauses < 2 || a.NClauses > 64 || a.Clause < 1 || a.Clause > a.NClauses {
 			return nxErr(nxBACBadConjunction, fmt.Sprintf("conjunction(%d,%d/%d)", a.ID, a.Clause, a.NClauses))
 		}
+	case ActionNXOutputReg:
+		return checkSubfieldIn(a.Src, m, false, inCT)
 	case ActionNXNote, ActionNXDecTTL, ActionNXCTClear:
 	default:
 		return bad(ErrTypeBadAction, BadActionBadExpType, "nicira action %s", a)

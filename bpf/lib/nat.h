@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* nat.h — the translation part of ct(): Open vSwitch's nat(src=...),
+ * nat(dst=...) and bare nat.
+ *
+ * A connection's translation is its reply tuple: a new committed
+ * connection with nat(dst=range[:ports]) gets a reply tuple whose source is
+ * the chosen address (and port); nat(src=...) one whose destination is.
+ * A packet is then rewritten to look like the reverse of the other
+ * direction's tuple — in the original direction to reverse(reply), in the
+ * reply direction to reverse(original) — which covers SNAT, DNAT and both.
+ *
+ * Choosing: the address (and a DNAT port) by a hash of the original
+ * tuple, so every connection of a client does not land on the same
+ * backend; an SNAT port is the original one if free, else the next ones
+ * from the range (1024-65535 without one), NAT_TRIES at most — a reply
+ * tuple must not be another connection's, or replies would go to it —
+ * then the packet is dropped (DROP_NAT_NO_PORT). ICMP echo keeps its id.
+ *
+ * Rewrites go through the same helpers as set_field (actions.h), so L3
+ * and L4 checksums are fixed, CHECKSUM_PARTIAL packets from pods with tx
+ * offload included. Included by conntrack.h after its types.
+ */
+#ifndef NAGARE_NAT_H
+#define NAGARE_NAT_H
+
+#define NAT_TRIES 16
+
+static __always_inline __u32 ct_tuple_hash(const struct ct_tuple *t)
+{
+	__u64 h = 0x9E3779B97F4A7C15ull;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 4; i++)
+		h = (h ^ t->src[i] ^ ((__u64)t->dst[i] << 32)) * 0xC2B2AE3D27D4EB4Full;
+	h = (h ^ t->sport ^ ((__u64)t->dport << 16) ^ ((__u64)t->proto << 32)) * 0x165667B19E3779F9ull;
+	h ^= h >> 29;
+	return (__u32)h;
+}
+
+/* ct_reap deletes the entry of t if it is stale (an expired connection,
+ * a reply entry whose connection is gone or expired). Returns 1 when t
+ * is free now, 0 when a live connection holds it. */
+static __always_inline int ct_reap(const struct ct_tuple *t, __u64 now)
+{
+	struct ct_entry *e = bpf_map_lookup_elem(&conntrack, t), *c;
+	struct ct_port *p;
+
+	if (!e)
+		return 1;
+	if (e->kind == CT_CONN) {
+		if (e->expires >= now)
+			return 0;
+		p = bpf_map_lookup_elem(&ct_ports, &e->in_port);
+		if (p)
+			__sync_fetch_and_add(&p->freed, 1);
+		bpf_map_delete_elem(&conntrack, &e->peer);
+		bpf_map_delete_elem(&conntrack, t);
+		return 1;
+	}
+	c = bpf_map_lookup_elem(&conntrack, &e->peer);
+	if (c && c->kind == CT_CONN && c->expires >= now)
+		return 0;
+	bpf_map_delete_elem(&conntrack, t);
+	return 1;
+}
+
+/* nat_addr picks an address of [min, max] by h into out (16 bytes). For
+ * IPv6 the range varies in the last 32 bits only. */
+static __always_inline void nat_addr(__be32 *out, const __be32 *min, const __be32 *max, int v6, __u32 h)
+{
+	__u32 lo, hi;
+	int w = v6 ? 3 : 0;
+
+	out[0] = min[0];
+	out[1] = v6 ? min[1] : 0;
+	out[2] = v6 ? min[2] : 0;
+	out[3] = v6 ? min[3] : 0;
+	if (v6 && (min[0] != max[0] || min[1] != max[1] || min[2] != max[2]))
+		return;
+	lo = bpf_ntohl(w ? min[3] : min[0]);
+	hi = bpf_ntohl(w ? max[3] : max[0]);
+	if (hi > lo) {
+		lo += h % (hi - lo + 1);
+		if (w)
+			out[3] = bpf_htonl(lo);
+		else
+			out[0] = bpf_htonl(lo);
+	}
+}
+
+/* nat_choose sets s->rtuple (the reverse of s->orig so far) to the
+ * translated reply tuple the action's NAT asks for, and the conn's
+ * CTF_SNAT/CTF_DNAT. Returns 0 or -DROP_NAT_NO_PORT. A global function:
+ * its bounded search is verified once. */
+__noinline int nat_choose(struct ct_scratch *s, const struct action *a)
+{
+	const __u8 *nb;
+	const __u16 *np;
+	__u32 h, span, i;
+	__u16 pmin, pmax, first;
+	__u8 kind;
+	int ports, v6;
+	__u64 now = bpf_ktime_get_coarse_ns();
+
+	if (!s || !a)
+		return -DROP_BAD_ACTION;
+	nb = (const __u8 *)&a->u64[0];
+	np = (const __u16 *)&a->u64[1];
+	kind = nb[4];
+	pmin = np[0];
+	pmax = np[1] < pmin ? pmin : np[1];
+	h = ct_tuple_hash(&s->orig);
+	v6 = s->orig.family == 6;
+	ports = s->orig.proto == IPPROTO_TCP || s->orig.proto == IPPROTO_UDP || s->orig.proto == IPPROTO_SCTP;
+
+	if (kind == NAT_DST) {
+		if (s->nat_min[0] | s->nat_min[1] | s->nat_min[2] | s->nat_min[3])
+			nat_addr(s->rtuple.src, s->nat_min, s->nat_max, v6, h);
+		if (ports && pmin)
+			s->rtuple.sport = bpf_htons(pmin + h % (pmax - pmin + 1));
+		s->conn.flags |= CTF_DNAT;
+		if (ct_reap(&s->rtuple, now))
+			return 0;
+		if (!ports || !pmin || pmax == pmin)
+			return -DROP_NAT_NO_PORT;
+		span = pmax - pmin + 1;
+		for (i = 1; i < NAT_TRIES; i++) {
+			s->rtuple.sport = bpf_htons(pmin + (h + i) % span);
+			if (ct_reap(&s->rtuple, now))
+				return 0;
+		}
+		return -DROP_NAT_NO_PORT;
+	}
+	if (kind != NAT_SRC)
+		return 0;
+	if (s->nat_min[0] | s->nat_min[1] | s->nat_min[2] | s->nat_min[3])
+		nat_addr(s->rtuple.dst, s->nat_min, s->nat_max, v6, h);
+	s->conn.flags |= CTF_SNAT;
+	if (!pmin) {
+		pmin = 1024;
+		pmax = 65535;
+	}
+	span = pmax - pmin + 1;
+	first = bpf_ntohs(s->orig.sport);
+	/* The original port first when the range allows it. */
+	if (!ports || (first >= pmin && first <= pmax)) {
+		if (ct_reap(&s->rtuple, now))
+			return 0;
+		if (!ports)
+			return -DROP_NAT_NO_PORT;
+	}
+	for (i = 0; i < NAT_TRIES; i++) {
+		s->rtuple.dport = bpf_htons(pmin + (h + i) % span);
+		if (ct_reap(&s->rtuple, now))
+			return 0;
+	}
+	return -DROP_NAT_NO_PORT;
+}
+
+/* nat_rewrite makes the packet's addresses and ports (now those of
+ * s->tuple) those of want. */
+static __always_inline int nat_rewrite(struct __sk_buff *skb, struct parse_state *ps, __u8 proto,
+				       const struct ct_tuple *have, const struct ct_tuple *want)
+{
+	if (want->family == 4) {
+		if (want->src[0] != have->src[0] &&
+		    set_ipv4_addr(skb, ps, proto, offsetof(struct iphdr, saddr), want->src[0]) < 0)
+			return -1;
+		if (want->dst[0] != have->dst[0] &&
+		    set_ipv4_addr(skb, ps, proto, offsetof(struct iphdr, daddr), want->dst[0]) < 0)
+			return -1;
+	} else {
+		if ((want->src[0] ^ have->src[0]) | (want->src[1] ^ have->src[1]) |
+		    (want->src[2] ^ have->src[2]) | (want->src[3] ^ have->src[3]))
+			if (set_ipv6_addr(skb, ps, proto, offsetof(struct ipv6hdr, saddr), want->src) < 0)
+				return -1;
+		if ((want->dst[0] ^ have->dst[0]) | (want->dst[1] ^ have->dst[1]) |
+		    (want->dst[2] ^ have->dst[2]) | (want->dst[3] ^ have->dst[3]))
+			if (set_ipv6_addr(skb, ps, proto, offsetof(struct ipv6hdr, daddr), want->dst) < 0)
+				return -1;
+	}
+	if (proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6)
+		return 0; /* the echo id is kept */
+	if (want->sport != have->sport && set_tp_port(skb, ps, proto, 0, want->sport) < 0)
+		return -1;
+	if (want->dport != have->dport && set_tp_port(skb, ps, proto, 2, want->dport) < 0)
+		return -1;
+	return 0;
+}
+
+/* nat_packet applies the connection's translation to a packet of
+ * direction dir (1 original, 2 reply). */
+static __always_inline int nat_packet(struct __sk_buff *skb, struct parse_state *ps,
+				      const struct flow_key *key, struct ct_scratch *s, int dir)
+{
+	/* rtuple is free here: reuse it for the wanted tuple. */
+	ct_reverse(&s->rtuple, dir == 1 ? &s->conn.peer : &s->orig);
+	if (nat_rewrite(skb, ps, key->nw_proto, &s->tuple, &s->rtuple) < 0)
+		return -DROP_REWRITE;
+	return 0;
+}
+
+/* nat_related would translate an ICMP error about a translated
+ * connection (outer and embedded headers, embedded checksums). Not done
+ * yet: the error is reported +rel without +snat/+dnat, untranslated
+ * (docs/conntrack.md, "Not done"). */
+static __always_inline int nat_related(struct __sk_buff *skb, struct parse_state *ps,
+				       const struct flow_key *key, struct ct_scratch *s, int dir)
+{
+	return 1;
+}
+
+#endif
