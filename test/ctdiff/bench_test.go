@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nagare-net/nagare/internal/nstest"
+	"github.com/nagare-net/nagare/pkg/datapath"
 	"github.com/nagare-net/nagare/pkg/lab"
 	"github.com/nagare-net/nagare/pkg/switchd"
 )
@@ -286,6 +287,10 @@ func startNagare(t *testing.T) *bench {
 		}
 		return strings.Join(r.Lines, "\n")
 	}
+	b.flushConntrack = func() error {
+		_, err := sw.Datapath().FlushConntrack(datapath.ConnMatch{})
+		return err
+	}
 	b.diag = func() string {
 		var out strings.Builder
 		for _, cmd := range []string{"dump-cache", "show"} {
@@ -294,6 +299,11 @@ func startNagare(t *testing.T) *bench {
 				lines = []string{err.Error()}
 			}
 			fmt.Fprintf(&out, "  nagarectl %s:\n    %s\n", cmd, strings.Join(lines, "\n    "))
+		}
+		conns, err := sw.Datapath().Conntrack()
+		fmt.Fprintf(&out, "  conntrack (%v):\n", err)
+		for _, c := range conns {
+			fmt.Fprintf(&out, "    %+v\n", c)
 		}
 		return out.String()
 	}
