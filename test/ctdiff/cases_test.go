@@ -161,6 +161,16 @@ func cases() []ctCase {
 			step{tcp("client", at(cIP, sport), at(vip, 80), "A", 1001, 5001), want{at: "b1|b2", state: "+trk+est+dnat", sameAs: n + 1, free: selectFree}},
 		)
 	}
+	var ctSelectSteps2 []step
+	for k := 0; k < 4; k++ {
+		sport := 42111 + k
+		n := len(ctSelectSteps2)
+		ctSelectSteps2 = append(ctSelectSteps2,
+			step{tcp("client", at(cIP, sport), at(vip, 80), "S", 1000, 0), want{at: "b1|b2", state: "+trk+new", free: selectFree}},
+			step{tcpReply(n+1, "SA", 5000, 1001), want{at: "client", state: "+trk+est+rpl+snat", src: at(vip, 80), dst: at(cIP, sport)}},
+			step{tcp("client", at(cIP, sport), at(vip, 80), "A", 1001, 5001), want{at: "b1|b2", state: "+trk+est+dnat", sameAs: n + 1, free: selectFree}},
+		)
+	}
 
 	return []ctCase{
 		// --- No conntrack: the harness itself, on flows both switches have
@@ -430,6 +440,23 @@ func cases() []ctCase {
 				routeTable(3),
 			),
 			steps: ctSelectSteps,
+		},
+		{
+			// The same Service with buckets that only choose (a register)
+			// and a table that DNATs by it, where the match satisfies
+			// nat's prerequisites.
+			name:   "select_dnat_resubmit",
+			groups: []string{"group_id=1,type=select,bucket=set_field:1->reg2,resubmit(,4),bucket=set_field:2->reg2,resubmit(,4)"},
+			flows: lines(
+				"table=0,priority=10,ip,actions=ct(table=1,zone=12,nat)",
+				stampTable(1, 2),
+				fmt.Sprintf("table=2,priority=20,ct_state=+trk+new,in_port=1,tcp,nw_dst=%s,tp_dst=80,actions=group:1", vip),
+				"table=2,priority=20,ct_state=+trk+est,ip,actions=goto_table:3",
+				routeTable(3),
+				fmt.Sprintf("table=4,priority=10,reg2=1,tcp,actions=ct(commit,table=3,zone=12,nat(dst=%s:8080))", b1IP),
+				fmt.Sprintf("table=4,priority=10,reg2=2,tcp,actions=ct(commit,table=3,zone=12,nat(dst=%s:8080))", b2IP),
+			),
+			steps: ctSelectSteps2,
 		},
 	}
 }
