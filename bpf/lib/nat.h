@@ -18,7 +18,9 @@
  *
  * Rewrites go through the same helpers as set_field (actions.h), so L3
  * and L4 checksums are fixed, CHECKSUM_PARTIAL packets from pods with tx
- * offload included. Included by conntrack.h after its types.
+ * offload included. An ICMPv4 error about a translated connection is
+ * translated back, outer and embedded headers (nat_related). Included by
+ * conntrack.h after its types.
  */
 #ifndef NAGARE_NAT_H
 #define NAGARE_NAT_H
@@ -201,14 +203,112 @@ static __always_inline int nat_packet(struct __sk_buff *skb, struct parse_state 
 	return 0;
 }
 
-/* nat_related would translate an ICMP error about a translated
- * connection (outer and embedded headers, embedded checksums). Not done
- * yet: the error is reported +rel without +snat/+dnat, untranslated
- * (docs/conntrack.md, "Not done"). */
-static __always_inline int nat_related(struct __sk_buff *skb, struct parse_state *ps,
-				       const struct flow_key *key, struct ct_scratch *s, int dir)
+/* nat_patch_csum moves the 16-bit checksum at csum_off by the change of
+ * len bytes old → nv, and the ICMP checksum by the change of that field
+ * (the field is inside the ICMP message). A zero UDP checksum (none)
+ * stays zero. */
+static __always_inline int nat_patch_csum(struct __sk_buff *skb, __u32 icmp_csum, __u32 csum_off,
+					  __be32 old, __be32 nv, __u32 len, int udp)
 {
-	return 1;
+	__be16 c0, c1;
+
+	if (!csum_off)
+		return 0;
+	if (bpf_skb_load_bytes(skb, csum_off, &c0, 2) < 0)
+		return -1;
+	if (udp && c0 == 0)
+		return 0;
+	if (bpf_l3_csum_replace(skb, csum_off, old, nv, len) < 0)
+		return -1;
+	if (bpf_skb_load_bytes(skb, csum_off, &c1, 2) < 0)
+		return -1;
+	return bpf_l4_csum_replace(skb, icmp_csum, c0, c1, 2);
+}
+
+/* nat_fix_inner rewrites len (2 or 4) bytes at off inside an ICMP error's
+ * embedded packet to new: the checksums at csum_a and csum_b (0: none)
+ * that cover them move with them, and so does the ICMP checksum, which
+ * covers all of it without a pseudo header. */
+static __always_inline int nat_fix_inner(struct __sk_buff *skb, __u32 icmp_csum, __u32 off, const void *new,
+					 __u32 len, __u32 csum_a, __u32 csum_b, int b_udp)
+{
+	__be32 old = 0, nv = 0;
+
+	if (bpf_skb_load_bytes(skb, off, &old, len) < 0)
+		return -1;
+	__builtin_memcpy(&nv, new, len);
+	if (old == nv)
+		return 0;
+	if (nat_patch_csum(skb, icmp_csum, csum_a, old, nv, len, 0) < 0 ||
+	    nat_patch_csum(skb, icmp_csum, csum_b, old, nv, len, b_udp) < 0)
+		return -1;
+	if (bpf_l4_csum_replace(skb, icmp_csum, old, nv, len) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, off, &nv, len, 0);
+}
+
+/* nat_related translates an ICMPv4 error about a translated connection
+ * as Open vSwitch's userspace conntrack does (reverse_nat_packet): the
+ * embedded packet back to what its sender sent (dir 2: the error comes
+ * from the reply side, the embedded packet was an original-direction one
+ * we translated) or on to what its receiver got (dir 1), and the outer
+ * header's address of the translated side with it; the embedded IP and
+ * L4 checksums and the ICMP checksum patched. IPv6 errors are reported
+ * +rel untranslated (returns 1: no +snat/+dnat). A global function: it
+ * runs below ct_action with its own stack. */
+__noinline int nat_related(struct __sk_buff *skb, struct parse_state *ps, const struct flow_key *key,
+			   struct ct_scratch *s, int dir)
+{
+	const struct ct_tuple *want;
+	__u32 icmp_csum, in_off, in_l4, csum_off = 0;
+	__u8 ihl, proto;
+	int snat, dnat, pseudo = 0;
+
+	if (!skb || !ps || !key || !s)
+		return -DROP_BAD_ACTION;
+	if (ps->l3 != L3_IPV4 || !ps->l4_off)
+		return 1;
+	snat = !!(s->conn.flags & CTF_SNAT);
+	dnat = !!(s->conn.flags & CTF_DNAT);
+	/* The embedded packet as it should look: the original tuple (dir 2)
+	 * or the reply tuple (dir 1). */
+	want = dir == 2 ? &s->orig : &s->conn.peer;
+	icmp_csum = ps->l4_off + 2;
+	in_off = ps->l4_off + 8;
+	if (bpf_skb_load_bytes(skb, in_off, &ihl, 1) < 0 ||
+	    bpf_skb_load_bytes(skb, in_off + 9, &proto, 1) < 0)
+		return -DROP_REWRITE;
+	ihl = (ihl & 0xf) * 4;
+	in_l4 = in_off + ihl;
+	if (proto == IPPROTO_UDP)
+		pseudo = 2, csum_off = in_l4 + 6;
+	else if (proto == IPPROTO_TCP)
+		pseudo = 1, csum_off = in_l4 + 16;
+	if (csum_off && skb->len < csum_off + 2)
+		csum_off = 0; /* the error did not carry it */
+
+	/* Outer header: the side the translation hid. */
+	if ((dir == 2 && snat) || (dir == 1 && dnat)) {
+		if (set_ipv4_addr(skb, ps, IPPROTO_ICMP, offsetof(struct iphdr, daddr),
+				  dir == 2 ? want->src[0] : want->dst[0]) < 0)
+			return -DROP_REWRITE;
+	}
+	if ((dir == 2 && dnat) || (dir == 1 && snat)) {
+		if (set_ipv4_addr(skb, ps, IPPROTO_ICMP, offsetof(struct iphdr, saddr),
+				  dir == 2 ? want->dst[0] : want->src[0]) < 0)
+			return -DROP_REWRITE;
+	}
+	/* Embedded header: addresses (its IP checksum, and its L4 checksum
+	 * through the pseudo header), then ports (L4 checksum). */
+	if (nat_fix_inner(skb, icmp_csum, in_off + 12, &want->src[0], 4, in_off + 10, csum_off, pseudo == 2) < 0 ||
+	    nat_fix_inner(skb, icmp_csum, in_off + 16, &want->dst[0], 4, in_off + 10, csum_off, pseudo == 2) < 0)
+		return -DROP_REWRITE;
+	if (proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_SCTP) {
+		if (nat_fix_inner(skb, icmp_csum, in_l4, &want->sport, 2, 0, csum_off, pseudo == 2) < 0 ||
+		    nat_fix_inner(skb, icmp_csum, in_l4 + 2, &want->dport, 2, 0, csum_off, pseudo == 2) < 0)
+			return -DROP_REWRITE;
+	}
+	return 0;
 }
 
 #endif

@@ -566,3 +566,64 @@ func TestCTActionEncoding(t *testing.T) {
 		}
 	}
 }
+
+// TestCTIPv6: IPv6 connections, and DNAT of IPv6 with the UDP checksum
+// (mandatory in IPv6) fixed.
+func TestCTIPv6(t *testing.T) {
+	c := newCTTest(t, nil)
+	nat := &flow.NAT{Kind: flow.NATDst, AddrMin: netip.MustParseAddr("fd00::5"), PortMin: 9999}
+	c.firstPass(portIn, flow.CT{Zone: 4, Flags: flow.CTCommit, NAT: nat}, flow.Recirc{ID: 1})
+	c.firstPass(portOut, flow.CT{Zone: 4, NAT: &flow.NAT{}}, flow.Recirc{ID: 1})
+	u := c.second(udpPkt(t, "fd00::1", "fd00::100", 40000, 5300, "q"), "lo")
+	wantState(t, "v6 new", u.Key.CtState, trk|nw|flow.CtDNAT)
+	if netip.AddrFrom16(u.Key.IPDst) != netip.MustParseAddr("fd00::5") || u.Key.TpDst != 9999 || u.Key.CtNwProto != 17 {
+		t.Fatalf("v6 DNAT: %s", flow.Format(u.Key, flow.ExactMask()))
+	}
+	checksumsOK(t, u.Packet)
+	u = c.second(udpPkt(t, "fd00::5", "fd00::1", 9999, 40000, "a"), "dummy0")
+	wantState(t, "v6 reply", u.Key.CtState, trk|est|rpl|flow.CtDNAT)
+	if netip.AddrFrom16(u.Key.IPSrc) != netip.MustParseAddr("fd00::100") || u.Key.TpSrc != 5300 {
+		t.Fatalf("v6 reply: %s", flow.Format(u.Key, flow.ExactMask()))
+	}
+	checksumsOK(t, u.Packet)
+	if cs := c.conns(); len(cs) != 1 || cs[0].Orig.Src != netip.MustParseAddr("fd00::1") || cs[0].Reply.Src != netip.MustParseAddr("fd00::5") {
+		t.Fatalf("conntrack %v", cs)
+	}
+}
+
+// TestCTRelatedNAT: an ICMP error from a DNAT backend goes back to the
+// client as if the virtual address had sent it, about the packet the
+// client sent: outer source, embedded destination address and port, and
+// every checksum (ICMP, embedded IP, embedded UDP) fixed.
+func TestCTRelatedNAT(t *testing.T) {
+	c := newCTTest(t, nil)
+	nat := &flow.NAT{Kind: flow.NATDst, AddrMin: netip.MustParseAddr("10.1.0.5"), PortMin: 9999}
+	c.firstPass(portIn, flow.CT{Flags: flow.CTCommit, NAT: nat}, flow.Recirc{ID: 1})
+	c.firstPass(portOut, flow.CT{NAT: &flow.NAT{}}, flow.Recirc{ID: 1})
+	sent := udpPkt(t, "10.0.0.1", "10.96.0.10", 40000, 5300, "q")
+	u := c.second(sent, "lo")
+	translated := u.Packet // what the backend got
+	u = c.second(icmpErr(t, "10.1.0.5", "10.0.0.1", translated), "dummy0")
+	wantState(t, "error from the backend", u.Key.CtState, trk|rel|rpl|flow.CtDNAT)
+	p := u.Packet
+	checksumsOK(t, p) // outer IP and ICMP checksums
+	inner := p[14+20+8:]
+	if u.Key.IPSrc != [16]byte{10, 96, 0, 10} || !bytes.Equal(inner[12:20], []byte{10, 0, 0, 1, 10, 96, 0, 10}) ||
+		!bytes.Equal(inner[20:24], sent[14+20:14+24]) {
+		t.Fatalf("error not translated back: %x", p)
+	}
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(inner[i])<<8 | uint32(inner[i+1])
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	if sum != 0xffff {
+		t.Fatalf("embedded IP checksum wrong: %x", inner[:20])
+	}
+	// The embedded UDP checksum is the one the client computed.
+	if !bytes.Equal(inner[26:28], sent[14+26:14+28]) {
+		t.Fatalf("embedded UDP checksum %x, the client sent %x", inner[26:28], sent[14+26:14+28])
+	}
+}
