@@ -381,6 +381,48 @@ func cases() []ctCase {
 			},
 		},
 		{
+			// A mark changed on an established connection (a second
+			// commit) is what later packets, both ways, see.
+			name: "mark_update",
+			flows: lines(
+				"table=0,priority=10,ip,actions=ct(table=1,zone=14)",
+				stampTable(1, 2),
+				"table=2,priority=20,ct_state=+trk+new,in_port=1,ip,actions=ct(commit,zone=14,exec(set_field:0x11->ct_mark)),goto_table:3",
+				"table=2,priority=30,ct_state=+trk+est-rpl,ct_mark=0x11,in_port=1,ip,actions=ct(commit,zone=14,exec(set_field:0x22->ct_mark)),goto_table:3",
+				"table=2,priority=20,ct_state=+trk+est,ip,actions=goto_table:5",
+				routeTable(3),
+				"table=5,priority=10,in_port=1,actions=mod_dl_dst:"+b1MAC+",move:NXM_NX_CT_MARK[0..7]->NXM_OF_ETH_DST[0..7],output:2",
+				"table=5,priority=10,in_port=2,actions=mod_dl_dst:02:00:00:00:01:01,move:NXM_NX_CT_MARK[0..7]->NXM_OF_ETH_DST[0..7],output:1",
+			),
+			steps: []step{
+				{udp("client", at(cIP, 42091), at(b1IP, 7003), "new"), want{at: "b1", state: "+trk+new", fields: map[string]string{"eth_dst": b1MAC}}},
+				{udpReply(1, "reply"), want{at: "client", state: "+trk+est+rpl", fields: map[string]string{"eth_dst": "02:00:00:00:01:11"}}},
+				{udp("client", at(cIP, 42091), at(b1IP, 7003), "remark"), want{at: "b1", state: "+trk+est", fields: map[string]string{"eth_dst": b1MAC}}},
+				{udpReply(3, "reply"), want{at: "client", state: "+trk+est+rpl", fields: map[string]string{"eth_dst": "02:00:00:00:01:22"}}},
+				{udp("client", at(cIP, 42091), at(b1IP, 7003), "again"), want{at: "b1", state: "+trk+est", fields: map[string]string{"eth_dst": "02:00:00:00:01:22"}}},
+			},
+		},
+		{
+			// ct(commit,force) on a reply ends the connection and commits
+			// a new one the other way round: the former server is now the
+			// originator.
+			name: "force_commit",
+			flows: lines(
+				"table=0,priority=10,ip,actions=ct(table=1,zone=13)",
+				stampTable(1, 2),
+				"table=2,priority=20,ct_state=+trk+new,in_port=1,ip,actions=ct(commit,zone=13),goto_table:3",
+				"table=2,priority=30,ct_state=+trk+est+rpl,in_port=2,ip,actions=ct(commit,force,zone=13),goto_table:3",
+				"table=2,priority=20,ct_state=+trk+est,ip,actions=goto_table:3",
+				routeTable(3),
+			),
+			steps: []step{
+				{udp("client", at(cIP, 42095), at(b1IP, 7004), "open"), want{at: "b1", state: "+trk+new"}},
+				{udpReply(1, "force"), want{at: "client", state: "+trk+est+rpl"}},
+				{udp("client", at(cIP, 42095), at(b1IP, 7004), "client replies now"), want{at: "b1", state: "+trk+est+rpl"}},
+				{udpReply(3, "b1 originates now"), want{at: "client", state: "+trk+est"}},
+			},
+		},
+		{
 			// Every packet is delivered to b1 with its state stamped: what
 			// each conntrack makes of packets that open no connection
 			// cleanly. Open vSwitch's userspace conntrack picks a TCP
