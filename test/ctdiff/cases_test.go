@@ -428,7 +428,8 @@ func cases() []ctCase {
 			// cleanly. Open vSwitch's userspace conntrack picks a TCP
 			// connection up mid-stream from any packet but a SYN+ACK or
 			// one with invalid flags (an ACK alone, even a RST alone, is
-			// +new); SYN+FIN and SYN+ACK are +inv. A UDP datagram with a
+			// +new); SYN+FIN and SYN+ACK are +inv, and so is an echo reply
+			// without a request. A UDP datagram with a
 			// bad checksum is +inv, and forwarded as it is.
 			name: "invalid",
 			flows: lines(
@@ -441,8 +442,29 @@ func cases() []ctCase {
 				{tcp("client", at(cIP, 42072), at(b1IP, 8080), "SF", 7777, 0), want{at: "b1", state: "+trk+inv"}},
 				{tcp("client", at(cIP, 42073), at(b1IP, 8080), "R", 7777, 0), want{at: "b1", state: "+trk+new"}},
 				{tcp("client", at(cIP, 42076), at(b1IP, 8080), "SA", 7777, 1), want{at: "b1", state: "+trk+inv"}},
+				{pkt{proto: "icmp", from: "client", src: cIP, dst: b1IP, icmpType: 0, icmpID: 0x4207, icmpSeq: 1, payload: "unsolicited echo reply"}, want{at: "b1", state: "+trk+inv"}},
 				{udp("client", at(cIP, 42074), at(b1IP, 9), "bad checksum").corrupt(), want{at: "b1", state: "+trk+inv", badCsum: true}},
 				{udp("client", at(cIP, 42075), at(b1IP, 9), "fine"), want{at: "b1", state: "+trk+new"}},
+			},
+		},
+		{
+			// Sequence numbers: a segment far outside the window of an
+			// established connection (every packet delivered, its state
+			// stamped).
+			name: "tcp_window",
+			flows: lines(
+				"table=0,priority=10,ip,actions=ct(table=1,zone=15)",
+				stampTable(1, 2),
+				"table=2,priority=20,ct_state=+trk+new,in_port=1,ip,actions=ct(commit,zone=15),goto_table:3",
+				"table=2,priority=10,ip,actions=goto_table:3",
+				routeTable(3),
+			),
+			steps: []step{
+				{tcp("client", at(cIP, 42097), at(b1IP, 8080), "S", 1000, 0), want{at: "b1", state: "+trk+new"}},
+				{tcpReply(1, "SA", 5000, 1001), want{at: "client", state: "+trk+est+rpl"}},
+				{tcp("client", at(cIP, 42097), at(b1IP, 8080), "A", 1001, 5001), want{at: "b1", state: "+trk+est"}},
+				{tcp("client", at(cIP, 42097), at(b1IP, 8080), "PA", 1001+1<<30, 5001).with("far away"), want{at: "b1", state: "+trk+inv"}},
+				{tcp("client", at(cIP, 42097), at(b1IP, 8080), "PA", 1001, 5001).with("in window"), want{at: "b1", state: "+trk+est"}},
 			},
 		},
 		{
