@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket"
@@ -55,7 +56,9 @@ func tryParse(tb testing.TB, pkt []byte) (parseResult, error) {
 	if _, err := probeObjs.ProbeParse.Run(&ebpf.RunOptions{Data: pkt}); err != nil {
 		return parseResult{}, err
 	}
-	raw := make([]byte, 8+8+flow.KeySize)
+	// Layout from the generated twin: the parse state also carries
+	// run_actions' verdict (actions.h), which the parser leaves alone.
+	raw := make([]byte, binary.Size(probeProbeResult{}))
 	if err := probeObjs.ProbeOut.Lookup(uint32(0), &raw); err != nil {
 		tb.Fatal(err)
 	}
@@ -66,7 +69,7 @@ func tryParse(tb testing.TB, pkt []byte) (parseResult, error) {
 		l3:   raw[12],
 		vlan: raw[13] != 0,
 	}
-	if err := r.key.UnmarshalBinary(raw[16:]); err != nil {
+	if err := r.key.UnmarshalBinary(raw[unsafe.Offsetof(probeProbeResult{}.Key):]); err != nil {
 		tb.Fatal(err)
 	}
 	return r, nil
