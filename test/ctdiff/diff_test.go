@@ -44,6 +44,9 @@ type want struct {
 	// sameAs > 0: delivered at the same endpoint as packet #sameAs was,
 	// on the same switch (a select group keeps a connection on one bucket).
 	sameAs int
+	// copies: how many frames arrive at `at` (a fragmented datagram's
+	// fragments); 0 means 1.
+	copies int
 	// badCsum: the frame was sent with a wrong L4 checksum and must
 	// arrive with it (no switch repairs or recomputes it).
 	badCsum bool
@@ -115,7 +118,13 @@ func runCase(t *testing.T, c ctCase, benches []*bench) {
 			}
 			o := observation{}
 			o.from, o.sent, o.err = s.send.build(ids[i], prior)
-			if o.err == nil {
+			if o.err == nil && s.send.fragment > 0 {
+				for _, f := range fragments(o.sent, s.send.fragment) {
+					if o.err = b.send(o.from, f); o.err != nil {
+						break
+					}
+				}
+			} else if o.err == nil {
 				o.err = b.send(o.from, o.sent)
 			}
 			obs[bi] = append(obs[bi], o)
@@ -127,7 +136,7 @@ func runCase(t *testing.T, c ctCase, benches []*bench) {
 			if s.want.at == "" || s.want.at == "*" {
 				obs[bi][i].arrived = b.frames.waitFor(ids[i], 1, time.Now().Add(dropWindow))
 			} else {
-				obs[bi][i].arrived = b.frames.waitFor(ids[i], 1, time.Now().Add(deliverTimeout))
+				obs[bi][i].arrived = b.frames.waitFor(ids[i], max(1, s.want.copies), time.Now().Add(deliverTimeout))
 			}
 		}
 		// The first difference ends the case: later packets depend on
@@ -271,10 +280,15 @@ func checkWant(w want, obs []observation, i int) string {
 		}
 		return ""
 	}
-	if len(o.arrived) != 1 {
-		return fmt.Sprintf("expected one copy at %s, got %d", w.at, len(o.arrived))
+	if len(o.arrived) != max(1, w.copies) {
+		return fmt.Sprintf("expected %d frame(s) at %s, got %d", max(1, w.copies), w.at, len(o.arrived))
 	}
 	a := o.arrived[0]
+	for _, x := range o.arrived[1:] {
+		if x.at != a.at {
+			return fmt.Sprintf("frames at %s and %s", a.at, x.at)
+		}
+	}
 	ok := false
 	for _, at := range strings.Split(w.at, "|") {
 		ok = ok || at == a.at
@@ -288,7 +302,17 @@ func checkWant(w want, obs []observation, i int) string {
 			return fmt.Sprintf("expected at the same endpoint as #%d, which went to %v", w.sameAs, prev)
 		}
 	}
-	fs := describe(a.frame)
+	for _, x := range o.arrived {
+		if d := checkFrame(w, x.frame); d != "" {
+			return d
+		}
+	}
+	return ""
+}
+
+// checkFrame checks one delivered frame against w's fields.
+func checkFrame(w want, frame []byte) string {
+	fs := describe(frame)
 	for _, f := range fs {
 		if w.badCsum && f.name == "l4_csum" {
 			if !strings.HasPrefix(f.value, "BAD") {
@@ -338,7 +362,7 @@ func checkAddr(want, ip, port string) string {
 	if !net.ParseIP(wip).Equal(net.ParseIP(ip)) {
 		return fmt.Sprintf("%s:%s, expected %s", ip, port, want)
 	}
-	if !hasPort {
+	if !hasPort || port == "" { // no port to check (a later fragment)
 		return ""
 	}
 	lo, hi := wport, wport

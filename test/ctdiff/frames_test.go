@@ -36,6 +36,9 @@ type pkt struct {
 	quote int
 	// badCsum: the UDP/TCP checksum is made wrong after it was computed.
 	badCsum bool
+	// fragment > 0: the datagram is sent as IPv4 fragments carrying this
+	// many payload bytes each (a multiple of 8).
+	fragment int
 }
 
 // tcp is a TCP segment from endpoint `from`.
@@ -300,6 +303,15 @@ func describe(f []byte) []field {
 	add("ip_proto", ip.Protocol)
 	add("ip_csum", ipv4HeaderCsum(f[14:14+int(ip.IHL)*4]))
 	l4 := f[14+int(ip.IHL)*4 : min(len(f), 14+int(ip.Length))]
+	if ip.Flags&layers.IPv4MoreFragments != 0 || ip.FragOffset != 0 {
+		// A fragment: only the first has the L4 header, none the whole
+		// datagram to check a checksum over.
+		if ip.FragOffset == 0 {
+			fs = append(fs, describeL4("", ip.SrcIP, ip.DstIP, ip.Protocol, l4, false)...)
+		}
+		add("fragment_bytes", len(l4))
+		return fs
+	}
 	fs = append(fs, describeL4("", ip.SrcIP, ip.DstIP, ip.Protocol, l4, true)...)
 	if ic, ok := pk.Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4); ok {
 		switch ic.TypeCode.Type() {
@@ -460,4 +472,28 @@ func value(fs []field, name string) string {
 		}
 	}
 	return ""
+}
+
+// fragments cuts an untagged IPv4 frame into fragments carrying size
+// bytes of its payload each (the last one the rest).
+func fragments(frame []byte, size int) [][]byte {
+	ihl := int(frame[14]&0xf) * 4
+	hdr := frame[:14+ihl]
+	payload := frame[14+ihl : 14+int(binary.BigEndian.Uint16(frame[16:]))]
+	var out [][]byte
+	for off := 0; off < len(payload); off += size {
+		end := min(off+size, len(payload))
+		f := append(append([]byte(nil), hdr...), payload[off:end]...)
+		ip := f[14:]
+		binary.BigEndian.PutUint16(ip[2:], uint16(ihl+end-off))
+		fo := uint16(off / 8)
+		if end < len(payload) {
+			fo |= 0x2000 // more fragments
+		}
+		binary.BigEndian.PutUint16(ip[6:], fo)
+		ip[10], ip[11] = 0, 0
+		binary.BigEndian.PutUint16(ip[10:], ^uint16(onesSum(0, ip[:ihl])))
+		out = append(out, f)
+	}
+	return out
 }
