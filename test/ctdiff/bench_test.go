@@ -153,13 +153,16 @@ func startOVS(t *testing.T) *bench {
 	b := newTopology(t, "ovs")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// The directory first: its removal must come after the daemons'
+	// stop (cleanups run last-in first-out), which finds them by the
+	// pidfiles in it.
+	dir := filepath.Join(t.TempDir(), "ovs")
 	cleanup := &lab.Cleanup{}
 	t.Cleanup(func() {
 		if err := cleanup.RunAll(); err != nil {
 			t.Errorf("stopping Open vSwitch: %v", err)
 		}
 	})
-	dir := filepath.Join(t.TempDir(), "ovs")
 	ovs, err := lab.StartOVS(ctx, lab.NewShell(nil), cleanup, dir, b.node.Name)
 	if err != nil {
 		t.Fatalf("starting Open vSwitch: %v", err)
