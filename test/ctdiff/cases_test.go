@@ -124,7 +124,7 @@ func service(z int) []string {
 		// The connection's original tuple, whatever NAT did to the
 		// packet: marked in the DSCP (8 on the way in, 9 on the way back).
 		fmt.Sprintf("table=2,priority=30,ct_state=+trk+est-rpl,ct_nw_dst=%s,ct_nw_proto=6,ct_tp_dst=80,tcp,actions=set_field:8->ip_dscp,goto_table:3", vip),
-		fmt.Sprintf("table=2,priority=30,ct_state=+trk+est+rpl,ct_nw_src=%s,ct_nw_dst=%s,ct_tp_src=42035,ct_tp_dst=80,tcp,actions=set_field:9->ip_dscp,goto_table:3", cIP, vip),
+		fmt.Sprintf("table=2,priority=30,ct_state=+trk+est+rpl,ct_nw_src=%s,ct_nw_dst=%s,ct_nw_proto=6,ct_tp_src=42035,ct_tp_dst=80,tcp,actions=set_field:9->ip_dscp,goto_table:3", cIP, vip),
 		"table=2,priority=20,ct_state=+trk+est,ip,actions=goto_table:3",
 		"table=2,priority=20,ct_state=+trk+rel,ip,actions=goto_table:3",
 		routeTable(3),
@@ -283,7 +283,7 @@ func cases() []ctCase {
 			flows: service(2),
 			steps: []step{
 				{tcp("client", at(cIP, 42031), at(vip, 80), "S", 1000, 0), want{at: "b1", state: "+trk+new", src: at(cIP, 42031), dst: at(b1IP, 8080)}},
-				{tcpReply(1, "SA", 5000, 1001), want{at: "client", state: "+trk+est+rpl+snat", src: at(vip, 80), dst: at(cIP, 42031)}},
+				{tcpReply(1, "SA", 5000, 1001), want{at: "client", state: "+trk+est+rpl+snat", src: at(vip, 80), dst: at(cIP, 42031), fields: map[string]string{"ip_tos": "0"}}},
 				{tcp("client", at(cIP, 42031), at(vip, 80), "A", 1001, 5001), want{at: "b1", state: "+trk+est+dnat", dst: at(b1IP, 8080)}},
 				{tcpReply(3, "PA", 5001, 1001).with("hi"), want{at: "client", state: "+trk+est+rpl+snat", src: at(vip, 80)}},
 			},
