@@ -4,6 +4,7 @@
  * BenchmarkConntrackLookup (pkg/datapath) runs each program here with
  * BPF_PROG_RUN on one UDP packet whose connection exists in both tables.
  *
+ *   ct_bench_none       the harness alone (parse the tuple, no lookup)
  *   ct_bench_own_orig   our table, a packet in the original direction (1 lookup)
  *   ct_bench_own_reply  our table, a reply (2 lookups: reply entry, connection)
  *   ct_bench_kfunc      bpf_skb_ct_lookup + bpf_ct_release
@@ -16,8 +17,14 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define __ksym __attribute__((section(".ksyms")))
 
-struct nf_conn;
-struct nf_conn___init;
+/* Opaque here; a struct, not a forward declaration, so that the loader
+ * matches the kfuncs' prototypes against the kernel's BTF (by name). */
+struct nf_conn {
+	__u64 opaque;
+};
+struct nf_conn___init {
+	__u64 opaque;
+};
 
 struct bpf_ct_opts {
 	__s32 netns_id;
@@ -99,6 +106,16 @@ static __always_inline int own(struct __sk_buff *skb, int reply)
 			return 1;
 	}
 	return e->expires > bpf_ktime_get_coarse_ns() ? 0 : 1;
+}
+
+/* The harness alone: read the tuple, look nothing up. */
+SEC("tc")
+int ct_bench_none(struct __sk_buff *skb)
+{
+	struct iphdr *ip;
+	struct udphdr *uh;
+
+	return read_tuple(skb, &ip, &uh) < 0;
 }
 
 SEC("tc")
