@@ -337,6 +337,26 @@ func cases() []ctCase {
 			},
 		},
 		{
+			// Three connections to one server SNATed into a range of two
+			// ports: two get distinct ports, the third finds none. Open
+			// vSwitch 3.1 then sends it on un-NATed (the client's own
+			// address leaves); nagare-switch drops it (nat-no-port), as
+			// Linux's nf_nat does.
+			name: "snat_exhausted",
+			flows: lines(
+				"table=0,priority=10,ip,actions=ct(table=1,zone=17,nat)",
+				stampTable(1, 2),
+				fmt.Sprintf("table=2,priority=20,ct_state=+trk+new,in_port=1,ip,actions=ct(commit,zone=17,nat(src=%s:3000-3001)),goto_table:3", snatIP),
+				"table=2,priority=20,ct_state=+trk+est,ip,actions=goto_table:3",
+				routeTable(3),
+			),
+			steps: []step{
+				{udp("client", at(cIP, 42151), at(extIP, 53), "one"), want{at: "ext", state: "+trk+new", src: snatIP + ":3000-3001", free: []string{"tp_src"}}},
+				{udp("client", at(cIP, 42152), at(extIP, 53), "two"), want{at: "ext", state: "+trk+new", src: snatIP + ":3000-3001", portApart: 1, free: []string{"tp_src"}}},
+				{udp("client", at(cIP, 42153), at(extIP, 53), "three"), want{at: "*", note: "Open vSwitch forwards it un-NATed, nagare-switch drops it (nat-no-port)"}},
+			},
+		},
+		{
 			// The same tuple in zone 10 (from the client) and zone 20 (from
 			// ext, which the zone comes from through a register) are two
 			// connections: committed in 10, still new in 20.

@@ -52,6 +52,10 @@ type want struct {
 	badCsum bool
 	// fields: other fields of the delivered frame, by describe's names.
 	fields map[string]string
+	// portApart > 0: the source port differs from the one packet
+	// #portApart arrived with, on the same switch (two connections SNATed
+	// to one address need two ports).
+	portApart int
 	// free: fields allowed to differ between the two switches ("at" for
 	// the endpoint, else describe's names, e.g. "tp_src" for a SNAT port
 	// chosen from a range, "eth_dst", "ip_dst" for a select bucket).
@@ -300,6 +304,16 @@ func checkWant(w want, obs []observation, i int) string {
 		prev := obs[w.sameAs-1].arrived
 		if len(prev) == 0 || prev[0].at != a.at {
 			return fmt.Sprintf("expected at the same endpoint as #%d, which went to %v", w.sameAs, prev)
+		}
+	}
+	if w.portApart > 0 {
+		prev := obs[w.portApart-1].arrived
+		if len(prev) == 0 {
+			return fmt.Sprintf("packet #%d, whose port this one must not share, was dropped", w.portApart)
+		}
+		p, q := value(describe(a.frame), "tp_src"), value(describe(prev[0].frame), "tp_src")
+		if p == q {
+			return fmt.Sprintf("source port %s, the same as packet #%d's", p, w.portApart)
 		}
 	}
 	for _, x := range o.arrived {
