@@ -9,10 +9,17 @@
 // Open vSwitch runs its userspace datapath (datapath_type=netdev) with
 // its own conntrack, started as the lab starts it (lab.StartOVS); the
 // switch under test is nagare-switch (pkg/switchd) in this process. Each
-// runs on its own copy of one topology (bench.go). The cases are a table
-// (cases_test.go); run one with
+// runs on its own copy of one topology (bench_test.go). The cases are a
+// table (cases_test.go); the first difference in a case fails it with
+// both switches' frames decoded and in hex, their traces of the packet,
+// their flow caches and connection tables. Run one case with
 //
-//	go test -count=1 -v -run 'TestDiff/dnat' ./test/ctdiff/
+//	go test -count=1 -v -run 'TestDiff/dnat$' ./test/ctdiff/
+//
+// CTDIFF_KEEP_GOING=1 reports every differing packet of a case, not only
+// the first; CTDIFF_SWITCHES=ovs (or nagare) runs one switch against the
+// expectations alone (how a new case's expectations are checked against
+// the reference first).
 package ctdiff
 
 import (
