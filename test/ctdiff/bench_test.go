@@ -36,11 +36,12 @@ var endpoints = []struct {
 	port int
 	mac  string
 	ip   string
+	ip6  string
 }{
-	{"client", 1, "02:00:00:00:01:01", "10.77.0.1"},
-	{"b1", 2, "02:00:00:00:01:02", "10.77.0.2"},
-	{"b2", 3, "02:00:00:00:01:03", "10.77.0.3"},
-	{"ext", 4, "02:00:00:00:01:04", "10.77.1.4"},
+	{"client", 1, "02:00:00:00:01:01", "10.77.0.1", "fd00:77::1"},
+	{"b1", 2, "02:00:00:00:01:02", "10.77.0.2", "fd00:77::2"},
+	{"b2", 3, "02:00:00:00:01:03", "10.77.0.3", "fd00:77::3"},
+	{"ext", 4, "02:00:00:00:01:04", "10.77.1.4", "fd00:77:1::4"},
 }
 
 // Addresses the pipelines use beside the endpoints'.
@@ -419,12 +420,17 @@ func (c *capture) waitFor(id uint16, n int, deadline time.Time) []arrival {
 	}
 }
 
-// ipv4ID is the identification field of an IPv4 frame (untagged).
+// ipv4ID names the packet a frame came from: an IPv4 frame's
+// identification field, an IPv6 frame's flow label (the test sends
+// labels below 2^16; neither switch changes either).
 func ipv4ID(f []byte) (uint16, bool) {
-	if len(f) < 14+20 || f[12] != 0x08 || f[13] != 0x00 || f[14]>>4 != 4 {
-		return 0, false
+	switch {
+	case len(f) >= 14+20 && f[12] == 0x08 && f[13] == 0x00 && f[14]>>4 == 4:
+		return uint16(f[18])<<8 | uint16(f[19]), true
+	case len(f) >= 14+40 && f[12] == 0x86 && f[13] == 0xdd && f[14]>>4 == 6 && f[15]&0xf == 0:
+		return uint16(f[16])<<8 | uint16(f[17]), true
 	}
-	return uint16(f[18])<<8 | uint16(f[19]), true
+	return 0, false
 }
 
 func mustMAC(s string) net.HardwareAddr {

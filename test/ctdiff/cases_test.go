@@ -36,8 +36,20 @@ const (
 	b2MAC = "02:00:00:00:01:03"
 )
 
+// IPv6 addresses of the endpoints and of the Service.
+const (
+	c6   = "fd00:77::1"
+	b16  = "fd00:77::2"
+	vip6 = "fd00:96::10"
+)
+
 // at joins an address and a port.
-func at(ip string, port int) string { return fmt.Sprintf("%s:%d", ip, port) }
+func at(ip string, port int) string {
+	if strings.Contains(ip, ":") {
+		return fmt.Sprintf("[%s]:%d", ip, port)
+	}
+	return fmt.Sprintf("%s:%d", ip, port)
+}
 
 // lines flattens strings and string slices into one flow list.
 func lines(parts ...any) []string {
@@ -84,6 +96,15 @@ func routeTable(table int) []string {
 	var out []string
 	for _, e := range endpoints {
 		out = append(out, fmt.Sprintf("table=%d,priority=10,ip,nw_dst=%s,actions=mod_dl_dst:%s,output:%d", table, e.ip, e.mac, e.port))
+	}
+	return out
+}
+
+// routeTable6 is routeTable for IPv6.
+func routeTable6(table int) []string {
+	var out []string
+	for _, e := range endpoints {
+		out = append(out, fmt.Sprintf("table=%d,priority=10,ipv6,ipv6_dst=%s,actions=mod_dl_dst:%s,output:%d", table, e.ip6, e.mac, e.port))
 	}
 	return out
 }
@@ -256,6 +277,41 @@ func cases() []ctCase {
 				// tuple opens a new connection.
 				{tcp("client", at(cIP, 42011), at(b1IP, 8080), "A", 2001, 6001), want{at: "b1", state: "+trk+est"}},
 				{tcp("client", at(cIP, 42011), at(b1IP, 8080), "S", 3000, 0), want{at: "b1", state: "+trk+new"}},
+			},
+		},
+		{
+			// IPv6 through the firewall.
+			name: "ipv6",
+			flows: lines(
+				"table=0,priority=10,ipv6,actions=ct(table=1,zone=18)",
+				stampTable(1, 2),
+				"table=2,priority=20,ct_state=+trk+new,in_port=1,ipv6,actions=ct(commit,zone=18),goto_table:3",
+				"table=2,priority=20,ct_state=+trk+est,ipv6,actions=goto_table:3",
+				routeTable6(3),
+			),
+			steps: []step{
+				{tcp("client", at(c6, 42201), at(b16, 22), "S", 1000, 0), want{at: "b1", state: "+trk+new"}},
+				{tcpReply(1, "SA", 5000, 1001), want{at: "client", state: "+trk+est+rpl"}},
+				{tcp("client", at(c6, 42201), at(b16, 22), "A", 1001, 5001), want{at: "b1", state: "+trk+est"}},
+				{udp("client", at(c6, 42202), at(b16, 53), "query"), want{at: "b1", state: "+trk+new"}},
+				{udpReply(4, "answer"), want{at: "client", state: "+trk+est+rpl"}},
+				{udp("b1", at(b16, 53), at(c6, 42203), "unsolicited"), want{at: ""}},
+			},
+		},
+		{
+			// A Service's DNAT over IPv6.
+			name: "ipv6_dnat",
+			flows: lines(
+				"table=0,priority=10,ipv6,actions=ct(table=1,zone=19,nat)",
+				stampTable(1, 2),
+				fmt.Sprintf("table=2,priority=30,ct_state=+trk+new,in_port=1,tcp6,ipv6_dst=%s,tp_dst=80,actions=ct(commit,zone=19,nat(dst=[%s]:8080)),mod_dl_dst:%s,output:2", vip6, b16, b1MAC),
+				"table=2,priority=20,ct_state=+trk+est,ipv6,actions=goto_table:3",
+				routeTable6(3),
+			),
+			steps: []step{
+				{tcp("client", at(c6, 42204), at(vip6, 80), "S", 1000, 0), want{at: "b1", state: "+trk+new", dst: at(b16, 8080)}},
+				{tcpReply(1, "SA", 5000, 1001), want{at: "client", state: "+trk+est+rpl+snat", src: at(vip6, 80), dst: at(c6, 42204)}},
+				{tcp("client", at(c6, 42204), at(vip6, 80), "A", 1001, 5001), want{at: "b1", state: "+trk+est+dnat", dst: at(b16, 8080)}},
 			},
 		},
 		{

@@ -367,11 +367,11 @@ func checkFrame(w want, frame []byte) string {
 }
 
 // checkAddr compares ip (and port, if the expectation has one) with
-// "ip[:port[-port]]".
+// "ip[:port[-port]]" ("[ip6]:port" for IPv6).
 func checkAddr(want, ip, port string) string {
 	wip, wport, hasPort := want, "", false
-	if i := strings.LastIndexByte(want, ':'); i >= 0 {
-		wip, wport, hasPort = want[:i], want[i+1:], true
+	if h, p, err := net.SplitHostPort(want); err == nil && (strings.HasPrefix(want, "[") || strings.Count(want, ":") == 1) {
+		wip, wport, hasPort = h, p, true
 	}
 	if !net.ParseIP(wip).Equal(net.ParseIP(ip)) {
 		return fmt.Sprintf("%s:%s, expected %s", ip, port, want)

@@ -81,7 +81,7 @@ const gatewayMAC = "02:00:00:00:00:fe"
 // macOf is the MAC of the endpoint with address ip, else gatewayMAC.
 func macOf(ip net.IP) net.HardwareAddr {
 	for _, e := range endpoints {
-		if net.ParseIP(e.ip).Equal(ip) {
+		if net.ParseIP(e.ip).Equal(ip) || net.ParseIP(e.ip6).Equal(ip) {
 			return mustMAC(e.mac)
 		}
 	}
@@ -97,15 +97,19 @@ func endpointMAC(name string) net.HardwareAddr {
 	panic("no endpoint " + name)
 }
 
+// splitHostPort reads "ip:port", "[ip6]:port", or an address alone.
 func splitHostPort(s string) (net.IP, uint16, error) {
 	host, port := s, "0"
-	if i := strings.LastIndexByte(s, ':'); i >= 0 {
-		host, port = s[:i], s[i+1:]
+	if h, p, err := net.SplitHostPort(s); err == nil {
+		host, port = h, p
 	}
-	ip := net.ParseIP(host).To4()
+	ip := net.ParseIP(host)
 	p, err := strconv.ParseUint(port, 10, 16)
 	if ip == nil || err != nil {
 		return nil, 0, fmt.Errorf("bad address %q", s)
+	}
+	if v4 := ip.To4(); v4 != nil {
+		ip = v4
 	}
 	return ip, uint16(p), nil
 }
@@ -127,10 +131,13 @@ func (p pkt) build(id uint16, prior [][]arrival) (string, []byte, error) {
 		got := prior[n-1][0]
 		pk := gopacket.NewPacket(got.frame, layers.LayerTypeEthernet, gopacket.Default)
 		ip4, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
-		if ip4 == nil {
+		if ip6, ok := pk.Layer(layers.LayerTypeIPv6).(*layers.IPv6); ok && p.quote == 0 {
+			from, sip, dip = got.at, ip6.DstIP, ip6.SrcIP
+		} else if ip4 == nil {
 			return "", nil, fmt.Errorf("packet #%d arrived without an IPv4 header", n)
+		} else {
+			from, sip, dip = got.at, ip4.DstIP, ip4.SrcIP
 		}
-		from, sip, dip = got.at, ip4.DstIP, ip4.SrcIP
 		switch l4 := pk.TransportLayer().(type) {
 		case *layers.TCP:
 			sport, dport = uint16(l4.DstPort), uint16(l4.SrcPort)
@@ -156,19 +163,35 @@ func (p pkt) build(id uint16, prior [][]arrival) (string, []byte, error) {
 	}
 	eth := &layers.Ethernet{SrcMAC: endpointMAC(from), DstMAC: macOf(dip), EthernetType: layers.EthernetTypeIPv4}
 	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Id: id, SrcIP: sip, DstIP: dip}
+	var netLayer gopacket.NetworkLayer = ip
 	ls := []gopacket.SerializableLayer{eth, ip}
+	if sip.To4() == nil {
+		if p.proto == "icmp" {
+			return "", nil, fmt.Errorf("ICMPv6 frames are not built")
+		}
+		eth.EthernetType = layers.EthernetTypeIPv6
+		ip6 := &layers.IPv6{Version: 6, HopLimit: 64, FlowLabel: uint32(id), SrcIP: sip, DstIP: dip}
+		netLayer = ip6
+		ls = []gopacket.SerializableLayer{eth, ip6}
+		switch p.proto {
+		case "tcp":
+			ip6.NextHeader = layers.IPProtocolTCP
+		case "udp":
+			ip6.NextHeader = layers.IPProtocolUDP
+		}
+	}
 	switch p.proto {
 	case "tcp":
 		ip.Protocol = layers.IPProtocolTCP
 		t := &layers.TCP{SrcPort: layers.TCPPort(sport), DstPort: layers.TCPPort(dport), Seq: p.seq, Ack: p.ack, Window: 64240,
 			SYN: strings.Contains(p.flags, "S"), ACK: strings.Contains(p.flags, "A"), FIN: strings.Contains(p.flags, "F"),
 			RST: strings.Contains(p.flags, "R"), PSH: strings.Contains(p.flags, "P")}
-		_ = t.SetNetworkLayerForChecksum(ip)
+		_ = t.SetNetworkLayerForChecksum(netLayer)
 		ls = append(ls, t)
 	case "udp":
 		ip.Protocol = layers.IPProtocolUDP
 		u := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
-		_ = u.SetNetworkLayerForChecksum(ip)
+		_ = u.SetNetworkLayerForChecksum(netLayer)
 		ls = append(ls, u)
 	case "icmp":
 		ip.Protocol = layers.IPProtocolICMPv4
@@ -189,7 +212,11 @@ func (p pkt) build(id uint16, prior [][]arrival) (string, []byte, error) {
 	frame := buf.Bytes()
 	if p.badCsum {
 		at := map[string]int{"tcp": 16, "udp": 6, "icmp": 2}[p.proto]
-		frame[14+20+at] ^= 0x5a
+		hdr := 20
+		if sip.To4() == nil {
+			hdr = 40
+		}
+		frame[14+hdr+at] ^= 0x5a
 	}
 	return from, frame, nil
 }
@@ -288,6 +315,17 @@ func describe(f []byte) []field {
 	add("eth_src", eth.SrcMAC)
 	add("eth_dst", eth.DstMAC)
 	add("eth_type", eth.EthernetType)
+	if ip6, ok := pk.Layer(layers.LayerTypeIPv6).(*layers.IPv6); ok {
+		add("ip_src", ip6.SrcIP)
+		add("ip_dst", ip6.DstIP)
+		add("ip_id", ip6.FlowLabel) // the flow label names the packet
+		add("ip_ttl", ip6.HopLimit)
+		add("ip_tos", ip6.TrafficClass)
+		add("ip_len", ip6.Length)
+		add("ip_proto", ip6.NextHeader)
+		l4 := f[14+40 : min(len(f), 14+40+int(ip6.Length))]
+		return append(fs, describeL4("", ip6.SrcIP, ip6.DstIP, ip6.NextHeader, l4, true)...)
+	}
 	ip, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 	if ip == nil {
 		add("payload", hex.EncodeToString(eth.Payload))
@@ -445,8 +483,13 @@ func l4Csum(src, dst net.IP, proto layers.IPProtocol, l4 []byte) string {
 		at = 2
 	}
 	if proto != layers.IPProtocolICMPv4 {
-		sum = onesSum(0, src.To4())
-		sum = onesSum(sum, dst.To4())
+		if s4, d4 := src.To4(), dst.To4(); s4 != nil && d4 != nil {
+			sum = onesSum(0, s4)
+			sum = onesSum(sum, d4)
+		} else {
+			sum = onesSum(0, src.To16())
+			sum = onesSum(sum, dst.To16())
+		}
 		sum += uint32(proto) + uint32(len(l4))
 	}
 	if onesSum(sum, l4) == 0xffff {

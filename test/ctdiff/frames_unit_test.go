@@ -70,6 +70,9 @@ func TestCheckAddr(t *testing.T) {
 		{"10.0.0.1:2000-2010", "10.0.0.1", "2011", false},
 		{"10.0.0.1", "10.0.0.1", "", true},
 		{"10.0.0.1", "10.0.0.2", "", false},
+		{"[fd00::1]:80", "fd00::1", "80", true},
+		{"[fd00::1]:80", "fd00::1", "81", false},
+		{"fd00::1", "fd00::1", "80", true},
 	} {
 		if got := checkAddr(c.want, c.ip, c.port) == ""; got != c.ok {
 			t.Errorf("checkAddr(%s, %s:%s) ok=%v", c.want, c.ip, c.port, got)
