@@ -71,6 +71,9 @@ func init() {
 			}
 			return usagef("want set TARGET MODE or show")
 		}})
+	register(&command{name: "conntrack", summary: "the fast path's tracked connections, or flush some",
+		usage: "nagarectl [--switch unix:PATH] conntrack [flush] [--zone N] [--proto tcp|udp|sctp|icmp] [--addr IP] [--port N]",
+		run:   runConntrack})
 	register(&command{name: "trace", summary: "show how a packet goes through the OpenFlow tables",
 		usage: "nagarectl [--switch unix:PATH] trace PACKET [--hex FRAME] [--ct-next trk,est]   (PACKET in ovs-ofctl match syntax, e.g. in_port=1,udp,nw_dst=10.0.0.2,tp_dst=53)",
 		run:   runTrace})
@@ -167,6 +170,34 @@ func runPort(args []string, stdout, _ io.Writer) error {
 		return ctlPrint(stdout, switchd.CtlRequest{Cmd: "port-del", Name: name})
 	}
 	return usagef("unknown port command %q", verb)
+}
+
+func runConntrack(args []string, stdout, _ io.Writer) error {
+	cmd := "conntrack"
+	if len(args) > 0 && args[0] == "flush" {
+		cmd, args = "conntrack-flush", args[1:]
+	}
+	fs := flag.NewFlagSet("conntrack", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	zone := fs.Int("zone", -1, "only this zone")
+	proto := fs.String("proto", "", "only this protocol")
+	addr := fs.String("addr", "", "only connections with this address at either end, either direction")
+	port := fs.Uint("port", 0, "only connections with this port (of --addr, when given)")
+	if err := fs.Parse(args); err != nil {
+		return usagef("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected %q", fs.Arg(0))
+	}
+	if *zone > 0xffff || *port > 0xffff {
+		return usagef("--zone and --port take 0..65535")
+	}
+	req := switchd.CtlRequest{Cmd: cmd, Proto: *proto, Addr: *addr, L4Port: uint16(*port)}
+	if *zone >= 0 {
+		z := uint16(*zone)
+		req.Zone = &z
+	}
+	return ctlPrint(stdout, req)
 }
 
 func runTrace(args []string, stdout, _ io.Writer) error {

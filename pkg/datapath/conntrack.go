@@ -378,6 +378,9 @@ type ConnMatch struct {
 	Port  uint16
 }
 
+// Matches reports whether m selects c.
+func (m ConnMatch) Matches(c *Conn) bool { return m.match(c) }
+
 func (m ConnMatch) match(c *Conn) bool {
 	if m.Zone != nil && *m.Zone != c.Zone {
 		return false

@@ -255,11 +255,17 @@ func (d *Datapath) load() error {
 	return d.mapOnloadSeqs()
 }
 
-// unpinned are the maps each process makes anew: per-CPU scratch space
-// and test traces hold nothing between packets, and a program array holds
-// the programs of the process that loaded it (recirc.h).
-var unpinned = map[string]bool{"out_traces": true, ".rodata": true, ".bss": true, ".data": true,
-	"mf_scratch": true, "passes": true, "ct_scratch": true, "recirc_progs": true}
+// unpinned are the maps each process makes anew: test traces and the
+// program's constants. The per-CPU scratch maps and the recirculation
+// program array are pinned like the rest although they hold nothing
+// between packets: a recirculated pass carries its state from the entry
+// program to nagare_recirc through them, and across a restart the old
+// process's entry programs stay attached until the new process swaps
+// them. With a map of their own, the old ones' tail calls would find an
+// empty array once the old process closed it (the kernel clears a
+// program array when its last user reference goes) and every
+// recirculated packet would drop until the swap.
+var unpinned = map[string]bool{"out_traces": true, ".rodata": true, ".bss": true, ".data": true}
 
 // Close releases this process's handles. Pinned maps and port attachments
 // stay: traffic keeps flowing through the installed flows.

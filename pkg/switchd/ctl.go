@@ -33,7 +33,12 @@ type CtlRequest struct {
 	Packet string `json:"packet,omitempty"`  // trace: ovs-ofctl match syntax
 	Hex    string `json:"hex,omitempty"`     // trace: a whole frame in hex instead
 	CtNext string `json:"ct_next,omitempty"` // trace: ct_state per recirculated pass ("trk,new;trk,est")
-	Change bool   `json:"change,omitempty"`  // revalidate: translate every cached flow again
+	// conntrack, conntrack-flush: which connections (all when empty)
+	Zone   *uint16 `json:"zone,omitempty"`
+	Proto  string  `json:"proto,omitempty"`
+	Addr   string  `json:"addr,omitempty"`
+	L4Port uint16  `json:"l4_port,omitempty"`
+	Change bool    `json:"change,omitempty"` // revalidate: translate every cached flow again
 	// steering-add/-del: an entry or a match (pkg/steering syntax)
 	Entry string `json:"entry,omitempty"`
 	// steering-pin: workload (0 unpins) on CPU; port-add: the port's
@@ -206,6 +211,10 @@ func (s *Switch) controlDo(req CtlRequest) ([]string, any, error) {
 	case "placement-show":
 		st := s.placementStats()
 		return append([]string{placementSummary(st), onloadPathLine(st)}, s.placementLines()...), st, nil
+	case "conntrack":
+		return s.conntrackList(req)
+	case "conntrack-flush":
+		return s.conntrackFlush(req)
 	case "flush-cache":
 		n := s.cache.len()
 		if err := s.flushCache(); err != nil {
@@ -213,7 +222,7 @@ func (s *Switch) controlDo(req CtlRequest) ([]string, any, error) {
 		}
 		return []string{fmt.Sprintf("deleted %d cached flows", n)}, nil, nil
 	}
-	return nil, nil, fmt.Errorf("unknown command %q (port-add, port-del, list-ports, dump-ports, dump-flows, dump-cache, trace, show, revalidate, flush-cache, steering-show, steering-add, steering-del, steering-pin, placement-set, placement-show)", req.Cmd)
+	return nil, nil, fmt.Errorf("unknown command %q (port-add, port-del, list-ports, dump-ports, dump-flows, dump-cache, trace, show, revalidate, flush-cache, conntrack, conntrack-flush, steering-show, steering-add, steering-del, steering-pin, placement-set, placement-show)", req.Cmd)
 }
 
 func (s *Switch) dumpPorts() ([]string, any, error) {
@@ -368,6 +377,10 @@ func (s *Switch) show() ([]string, any, error) {
 		onloadPathLine(s.placementStats()),
 		fmt.Sprintf("mac table: %d entries (max %d, %d per port), learned %d, moved %d, aged %d, evicted: port over budget %d, table full %d (of another port's %d)",
 			ms.Entries, ms.Max, ms.PerPort, ms.Learned, ms.Moved, ms.Aged, ms.EvictedPort, ms.EvictedFull, ms.EvictedVictims),
+	}
+	if cs, err := s.dp.ConntrackStats(); err == nil {
+		lines = append(lines, fmt.Sprintf("conntrack: %d connections (holds %d, a port may commit %s), %d recirculation states",
+			cs.Conns, cs.Max, limitString(int(cs.PortMax)), s.pl.RecircStates()))
 	}
 	var reasons []string
 	for r, n := range drops {

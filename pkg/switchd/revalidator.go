@@ -58,6 +58,9 @@ func newRevalidator(s *Switch) *revalidator {
 	return &revalidator{s: s, kick: make(chan kick), lastVersion: s.pl.Version()}
 }
 
+// conntrackSweepInterval is how often expired connections are deleted.
+const conntrackSweepInterval = 5 * time.Second
+
 // kick asks the revalidator's goroutine for a round now; done is closed
 // when it has run.
 type kick struct {
@@ -70,6 +73,11 @@ func (r *revalidator) run(ctx context.Context) {
 	defer t.Stop()
 	expire := time.NewTicker(time.Second)
 	defer expire.Stop()
+	// Expired connections are already gone for the fast path; the sweep
+	// gives their room back (an unswept table fills up at the rate of
+	// new connections, not of live ones).
+	sweep := time.NewTicker(conntrackSweepInterval)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -82,6 +90,12 @@ func (r *revalidator) run(ctx context.Context) {
 		case now := <-expire.C:
 			r.expireRules()
 			r.s.pacer.expire(now, false)
+		case <-sweep.C:
+			if n, err := r.s.dp.SweepConntrack(); err != nil {
+				r.s.log.Warn("conntrack sweep", "err", err)
+			} else if n > 0 {
+				r.s.log.Debug("conntrack sweep", "expired", n)
+			}
 		}
 	}
 }

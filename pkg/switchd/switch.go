@@ -112,6 +112,15 @@ type Config struct {
 	// controller-burst-limit); 0 takes the default (1000/s, 250),
 	// negative removes the limit.
 	PacketInRate, PacketInBurst int
+	// ConntrackMax is the connections the fast path's tracker holds
+	// (default datapath.DefaultConntrackMax); ConntrackPortMax the live
+	// connections one ingress port may commit (0: a quarter of the
+	// table, negative: no limit). Both are per-port budgets in the same
+	// sense as the above: a pod opening connections without end fails
+	// its own new connections, not another pod's.
+	ConntrackMax, ConntrackPortMax int
+	// ConntrackTimeouts: zero fields take nf_conntrack's defaults.
+	ConntrackTimeouts datapath.ConntrackTimeouts
 }
 
 // Per-port budget defaults.
@@ -358,6 +367,7 @@ func New(cfg Config) (*Switch, error) {
 		EMCInsertInvProb: cfg.EMCInsertInvProb,
 		UpcallRate:       uint32(cfg.UpcallRate), UpcallBurst: uint32(cfg.UpcallBurst),
 		PortFlowLimit: cfg.PortFlowLimit, PortMaskLimit: cfg.PortMaskLimit,
+		ConntrackMax: cfg.ConntrackMax, ConntrackPortMax: cfg.ConntrackPortMax, ConntrackTimeouts: cfg.ConntrackTimeouts,
 	})
 	if err != nil {
 		lock.Close()
