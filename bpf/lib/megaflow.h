@@ -31,8 +31,13 @@ static __always_inline __u32 filter_hash(const __u64 *k, const struct mf_mask *m
 	FILTER_WORD(0) FILTER_WORD(1) FILTER_WORD(2) FILTER_WORD(3)
 	FILTER_WORD(4) FILTER_WORD(5) FILTER_WORD(6) FILTER_WORD(7)
 	FILTER_WORD(8) FILTER_WORD(9) FILTER_WORD(10) FILTER_WORD(11)
-	FILTER_WORD(12) FILTER_WORD(13) FILTER_WORD(14) FILTER_WORD(15)
-	FILTER_WORD(16) FILTER_WORD(17) FILTER_WORD(18) FILTER_WORD(19)
+	FILTER_WORD(12) FILTER_WORD(13)
+	/* The recirculation and conntrack words: one test for the masks
+	 * (most) that touch none of them. */
+	if (m->words >> 14) {
+		FILTER_WORD(14) FILTER_WORD(15) FILTER_WORD(16) FILTER_WORD(17)
+		FILTER_WORD(18) FILTER_WORD(19)
+	}
 	return h >> (64 - FILTER_BITS);
 }
 
@@ -87,8 +92,12 @@ __noinline __u32 megaflow_lookup(const struct flow_key *key, __u32 n_masks)
 		o[6] = k[6] & mw[6]; o[7] = k[7] & mw[7]; o[8] = k[8] & mw[8];
 		o[9] = k[9] & mw[9]; o[10] = k[10] & mw[10]; o[11] = k[11] & mw[11];
 		o[12] = k[12] & mw[12]; o[13] = k[13] & mw[13];
-		o[14] = k[14] & mw[14]; o[15] = k[15] & mw[15]; o[16] = k[16] & mw[16];
-		o[17] = k[17] & mw[17]; o[18] = k[18] & mw[18]; o[19] = k[19] & mw[19];
+		if (m->words >> 14) {
+			o[14] = k[14] & mw[14]; o[15] = k[15] & mw[15]; o[16] = k[16] & mw[16];
+			o[17] = k[17] & mw[17]; o[18] = k[18] & mw[18]; o[19] = k[19] & mw[19];
+		} else {
+			o[14] = 0; o[15] = 0; o[16] = 0; o[17] = 0; o[18] = 0; o[19] = 0;
+		}
 		count(CTR_MASK_PROBES);
 		fid = bpf_map_lookup_elem(&megaflows, mk);
 		if (fid)
