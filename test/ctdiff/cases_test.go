@@ -339,7 +339,8 @@ func cases() []ctCase {
 			flows: service(2),
 			steps: []step{
 				{tcp("client", at(cIP, 42031), at(vip, 80), "S", 1000, 0), want{at: "b1", state: "+trk+new", src: at(cIP, 42031), dst: at(b1IP, 8080)}},
-				{tcpReply(1, "SA", 5000, 1001), want{at: "client", state: "+trk+est+rpl+snat", src: at(vip, 80), dst: at(cIP, 42031), fields: map[string]string{"ip_tos": "0"}}},
+				{tcpReply(1, "SA", 5000, 1001), want{at: "client", state: "+trk+est+rpl+snat", src: at(vip, 80), dst: at(cIP, 42031), fields: map[string]string{"ip_tos": "0"},
+					note: "Open vSwitch flags the translation done to this packet: a DNAT connection's replies get their source rewritten, +snat"}},
 				{tcp("client", at(cIP, 42031), at(vip, 80), "A", 1001, 5001), want{at: "b1", state: "+trk+est+dnat", dst: at(b1IP, 8080)}},
 				{tcpReply(3, "PA", 5001, 1001).with("hi"), want{at: "client", state: "+trk+est+rpl+snat", src: at(vip, 80)}},
 			},
@@ -385,7 +386,8 @@ func cases() []ctCase {
 			),
 			steps: []step{
 				{udp("client", at(cIP, 42041), at(extIP, 53), "query"), want{at: "ext", state: "+trk+new", src: snatIP + ":2000-2010", free: []string{"tp_src"}}},
-				{udpReply(1, "answer"), want{at: "client", state: "+trk+est+rpl+dnat", src: at(extIP, 53), dst: at(cIP, 42041)}},
+				{udpReply(1, "answer"), want{at: "client", state: "+trk+est+rpl+dnat", src: at(extIP, 53), dst: at(cIP, 42041),
+					note: "Open vSwitch flags the translation done to this packet: a SNAT connection's replies get their destination rewritten, +dnat"}},
 				{udp("client", at(cIP, 42041), at(extIP, 53), "again"), want{at: "ext", state: "+trk+est+snat", src: snatIP + ":2000-2010", free: []string{"tp_src"}}},
 				{tcp("client", at(cIP, 42042), at(extIP, 443), "S", 1000, 0), want{at: "ext", state: "+trk+new", src: snatIP + ":2000-2010", free: []string{"tp_src"}}},
 				{tcpReply(4, "SA", 5000, 1001), want{at: "client", state: "+trk+est+rpl+dnat", dst: at(cIP, 42042)}},
