@@ -282,6 +282,11 @@ func (a *Agent) setupNode() error {
 	if err := a.net.EnsureTunnel(); err != nil {
 		return err
 	}
+	if c.ServiceCIDR.IsValid() {
+		if err := a.net.EnsureServiceRoute(c.ServiceCIDR, pipeline.RemoteGatewayMAC); err != nil {
+			return fmt.Errorf("service route: %w", err)
+		}
+	}
 	ext := a.node.ExternalInterface
 	if ext == "" {
 		ext = c.ExternalInterface
@@ -376,6 +381,14 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 	pods, remotes := a.pipelineStateLocked()
 	a.pl.SetState(pods, remotes)
 	a.mu.Unlock()
+	if a.services != nil {
+		// Take first: a restarted agent's tracker has its input but no
+		// Take yet, and a Sync without the Services would delete their
+		// flows and groups until serviceLoop put them back. (Kubernetes:
+		// the informers may not have synced yet; then the same gap.)
+		a.services.Take()
+		a.pl.SetServices(a.services.Services())
+	}
 	if old != nil {
 		old.Close()
 	}

@@ -6,14 +6,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nagare-net/nagare/pkg/agent/pipeline"
 	"github.com/nagare-net/nagare/pkg/agent/proxy"
 )
 
 // Services: the agent keeps the desired service state of its node in a
 // proxy.Tracker, fed by the Kubernetes source's Service and EndpointSlice
-// informers, or by the cluster file's services section. No flows yet: the
-// switch's connection tracking is being built, and service.go in the
-// pipeline will program what serviceLoop takes.
+// informers, or by the cluster file's services section. serviceLoop takes
+// the changes and the pipeline (pipeline/service.go) programs them:
+// flows and select groups, only what changed. While the switch is down
+// nothing is lost: a (re)connection hands the pipeline the tracker's whole
+// state before its Sync.
 
 // serviceCoalesce is how long serviceLoop lets updates gather after the
 // first one: a rollout touches a Service's slices many times in a few
@@ -116,8 +119,51 @@ func (a *Agent) serviceLoop(ctx context.Context) {
 		if len(ch.Updated)+len(ch.Deleted) == 0 {
 			continue
 		}
-		// Here the pipeline will program ch.Updated and remove ch.Deleted.
 		a.met.services.Set(float64(len(a.services.Services())))
-		a.log.Info("services changed", "updated", len(ch.Updated), "deleted", len(ch.Deleted), "took", time.Since(start))
+		res, err := a.programServices(ctx, ch)
+		if err != nil {
+			a.log.Warn("services: programming the switch failed (the next sync repairs it)", "err", err,
+				"updated", len(ch.Updated), "deleted", len(ch.Deleted))
+			continue
+		}
+		a.flushStaleUDP(ctx, res.StaleUDP)
+		a.log.Info("services changed", "updated", len(ch.Updated), "deleted", len(ch.Deleted),
+			"flows_added", res.FlowsAdded, "flows_deleted", res.FlowsDeleted,
+			"groups_added", res.GroupsAdded, "groups_modified", res.GroupsModified, "groups_deleted", res.GroupsDeleted,
+			"took", time.Since(start))
+	}
+}
+
+// programServices hands the changes to the pipeline if the switch is
+// connected. Under swMu, so that a (re)connection either runs before
+// (and this programs the change) or after (and its Sync, from the
+// tracker's whole state, has it).
+func (a *Agent) programServices(ctx context.Context, ch proxy.Changes) (pipeline.ServiceResult, error) {
+	a.swMu.Lock()
+	defer a.swMu.Unlock()
+	pl, err := a.connected()
+	if err != nil {
+		return pipeline.ServiceResult{}, nil // the connection's Sync programs the tracker's state
+	}
+	return pl.UpdateServices(ctx, ch.Updated, ch.Deleted)
+}
+
+// flushStaleUDP should delete the node zone's UDP connections to
+// endpoints no Service uses any more, as kube-proxy does (conntrack -D):
+// UDP has no end, so a client (a resolver to a deleted DNS pod) would
+// otherwise keep its established entry, and its packets keep going to
+// the gone endpoint, until the entry times out.
+//
+// CALL SITE for the switch's conntrack-flush control command (being added
+// to pkg/switchd ctl by the lead): one request per endpoint with zone
+// (pipeline.CtZone), proto 17, and the endpoint address and port, flushing
+// entries whose original-direction destination after DNAT (the reply
+// tuple's source) is that address and port. Until it exists this only
+// logs what it would flush.
+func (a *Agent) flushStaleUDP(ctx context.Context, stale []pipeline.StaleEndpoint) {
+	for _, e := range stale {
+		// TODO(conntrack-flush): a.call(ctx, switchd.CtlRequest{Cmd: "conntrack-flush", Zone: e.Zone, Proto: e.Proto, Addr: e.Addr, Port: e.Port})
+		a.log.Info("services: UDP endpoint gone; its connections are not flushed yet (switch conntrack-flush to come)",
+			"zone", e.Zone, "endpoint", netip.AddrPortFrom(e.Addr, e.Port))
 	}
 }

@@ -499,6 +499,15 @@ func (d *Datapath) deleteConns(sel func(*ctKey, *ctValue, uint64) bool) (int, er
 	return n, nil
 }
 
+// forgetConntrackPort drops a removed port's budget counts, so that the
+// per-port maps do not fill up as ports come and go (a port added again
+// under the same number starts with a fresh budget; connections it left
+// behind expire uncounted).
+func (d *Datapath) forgetConntrackPort(ofport uint32) {
+	_ = d.objs.CtPorts.Delete(ofport)
+	_ = d.objs.CtReleased.Delete(ofport)
+}
+
 // ConntrackStats are the table's counts.
 type ConntrackStats struct {
 	Conns   int               // live connections (expired ones not swept yet included)

@@ -212,6 +212,7 @@ func (d *Datapath) detach(p *Port) error {
 	}
 	delete(d.ports, p.OFPort)
 	d.forgetDevice(p.Ifindex)
+	d.forgetConntrackPort(p.OFPort)
 	return errors.Join(errs...)
 }
 

@@ -516,6 +516,25 @@ func recirculated(key flow.Key, acts []flow.Action, states []uint8, pass int) (f
 			if a.MarkMask != 0 {
 				key.CtMark = key.CtMark&^a.MarkMask | a.Mark&a.MarkMask
 			}
+			// A new connection committed with a translation gets its
+			// range's first address and port (an established one's NAT
+			// is the tracker's: not known here).
+			if n := a.NAT; n != nil && a.Flags&flow.CTCommit != 0 && n.AddrMin.IsValid() {
+				switch n.Kind {
+				case flow.NATDst:
+					key.SetIPDst(n.AddrMin)
+					if n.PortMin != 0 {
+						key.TpDst = n.PortMin
+					}
+					key.CtState |= flow.CtDNAT
+				case flow.NATSrc:
+					key.SetIPSrc(n.AddrMin)
+					if n.PortMin != 0 {
+						key.TpSrc = n.PortMin
+					}
+					key.CtState |= flow.CtSNAT
+				}
+			}
 		case flow.CTClear:
 			key.CtState, key.CtZone, key.CtMark, key.CtLabel = 0, 0, 0, [16]byte{}
 		}

@@ -1,6 +1,7 @@
 package switchd
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -27,13 +28,37 @@ func TestControlTrace(t *testing.T) {
 	ts.ofctl("add-flow", "table=1,priority=10,udp,tp_dst=53,actions=output:2")
 	r := ts.control(CtlRequest{Cmd: "trace", Packet: "in_port=1,udp,nw_dst=10.8.0.2,tp_dst=53"})
 	out := strings.Join(r.Lines, "\n")
-	for _, want := range []string{"table 0:", "table 1:", "datapath actions: output:2", "megaflow: in_port=1"} {
+	for _, want := range []string{"table 0:", "table 1:", "datapath actions: output:2", "megaflow: recirc_id=0x0,in_port=1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("trace lacks %q:\n%s", want, out)
 		}
 	}
 	if r := ts.control(CtlRequest{Cmd: "nonsense"}); r.OK || !strings.Contains(r.Error, "unknown command") {
 		t.Errorf("unknown command answered %+v", r)
+	}
+}
+
+// A trace follows a ct(table=) recirculation with the ct_state
+// --ct-next gives each pass, and says so.
+func TestControlTraceFollowsRecirculation(t *testing.T) {
+	ts := startSwitch(t, 3, nil)
+	serviceFlows(ts, 2, 3)
+	pkt := fmt.Sprintf("in_port=1,tcp,nw_src=10.8.0.1,nw_dst=%s,tp_src=40000,tp_dst=%d", svcVIP, svcPort)
+	r := ts.control(CtlRequest{Cmd: "trace", Packet: pkt})
+	out := strings.Join(r.Lines, "\n")
+	for _, want := range []string{"ct(zone=5,nat),recirc(", "recirculation 1", "ct_state(+new-est", "group:1 select",
+		"ct(commit,zone=5,mark=0x1/0x1,nat(dst=10.8.0.", "recirculation 2", "output:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trace lacks %q:\n%s", want, out)
+		}
+	}
+	r = ts.control(CtlRequest{Cmd: "trace", Packet: pkt, CtNext: "trk,est"})
+	out = strings.Join(r.Lines, "\n")
+	if strings.Contains(out, "group:1") || !strings.Contains(out, "ct_state(-new+est") {
+		t.Errorf("an established pass went to the group, or lacks its state:\n%s", out)
+	}
+	if r := ts.control(CtlRequest{Cmd: "trace", Packet: pkt, CtNext: "trk,bogus"}); r.OK || !strings.Contains(r.Error, "unknown ct_state") {
+		t.Errorf("a bad --ct-next answered %+v", r)
 	}
 }
 

@@ -38,6 +38,10 @@ type Cluster struct {
 	// ExternalInterface is the node's interface towards the outside
 	// (masquerade); a node can override it.
 	ExternalInterface string `yaml:"externalInterface"`
+	// ServiceCIDR is the Services' ClusterIP range: the node's own packets
+	// to it are routed into the switch (through the gateway), so that the
+	// node reaches ClusterIPs as pods do. Empty: no such route.
+	ServiceCIDR netip.Prefix `yaml:"serviceCIDR"`
 	// VXLANPort is the UDP port of the tunnel (default 4789).
 	VXLANPort uint16 `yaml:"vxlanPort"`
 	// KubeAPIServerOverride is the API server's address for the agent's
@@ -166,6 +170,9 @@ func (c *Cluster) Complete() error {
 	}
 	if c.VXLANPort == 0 {
 		c.VXLANPort = 4789
+	}
+	if c.ServiceCIDR.IsValid() && (!c.ServiceCIDR.Addr().Is4() || (c.ClusterCIDR.IsValid() && c.ServiceCIDR.Overlaps(c.ClusterCIDR))) {
+		return fmt.Errorf("serviceCIDR %s: want IPv4 outside clusterCIDR %s", c.ServiceCIDR, c.ClusterCIDR)
 	}
 	if c.ClusterCIDR.IsValid() && !c.ClusterCIDR.Addr().Is4() {
 		return fmt.Errorf("clusterCIDR %s: only IPv4 is supported", c.ClusterCIDR)

@@ -201,6 +201,34 @@ func (n *Net) EnsureRemote(r Remote, mac net.HardwareAddr) error {
 	return nil
 }
 
+// ServiceNextHop is the made-up next hop of the route to the Services'
+// range (Antrea's virtual service IP): its neighbour entry is permanent.
+var ServiceNextHop = netip.MustParseAddr("169.254.0.253")
+
+// EnsureServiceRoute routes the Services' ClusterIP range into the switch:
+// "cidr via ServiceNextHop dev gw onlink src gatewayIP", ServiceNextHop's
+// neighbour entry permanent with mac (the pipeline's remote-gateway MAC).
+// The node's packets to a ClusterIP then pass the switch, which DNATs
+// them to an endpoint; their source is the gateway address, so the
+// replies come back through the switch to be un-NATed.
+func (n *Net) EnsureServiceRoute(cidr netip.Prefix, mac net.HardwareAddr) error {
+	gw, err := n.h.LinkByName(n.cfg.Gateway)
+	if err != nil {
+		return err
+	}
+	neigh := &netlink.Neigh{LinkIndex: gw.Attrs().Index, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
+		IP: ServiceNextHop.AsSlice(), HardwareAddr: mac}
+	if err := n.h.NeighSet(neigh); err != nil {
+		return fmt.Errorf("neighbour %s: %w", ServiceNextHop, err)
+	}
+	rt := &netlink.Route{LinkIndex: gw.Attrs().Index, Dst: ipnet(cidr.Masked()), Gw: ServiceNextHop.AsSlice(),
+		Src: n.cfg.GatewayIP.Addr().AsSlice(), Flags: int(netlink.FLAG_ONLINK)}
+	if err := n.h.RouteReplace(rt); err != nil {
+		return fmt.Errorf("route %s via %s: %w", cidr, ServiceNextHop, err)
+	}
+	return nil
+}
+
 // DelRemote removes what EnsureRemote made; absent entries are fine.
 func (n *Net) DelRemote(r Remote) error {
 	gw, err := n.h.LinkByName(n.cfg.Gateway)

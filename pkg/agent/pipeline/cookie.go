@@ -4,17 +4,19 @@ import "hash/fnv"
 
 // A flow's cookie says which feature made it and for which object:
 //
-//	bits 63..56  feature (cookieNode, cookiePod, cookieRemote)
+//	bits 63..56  feature (cookieNode, cookiePod, cookieRemote, cookieService)
 //	bits 55..0   object: FNV-1a of the object's key ("node", the pod's
-//	             containerID/ifName, the remote node's name), 56 bits
+//	             containerID/ifName, the remote node's name, the
+//	             Service's namespace/name), 56 bits
 //
 // Deleting an object's flows is one FLOW_MOD DELETE over every table with
 // the object's bits and objectMask; a restarted agent compares flows by
 // cookie and content and leaves the ones that did not change alone.
 const (
-	cookieNode   uint64 = 0x01 << 56 // node-wide: table defaults, the gateway
-	cookiePod    uint64 = 0x02 << 56 // one pod
-	cookieRemote uint64 = 0x03 << 56 // one remote node
+	cookieNode    uint64 = 0x01 << 56 // node-wide: table defaults, the gateway
+	cookiePod     uint64 = 0x02 << 56 // one pod
+	cookieRemote  uint64 = 0x03 << 56 // one remote node
+	cookieService uint64 = 0x04 << 56 // one Service (namespace/name): its frontends and endpoints
 
 	objectMask    uint64 = 1<<56 - 1
 	cookieFeature uint64 = 0xff << 56

@@ -11,13 +11,15 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/nagare-net/nagare/pkg/agent/proxy"
 	"github.com/nagare-net/nagare/pkg/openflow"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden from the current code")
 
 // representativePipeline is a node with what every feature programs: two
-// local pods, the gateway, two remote nodes.
+// local pods, the gateway, two remote nodes, a Service with a TCP and a
+// UDP port, one endpoint here and one on node2.
 func representativePipeline() *Pipeline {
 	gwMAC, _ := net.ParseMAC("02:00:00:00:01:01")
 	p := New(nil, Node{Name: "node1", PodCIDR: netip.MustParsePrefix("10.77.1.0/24"), ClusterCIDR: netip.MustParsePrefix("10.77.0.0/16"),
@@ -31,7 +33,26 @@ func representativePipeline() *Pipeline {
 		{Name: "node2", PodCIDR: netip.MustParsePrefix("10.77.2.0/24"), Underlay: netip.MustParseAddr("192.168.77.2"), Port: 3},
 		{Name: "node3", PodCIDR: netip.MustParsePrefix("10.77.3.0/24"), Underlay: netip.MustParseAddr("192.168.77.3"), Port: 4},
 	})
+	p.SetServices([]*proxy.Service{representativeService()})
 	return p
+}
+
+// representativeService is default/web: ClusterIP 10.96.0.10, TCP 80 → 8080
+// and UDP 53 → 5353, endpoints 10.77.1.2 (here) and 10.77.2.5 (node2).
+func representativeService() *proxy.Service {
+	eps := func(port uint16) []proxy.Endpoint {
+		return []proxy.Endpoint{
+			{Addr: netip.MustParseAddr("10.77.1.2"), Port: port, NodeName: "node1", Local: true, Ready: true, Serving: true},
+			{Addr: netip.MustParseAddr("10.77.2.5"), Port: port, NodeName: "node2", Ready: true, Serving: true},
+		}
+	}
+	vip := netip.MustParseAddr("10.96.0.10")
+	return &proxy.Service{Key: proxy.ServiceKey{Namespace: "default", Name: "web"}, Type: proxy.TypeClusterIP, Ports: []*proxy.Port{
+		{Name: "http", Protocol: proxy.TCP, Port: 80, Frontends: []proxy.Frontend{{Kind: proxy.FrontendClusterIP, Addr: vip, Port: 80}},
+			Endpoints: eps(8080), InternalEndpoints: eps(8080), ExternalEndpoints: eps(8080), Internal: proxy.Forward, External: proxy.Forward},
+		{Name: "dns", Protocol: proxy.UDP, Port: 53, Frontends: []proxy.Frontend{{Kind: proxy.FrontendClusterIP, Addr: vip, Port: 53}},
+			Endpoints: eps(5353), InternalEndpoints: eps(5353), ExternalEndpoints: eps(5353), Internal: proxy.Forward, External: proxy.Forward},
+	}}
 }
 
 // TestDesiredGolden pins the complete flow set of a representative node,
@@ -42,12 +63,20 @@ func representativePipeline() *Pipeline {
 // (go test -run TestDesiredGolden -update rewrites the file).
 func TestDesiredGolden(t *testing.T) {
 	var got bytes.Buffer
-	for _, f := range representativePipeline().Desired() {
+	p := representativePipeline()
+	for _, f := range p.Desired() {
 		b, err := openflow.Marshal(f)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
 		fmt.Fprintf(&got, "%s\n  %s\n", f, hex.EncodeToString(b))
+	}
+	for _, g := range p.DesiredGroups() {
+		b, err := openflow.Marshal(g)
+		if err != nil {
+			t.Fatalf("group %d: %v", g.GroupID, err)
+		}
+		fmt.Fprintf(&got, "group_id=%d,type=select,%d buckets\n  %s\n", g.GroupID, len(g.Buckets), hex.EncodeToString(b))
 	}
 	path := filepath.Join("testdata", "representative-node.golden")
 	if *updateGolden {

@@ -15,6 +15,7 @@ func (p *Pipeline) nodeFlows() []*openflow.FlowMod {
 	c := localObject()
 	fs := tableDefaults(c)
 	fs = append(fs, podConnectivityFlows(c)...)
+	fs = append(fs, conntrackFlows(c)...)
 	fs = append(fs, tunnelFlows(c)...)
 	return append(fs, gatewayFlows(c, p.node)...)
 }
@@ -25,8 +26,22 @@ func gatewayFlows(c uint64, n Node) []*openflow.FlowMod {
 		classifierFromGateway(c, n),
 		arpToGateway(c, n),
 		l3TunnelToGateway(c, n),
+		l3NodeToLocalPod(c, n),
 		l2ToGateway(c, n),
 	}
+}
+
+// l3NodeToLocalPod routes the node's packets sent towards RemoteGatewayMAC
+// but (after a Service's DNAT) for a local pod: as if sent to the gateway's MAC.
+//
+// The node reaches ClusterIPs by a route through the gateway whose next hop
+// resolves to RemoteGatewayMAC (nodenet.EnsureServiceRoute); an endpoint on
+// another node is then routed into the tunnel by l3NodeToRemote, one here
+// by this flow and l3RoutedToPod.
+func l3NodeToLocalPod(c uint64, n Node) *openflow.FlowMod {
+	return flow(TableL3, prioKind, c,
+		match(source(metaFromGateway), openflow.MAC(openflow.FieldEthDst, RemoteGatewayMAC), ethType(etherIPv4), openflow.Prefix(openflow.FieldIPv4Dst, n.PodCIDR)),
+		apply(setEthDst(n.GatewayMAC), openflow.ActionNXResubmit{InPort: openflow.PortInPort, Table: TableL3.ID}))
 }
 
 // classifierFromGateway marks packets from the node's stack; the node is trusted (no spoof guard).

@@ -330,12 +330,47 @@ func (c *Conn) DumpFlows(ctx context.Context, req *openflow.FlowStatsRequest) ([
 	}
 }
 
+// DumpGroups returns the switch's groups (OFPMP_GROUP_DESC).
+func (c *Conn) DumpGroups(ctx context.Context) ([]openflow.GroupDesc, error) {
+	xid := c.nextXid()
+	ch := c.await(xid)
+	defer c.forget(xid)
+	if err := c.write(&openflow.MultipartRequest{MsgHeader: openflow.MsgHeader{Xid: xid}, Type: openflow.MPGroupDesc}); err != nil {
+		return nil, err
+	}
+	var out []openflow.GroupDesc
+	for {
+		select {
+		case m, ok := <-ch:
+			if !ok {
+				return nil, fmt.Errorf("openflow connection closed during a group dump: %v", c.Err())
+			}
+			switch m := m.(type) {
+			case *openflow.ErrorMsg:
+				return nil, m.Err()
+			case *openflow.MultipartReply:
+				if b, ok := m.Body.(*openflow.GroupDescReply); ok {
+					out = append(out, b.Groups...)
+				}
+				if m.Flags&openflow.MultipartMore == 0 {
+					return out, nil
+				}
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // describeEcho prints the start of the request a switch echoed in an
-// error (a FLOW_MOD, if it decodes).
+// error (a FLOW_MOD or GROUP_MOD, if it decodes).
 func describeEcho(b []byte) string {
 	if m, err := openflow.Unmarshal(b); err == nil {
 		if fm, ok := m.(*openflow.FlowMod); ok {
 			return fm.String()
+		}
+		if gm, ok := m.(*openflow.GroupMod); ok {
+			return fmt.Sprintf("GROUP_MOD command %d group %d, %d buckets", gm.Command, gm.GroupID, len(gm.Buckets))
 		}
 		return fmt.Sprintf("%T", m)
 	}

@@ -6,7 +6,7 @@
 //	pod_connectivity.go  local pods: classify, spoof guard, ARP, routed and switched delivery
 //	node.go              the local node: table defaults' owner, the gateway (the node's stack)
 //	remote_node.go       other nodes: tunnel endpoints, their spoof guard, routes into the tunnels
-//	(service.go)         Services: to come, fed by pkg/agent/proxy's desired state
+//	service.go           Services (ClusterIP and the other frontends): conntrack, select groups, DNAT
 //
 // cookie.go says which feature and object a flow belongs to; ofconn.go is
 // the OpenFlow 1.3 client.
@@ -37,6 +37,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nagare-net/nagare/pkg/agent/proxy"
 	"github.com/nagare-net/nagare/pkg/openflow"
 )
 
@@ -54,7 +55,19 @@ type Table struct {
 //   - SpoofGuard passes what a source may send; everything else drops here.
 //     IPv6 from pods drops too (nagare gives pods no IPv6 address yet).
 //   - ARPResponder delivers each ARP request to its target alone and sends
-//     replies to L2; anything not ARP goes on to L3.
+//     replies to L2; anything not ARP goes on to the conntrack stage.
+//   - ConntrackZone sends every IPv4 packet through the node's connection
+//     tracker (zone CtZone) with nat, which restores an established
+//     connection's translation in both directions, and recirculates to
+//     ConntrackState; what is not IPv4 goes on to L3.
+//   - ConntrackState drops what the tracker found invalid in pods' packets.
+//   - ServiceLB sends a new connection to a Service frontend to the
+//     Service port's select group (one bucket per endpoint); other new
+//     connections are committed (the tracker must know every connection
+//     to judge its replies valid) and go on to L3; established ones go
+//     on to L3.
+//   - EndpointDNAT commits the connection with DNAT to the endpoint the
+//     bucket loaded into registers, and recirculates to L3.
 //   - L3Forwarding handles routed IPv4: packets to the gateway's MAC (from
 //     pods), to RemoteGatewayMAC (from the node, towards other nodes'
 //     pods) or from a tunnel. Every routed hop decrements the TTL; what is
@@ -62,12 +75,17 @@ type Table struct {
 //   - L2Forwarding switches by destination MAC to a pod's port or the
 //     gateway; unknown destinations and broadcasts drop: nothing floods.
 var (
-	TableClassifier = Table{0, "Classifier", "classify"}   // where did it come from: pod, gateway, tunnel
-	TableSpoofGuard = Table{10, "SpoofGuard", "validate"}  // a pod sends only as itself; a node only its pods
-	TableARP        = Table{20, "ARPResponder", "resolve"} // ARP requests to their target only, never flooded
-	TableL3         = Table{30, "L3Forwarding", "route"}   // routed: local pod, remote node (tunnel), node
-	TableL2         = Table{40, "L2Forwarding", "switch"}  // by destination MAC: a pod port or the gateway
-	tables          = []Table{TableClassifier, TableSpoofGuard, TableARP, TableL3, TableL2}
+	TableClassifier     = Table{0, "Classifier", "classify"}       // where did it come from: pod, gateway, tunnel
+	TableSpoofGuard     = Table{10, "SpoofGuard", "validate"}      // a pod sends only as itself; a node only its pods
+	TableARP            = Table{20, "ARPResponder", "resolve"}     // ARP requests to their target only, never flooded
+	TableConntrackZone  = Table{22, "ConntrackZone", "conntrack"}  // ct(zone, nat): established translations restored
+	TableConntrackState = Table{24, "ConntrackState", "conntrack"} // invalid connections drop
+	TableServiceLB      = Table{26, "ServiceLB", "service"}        // new connections to a frontend → the port's group
+	TableEndpointDNAT   = Table{28, "EndpointDNAT", "service"}     // ct(commit, nat(dst=endpoint)) → L3
+	TableL3             = Table{30, "L3Forwarding", "route"}       // routed: local pod, remote node (tunnel), node
+	TableL2             = Table{40, "L2Forwarding", "switch"}      // by destination MAC: a pod port or the gateway
+	tables              = []Table{TableClassifier, TableSpoofGuard, TableARP, TableConntrackZone, TableConntrackState,
+		TableServiceLB, TableEndpointDNAT, TableL3, TableL2}
 )
 
 // Tables returns the pipeline's tables in order.
@@ -79,6 +97,10 @@ func tableDefaults(c uint64) []*openflow.FlowMod {
 		classifierDefault(c),
 		spoofGuardDefault(c),
 		arpDefault(c),
+		conntrackZoneDefault(c),
+		conntrackStateDefault(c),
+		serviceLBDefault(c),
+		endpointDNATDefault(c),
 		l3Default(c),
 		l2Default(c),
 	}
@@ -94,9 +116,29 @@ func spoofGuardDefault(c uint64) *openflow.FlowMod {
 	return flow(TableSpoofGuard, prioDefault, c, match())
 }
 
-// arpDefault sends everything that is not ARP on to L3 forwarding.
+// arpDefault sends everything that is not ARP on to the conntrack stage.
 func arpDefault(c uint64) *openflow.FlowMod {
-	return flow(TableARP, prioDefault, c, match(), gotoTable(TableL3))
+	return flow(TableARP, prioDefault, c, match(), gotoTable(TableConntrackZone))
+}
+
+// conntrackZoneDefault sends what is not IPv4 (no connection to track) on to L3 forwarding.
+func conntrackZoneDefault(c uint64) *openflow.FlowMod {
+	return flow(TableConntrackZone, prioDefault, c, match(), gotoTable(TableL3))
+}
+
+// conntrackStateDefault sends tracked, valid packets on to the Service frontends.
+func conntrackStateDefault(c uint64) *openflow.FlowMod {
+	return flow(TableConntrackState, prioDefault, c, match(), gotoTable(TableServiceLB))
+}
+
+// serviceLBDefault sends what is not a new connection to a frontend on to L3 forwarding.
+func serviceLBDefault(c uint64) *openflow.FlowMod {
+	return flow(TableServiceLB, prioDefault, c, match(), gotoTable(TableL3))
+}
+
+// endpointDNATDefault drops what no endpoint flow claims (a bucket always has one).
+func endpointDNATDefault(c uint64) *openflow.FlowMod {
+	return flow(TableEndpointDNAT, prioDefault, c, match())
 }
 
 // l3Default sends packets that are not routed here to L2 forwarding.
@@ -169,6 +211,9 @@ type Pipeline struct {
 	node    Node
 	pods    map[string]Pod
 	remotes map[string]RemoteNode
+
+	services map[proxy.ServiceKey]*programmedService
+	groupIDs groupIDs
 }
 
 // New makes a pipeline for node, programmed through c.
@@ -176,7 +221,8 @@ func New(c *Conn, node Node, log *slog.Logger) *Pipeline {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Pipeline{log: log, conn: c, node: node, pods: map[string]Pod{}, remotes: map[string]RemoteNode{}}
+	return &Pipeline{log: log, conn: c, node: node, pods: map[string]Pod{}, remotes: map[string]RemoteNode{},
+		services: map[proxy.ServiceKey]*programmedService{}}
 }
 
 // SetConn switches to a new connection (the switch restarted); call Sync.
@@ -305,6 +351,9 @@ func (p *Pipeline) desiredLocked() []*openflow.FlowMod {
 	for _, n := range names {
 		fs = append(fs, p.remoteFlows(p.remotes[n])...)
 	}
+	for _, k := range p.sortedServiceKeys() {
+		fs = append(fs, p.services[k].flows...)
+	}
 	sort.SliceStable(fs, func(i, j int) bool { return fs[i].TableID < fs[j].TableID })
 	return fs
 }
@@ -314,6 +363,11 @@ type SyncStats struct {
 	Added   int `json:"added"`
 	Deleted int `json:"deleted"`
 	Kept    int `json:"kept"`
+
+	GroupsAdded    int `json:"groups_added,omitempty"`
+	GroupsModified int `json:"groups_modified,omitempty"`
+	GroupsDeleted  int `json:"groups_deleted,omitempty"`
+	GroupsKept     int `json:"groups_kept,omitempty"`
 }
 
 // flowID identifies a flow in a table as OpenFlow does (table, priority,
@@ -331,10 +385,16 @@ func flowValue(cookie uint64, is openflow.Instructions) string {
 	return fmt.Sprintf("%#x %s", cookie, is.String())
 }
 
-// Sync makes the switch's tables hold exactly the desired flows. Flows
-// that are already right are not touched (they keep their counters and
-// age: an agent restart deletes and re-adds nothing that did not change);
-// others are deleted (strictly, one by one) and the missing ones added.
+// Sync makes the switch's tables and groups hold exactly the desired
+// flows and groups. Flows and groups that are already right are not
+// touched (flows keep their counters and age: an agent restart deletes and
+// re-adds nothing that did not change); a group that differs is modified
+// in place (deleting it would delete the flows that use it), missing ones
+// are added before the flows that use them, unwanted flows are deleted
+// (strictly, one by one), the missing ones added, and unwanted groups
+// deleted last, when no flow uses them any more. Established connections
+// never pass a group (only new ones do), so even a group that has to be
+// replaced does not touch them.
 func (p *Pipeline) Sync(ctx context.Context) (SyncStats, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -342,6 +402,10 @@ func (p *Pipeline) Sync(ctx context.Context) (SyncStats, error) {
 	have, err := p.conn.DumpFlows(ctx, &openflow.FlowStatsRequest{TableID: openflow.TableAll, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})
 	if err != nil {
 		return st, fmt.Errorf("dump flows: %w", err)
+	}
+	haveGroups, err := p.conn.DumpGroups(ctx)
+	if err != nil {
+		return st, fmt.Errorf("dump groups: %w", err)
 	}
 	want := map[string]*openflow.FlowMod{}
 	for _, f := range p.desiredLocked() {
@@ -365,11 +429,93 @@ func (p *Pipeline) Sync(ctx context.Context) (SyncStats, error) {
 		}
 	}
 	sort.SliceStable(adds, func(i, j int) bool { return adds[i].TableID > adds[j].TableID }) // later tables first
+
+	// Groups: add or modify the desired ones (children before parents,
+	// as desiredGroupsLocked orders them), delete the others at the end.
+	present := map[uint32]string{}
+	for _, g := range haveGroups {
+		present[g.GroupID] = groupValue(g.GroupType, g.Buckets)
+	}
+	var msgs []openflow.Message
+	wantGroup := map[uint32]bool{}
+	for _, g := range p.desiredGroupsLocked() {
+		wantGroup[g.GroupID] = true
+		v, ok := present[g.GroupID]
+		switch {
+		case !ok:
+			msgs = append(msgs, g)
+			st.GroupsAdded++
+		case v != groupValue(g.GroupType, g.Buckets):
+			m := *g
+			m.Command = openflow.GroupModify
+			msgs = append(msgs, &m)
+			st.GroupsModified++
+		default:
+			st.GroupsKept++
+		}
+	}
+	for _, d := range dels {
+		msgs = append(msgs, d)
+	}
+	for _, a := range adds {
+		msgs = append(msgs, a)
+	}
+	var gdels []uint32
+	for id := range present {
+		if !wantGroup[id] {
+			gdels = append(gdels, id)
+		}
+	}
+	// Parents before children: a group in use by another cannot go first.
+	sort.Slice(gdels, func(i, j int) bool { return groupDepth(haveGroups, gdels[i]) > groupDepth(haveGroups, gdels[j]) })
+	for _, id := range gdels {
+		msgs = append(msgs, &openflow.GroupMod{Command: openflow.GroupDelete, GroupID: id})
+	}
+	st.GroupsDeleted = len(gdels)
 	st.Deleted, st.Added = len(dels), len(adds)
-	if err := p.apply(ctx, adds, dels); err != nil {
+	if err := p.send(ctx, msgs); err != nil {
 		return st, err
 	}
 	return st, nil
+}
+
+// groupValue is what a group does, to compare a dumped group with a desired one.
+func groupValue(typ uint8, bs []openflow.Bucket) string {
+	b := []byte{typ}
+	for _, bk := range bs {
+		x, err := bk.MarshalBinary()
+		if err != nil {
+			return fmt.Sprintf("unencodable %v", err)
+		}
+		b = append(b, x...)
+	}
+	return string(b)
+}
+
+// groupDepth is 1 for a group no other dumped group points to, more for
+// the groups that parents use (so parents are deleted first).
+func groupDepth(gs []openflow.GroupDesc, id uint32) int {
+	for _, g := range gs {
+		for _, b := range g.Buckets {
+			for _, a := range b.Actions {
+				if ga, ok := a.(openflow.ActionGroup); ok && ga.GroupID == id {
+					return 0
+				}
+			}
+		}
+	}
+	return 1
+}
+
+// send writes msgs and waits for the barrier.
+func (p *Pipeline) send(ctx context.Context, msgs []openflow.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := p.conn.Send(msgs...); err != nil {
+		return err
+	}
+	return p.conn.Barrier(ctx)
 }
 
 // TableCount is one table's number of flows on the switch.

@@ -45,7 +45,7 @@ func classifierFromPod(c uint64, pod Pod) *openflow.FlowMod {
 func spoofGuardIP(c uint64, pod Pod) *openflow.FlowMod {
 	return flow(TableSpoofGuard, prioSpecific, c,
 		match(inPort(pod.Port), openflow.MAC(openflow.FieldEthSrc, pod.MAC), ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Src, pod.IP)),
-		gotoTable(TableL3))
+		gotoTable(TableConntrackZone))
 }
 
 // spoofGuardARP passes a pod's ARP with its own MAC and address as sender.

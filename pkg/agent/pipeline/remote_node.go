@@ -40,7 +40,7 @@ func classifierFromTunnel(c uint64, r RemoteNode) *openflow.FlowMod {
 func spoofGuardTunnel(c uint64, n Node, r RemoteNode) *openflow.FlowMod {
 	return flow(TableSpoofGuard, prioSpecific, c,
 		match(inPort(r.Port), openflow.Uint(openflow.FieldTunnelID, uint64(n.VNI)), ethType(etherIPv4), openflow.Prefix(openflow.FieldIPv4Src, r.PodCIDR)),
-		gotoTable(TableL3))
+		gotoTable(TableConntrackZone))
 }
 
 // spoofGuardTunnelCluster drops packets from a remote node that claim another node's pod addresses.
@@ -57,7 +57,7 @@ func spoofGuardTunnelCluster(c uint64, n Node, r RemoteNode) *openflow.FlowMod {
 func spoofGuardTunnelNode(c uint64, n Node, r RemoteNode) *openflow.FlowMod {
 	return flow(TableSpoofGuard, prioDrop, c,
 		match(inPort(r.Port), openflow.Uint(openflow.FieldTunnelID, uint64(n.VNI)), ethType(etherIPv4)),
-		gotoTable(TableL3))
+		gotoTable(TableConntrackZone))
 }
 
 // l3PodToRemote sends a pod's packets for another node's pods into the tunnel to that node: TTL−1, VNI.
