@@ -462,6 +462,9 @@ func (n *Node) switchArgs() []string {
 	if n.DPUNS != "" {
 		args = append(args, "--listen", "pssl:"+DPUControlPort+":"+DPUControlAddr, "--pki-dir", n.PKIDir())
 	}
+	if os.Getenv("NAGARE_DEBUG_SWITCH") != "" {
+		args = append(args, "--log-level", "debug")
+	}
 	return append(args, n.c.opt.SwitchArgs...)
 }
 

@@ -104,6 +104,13 @@ func (p *Pipeline) RecircStates() int {
 	return len(p.recirc.byID)
 }
 
+// IsUnknownRecirc reports whether err says a recirculated packet's id is
+// not known to this pipeline (yet: see Switch.recoverRecirc).
+func IsUnknownRecirc(err error) bool { return errors.Is(err, errUnknownRecirc) }
+
+// KnowsRecirc reports whether id names a frozen state of this pipeline.
+func (p *Pipeline) KnowsRecirc(id uint32) bool { return p.recirc.get(id) != nil }
+
 // errUnknownRecirc: a recirculated packet whose id this switch never
 // handed out (a fast-path flow from before a restart whose first half has
 // not been translated again yet).

@@ -247,6 +247,16 @@ func TestServiceConnectionSurvivesSwitchRestart(t *testing.T) {
 	if name, err := sc.ask("after"); err != nil || name != backend {
 		t.Fatalf("after the restart: %s %v", name, err)
 	}
+	// New connections after the restart: their passes are upcalls the
+	// new process translates (the first from its own tables, the second
+	// from a frozen state it registered again).
+	for i := range 4 {
+		nc := dialService(t, ts2)
+		if _, err := nc.ask(fmt.Sprintf("new %d", i)); err != nil {
+			t.Fatalf("a new connection after the restart: %v", err)
+		}
+		nc.c.Close()
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if asked < 10 {

@@ -379,8 +379,8 @@ func (s *Switch) show() ([]string, any, error) {
 			ms.Entries, ms.Max, ms.PerPort, ms.Learned, ms.Moved, ms.Aged, ms.EvictedPort, ms.EvictedFull, ms.EvictedVictims),
 	}
 	if cs, err := s.dp.ConntrackStats(); err == nil {
-		lines = append(lines, fmt.Sprintf("conntrack: %d connections (holds %d, a port may commit %s), %d recirculation states",
-			cs.Conns, cs.Max, limitString(int(cs.PortMax)), s.pl.RecircStates()))
+		lines = append(lines, fmt.Sprintf("conntrack: %d connections (holds %d, a port may commit %s), %d recirculation states (%d recovered from cached first passes)",
+			cs.Conns, cs.Max, limitString(int(cs.PortMax)), s.pl.RecircStates(), s.stats.recircRecovered.Load()))
 	}
 	var reasons []string
 	for r, n := range drops {

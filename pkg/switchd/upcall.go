@@ -24,6 +24,7 @@ type slowStats struct {
 	segmented                       atomic.Uint64 // GSO first packets delivered as segments
 	xlateErrs, packetIns            atomic.Uint64
 	badUpcalls                      atomic.Uint64 // ring records that did not decode
+	recircRecovered                 atomic.Uint64 // frozen states made again from cached first passes
 }
 
 // upcallBatch is the most upcalls handled together: their flows are
@@ -144,6 +145,43 @@ func (s *Switch) translate(key flow.Key, trace bool) (*xlate, error) {
 	return &xlate{Translation: t, actions: s.lower(t.Actions), mask: t.Mask.Or(extra), version: version}, nil
 }
 
+// recoverRecirc registers the frozen state behind id again by translating
+// the cached flows that recirculate to it: after a restart the fast path
+// still holds first passes (recirc(id)) from the previous process, whose
+// frozen states this process has not made yet until the revalidator gets
+// to them, and an established connection's next packet must not wait for
+// that. Ids are hashes of the frozen state, so a first pass translated
+// against the same tables gives the same id. It reports whether id is
+// known now.
+func (s *Switch) recoverRecirc(id uint32) bool {
+	var keys []flow.Key
+	s.cache.mu.Lock()
+	for _, uk := range s.cache.ukeys {
+		if uk == nil {
+			continue
+		}
+		for _, a := range uk.actions {
+			if rc, ok := a.(flow.Recirc); ok && rc.ID == id {
+				keys = append(keys, uk.packet)
+				break
+			}
+		}
+	}
+	s.cache.mu.Unlock()
+	for _, k := range keys {
+		// A first pass that is itself recirculated recovers its own
+		// predecessor first (bounded by the recirculation depth).
+		if k.RecircID != 0 && !s.pl.KnowsRecirc(k.RecircID) {
+			continue
+		}
+		if _, err := s.translate(k, false); err == nil && s.pl.KnowsRecirc(id) {
+			s.stats.recircRecovered.Add(1)
+			return true
+		}
+	}
+	return s.pl.KnowsRecirc(id)
+}
+
 // pipelineKey is key as the OpenFlow pipeline sees it (a packet from a
 // tunnel device comes in on the virtual port of its remote endpoint), and
 // the mask bits that mapping depends on.
@@ -242,6 +280,9 @@ func (h *upcallHandler) handle(ups []datapath.Upcall) {
 			continue
 		}
 		x, err := s.translate(u.Key, false)
+		if err != nil && ofproto.IsUnknownRecirc(err) && s.recoverRecirc(u.Key.RecircID) {
+			x, err = s.translate(u.Key, false)
+		}
 		if err != nil {
 			s.stats.xlateErrs.Add(1)
 			s.log.Debug("translation failed", "key", flow.Format(u.Key, flow.ExactMask()), "err", err)

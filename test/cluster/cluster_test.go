@@ -446,6 +446,16 @@ func TestRestarts(t *testing.T) {
 		}
 		if err := ping(d.NS, r.IP.String(), 2); err != nil {
 			t.Error(err)
+			for _, n := range []*nscluster.Node{n1, r.Node} {
+				for _, cmd := range []string{"dump-cache", "show"} {
+					resp, err := switchd.Call(ctx, n.SwitchSocket(), switchd.CtlRequest{Cmd: cmd})
+					if err == nil {
+						t.Logf("%s %s:\n%s", n.SwitchSocket(), cmd, strings.Join(resp.Lines, "\n"))
+					}
+				}
+			}
+			out, _ := exec.Command("grep", "-h", "translation failed", n1.Dir+"/switch.log").CombinedOutput()
+			t.Logf("translation failures in node1's switch log (NAGARE_DEBUG_SWITCH=1 logs them):\n%s", out)
 		}
 	})
 	for name, lv := range map[string]*liveness{"intra-node": intra, "inter-node": inter} {
