@@ -51,19 +51,25 @@ func (o *ovsInstance) daemonArgs(name string) []string {
 // startOVS starts the pair in node n. otherConfig entries (key=value) are
 // set in Open_vSwitch other_config before ovs-vswitchd starts.
 func startOVS(ctx context.Context, t *Topology, n *Node, otherConfig ...string) (*ovsInstance, error) {
-	o := &ovsInstance{dir: filepath.Join(t.TempDir, "ovs-"+n.Name), sh: t.Sh}
+	return startOVSIn(ctx, t.Sh, t.Cleanup, filepath.Join(t.TempDir, "ovs-"+n.Name), n.NS, otherConfig...)
+}
+
+// startOVSIn starts the pair in network namespace ns with its files in
+// dir; c stops both daemons.
+func startOVSIn(ctx context.Context, sh *Shell, c *Cleanup, dir, ns string, otherConfig ...string) (*ovsInstance, error) {
+	o := &ovsInstance{dir: dir, sh: sh}
 	if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return nil, err
 	}
-	if _, err := t.Sh.Run(ctx, "ovsdb-tool", "create", filepath.Join(o.dir, "conf.db"), ovsSchema); err != nil {
+	if _, err := sh.Run(ctx, "ovsdb-tool", "create", filepath.Join(o.dir, "conf.db"), ovsSchema); err != nil {
 		return nil, err
 	}
 	// Registered before starting, so that a daemon whose start was
 	// interrupted is still found (by its pidfile) and stopped.
-	t.Cleanup.Add("stop ovsdb-server of "+n.Name, func() error { return o.stopDaemon("ovsdb-server") })
-	args := append([]string{"ip", "netns", "exec", n.NS}, o.env()...)
+	c.Add("stop ovsdb-server in "+ns, func() error { return o.stopDaemon("ovsdb-server") })
+	args := append([]string{"ip", "netns", "exec", ns}, o.env()...)
 	args = append(args, "ovsdb-server", filepath.Join(o.dir, "conf.db"), "--remote=punix:"+o.db())
-	if _, err := t.Sh.Run(ctx, append(args, o.daemonArgs("ovsdb-server")...)...); err != nil {
+	if _, err := sh.Run(ctx, append(args, o.daemonArgs("ovsdb-server")...)...); err != nil {
 		return nil, err
 	}
 	if _, err := o.vsctl(ctx, "--no-wait", "init"); err != nil {
@@ -74,10 +80,10 @@ func startOVS(ctx context.Context, t *Topology, n *Node, otherConfig ...string) 
 			return nil, err
 		}
 	}
-	t.Cleanup.Add("stop ovs-vswitchd of "+n.Name, func() error { return o.stopDaemon("ovs-vswitchd") })
-	args = append([]string{"ip", "netns", "exec", n.NS}, o.env()...)
+	c.Add("stop ovs-vswitchd in "+ns, func() error { return o.stopDaemon("ovs-vswitchd") })
+	args = append([]string{"ip", "netns", "exec", ns}, o.env()...)
 	args = append(args, "ovs-vswitchd", "unix:"+o.db())
-	if _, err := t.Sh.Run(ctx, append(args, o.daemonArgs("ovs-vswitchd")...)...); err != nil {
+	if _, err := sh.Run(ctx, append(args, o.daemonArgs("ovs-vswitchd")...)...); err != nil {
 		return nil, err
 	}
 	pid, err := o.pid("ovs-vswitchd")
