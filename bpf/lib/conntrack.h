@@ -331,6 +331,10 @@ static __always_inline __u32 ct_tcp_update(struct ct_entry *c, int reply, __u16 
 		/* Picked up mid-stream, as Open vSwitch does. */
 		c->tcp_state = TCP_CT_ESTABLISHED;
 		return CT_TO_TCP_EST;
+	case TCP_CT_CLOSE:
+		/* Reset: late packets do not bring it back (a new SYN
+		 * replaces it, in the caller). */
+		return CT_TO_TCP_CLOSE;
 	}
 	c->tcp_state = TCP_CT_ESTABLISHED;
 	return CT_TO_TCP_EST;
@@ -350,6 +354,19 @@ static __always_inline __u32 ct_update(struct ct_entry *c, __u8 proto, int reply
 		return CT_TO_ICMP;
 	}
 	return CT_TO_OTHER;
+}
+
+/* ct_nat_state is the +snat/+dnat of a translated packet: the translation
+ * done to this packet, as Open vSwitch reports it, not the connection's
+ * kind. A reply of a DNAT connection has its source rewritten (+snat), a
+ * reply of an SNAT connection its destination (+dnat). */
+static __always_inline __u8 ct_nat_state(__u8 conn_flags, int reply)
+{
+	__u8 snat = (conn_flags & CTF_SNAT) ? CS_SNAT : 0, dnat = (conn_flags & CTF_DNAT) ? CS_DNAT : 0;
+
+	if (reply)
+		return (snat ? CS_DNAT : 0) | (dnat ? CS_SNAT : 0);
+	return snat | dnat;
 }
 
 /* ct_port_admit: may port in_port commit one more connection? */
@@ -667,10 +684,8 @@ __noinline int ct_action(struct __sk_buff *skb, struct parse_state *ps, struct f
 			err = nat_related(skb, ps, key, s, dir);
 			if (err < 0)
 				return err;
-			if (err == 0) {
-				state |= (s->conn.flags & CTF_SNAT) ? CS_SNAT : 0;
-				state |= (s->conn.flags & CTF_DNAT) ? CS_DNAT : 0;
-			}
+			if (err == 0)
+				state |= ct_nat_state(s->conn.flags, dir == 2);
 		}
 		ct_write_key(key, state, zone, &s->conn, &s->orig);
 		goto out;
@@ -724,8 +739,7 @@ __noinline int ct_action(struct __sk_buff *skb, struct parse_state *ps, struct f
 		err = nat_packet(skb, ps, key, s, dir);
 		if (err < 0)
 			return err;
-		state |= (s->conn.flags & CTF_SNAT) ? CS_SNAT : 0;
-		state |= (s->conn.flags & CTF_DNAT) ? CS_DNAT : 0;
+		state |= ct_nat_state(s->conn.flags, dir == 2);
 	}
 	ct_write_key(key, state, zone, &s->conn, &s->orig);
 out:

@@ -192,7 +192,8 @@ func TestCTDNAT(t *testing.T) {
 	checksumsOK(t, u.Packet)
 
 	u = c.second(tcpSeg(t, "10.1.0.5", "10.0.0.1", 8080, 40000, synAckF), "dummy0")
-	wantState(t, "syn+ack", u.Key.CtState, trk|est|rpl|flow.CtDNAT)
+	// +snat: the translation done to this packet (its source), as Open vSwitch reports it.
+	wantState(t, "syn+ack", u.Key.CtState, trk|est|rpl|flow.CtSNAT)
 	if u.Key.IPSrc != [16]byte{10, 96, 0, 10} || u.Key.TpSrc != 80 {
 		t.Fatalf("reply not translated back: %s", flow.Format(u.Key, flow.ExactMask()))
 	}
@@ -235,7 +236,7 @@ func TestCTSNATPorts(t *testing.T) {
 	port2 := u.Key.TpSrc
 	// Replies find their own connection.
 	u = c.second(udpPkt(t, "8.8.8.8", "192.168.0.1", 5300, port2, "a"), "dummy0")
-	if u.Key.IPDst != [16]byte{10, 0, 0, 2} || u.Key.TpDst != 1234 || u.Key.CtState != trk|est|rpl|flow.CtSNAT {
+	if u.Key.IPDst != [16]byte{10, 0, 0, 2} || u.Key.TpDst != 1234 || u.Key.CtState != trk|est|rpl|flow.CtDNAT { // a reply of SNAT: its destination translated
 		t.Fatalf("reply to the moved port: %s", flow.Format(u.Key, flow.ExactMask()))
 	}
 	checksumsOK(t, u.Packet)
@@ -581,7 +582,7 @@ func TestCTIPv6(t *testing.T) {
 	}
 	checksumsOK(t, u.Packet)
 	u = c.second(udpPkt(t, "fd00::5", "fd00::1", 9999, 40000, "a"), "dummy0")
-	wantState(t, "v6 reply", u.Key.CtState, trk|est|rpl|flow.CtDNAT)
+	wantState(t, "v6 reply", u.Key.CtState, trk|est|rpl|flow.CtSNAT)
 	if netip.AddrFrom16(u.Key.IPSrc) != netip.MustParseAddr("fd00::100") || u.Key.TpSrc != 5300 {
 		t.Fatalf("v6 reply: %s", flow.Format(u.Key, flow.ExactMask()))
 	}
@@ -604,7 +605,7 @@ func TestCTRelatedNAT(t *testing.T) {
 	u := c.second(sent, "lo")
 	translated := u.Packet // what the backend got
 	u = c.second(icmpErr(t, "10.1.0.5", "10.0.0.1", translated), "dummy0")
-	wantState(t, "error from the backend", u.Key.CtState, trk|rel|rpl|flow.CtDNAT)
+	wantState(t, "error from the backend", u.Key.CtState, trk|rel|rpl|flow.CtSNAT)
 	p := u.Packet
 	checksumsOK(t, p) // outer IP and ICMP checksums
 	inner := p[14+20+8:]

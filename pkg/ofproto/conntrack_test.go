@@ -59,8 +59,8 @@ func TestConntrackServicePasses(t *testing.T) {
 	p, _ := newTestPipeline(t, 3)
 	const zone = 5
 	// A bucket loads the endpoint into registers and resubmits to the
-	// endpoint table, which commits with DNAT (Open vSwitch refuses ct in
-	// a bucket: a group has no match to say the packet is IP).
+	// endpoint table, which commits with DNAT, as Antrea does (a bucket
+	// may also hold the ct itself, as OVN's do: test/ctdiff select_dnat).
 	backend := func(ip uint32) openflow.Bucket {
 		return openflow.Bucket{Weight: 1, WatchPort: openflow.PortAny, WatchGroup: openflow.GroupAny, Actions: openflow.Actions{
 			openflow.ActionNXRegLoad{Dst: openflow.Subfield{Field: regKey(3), NBits: 32}, Value: uint64(ip)},

@@ -375,11 +375,6 @@ func checkNX(a openflow.Action) error {
 		if a.ZoneSrc != nil && !readable(a.ZoneSrc.Field) {
 			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "ct zone from %s: not in the flow key", a.ZoneSrc.Field)
 		}
-		for _, n := range a.Actions {
-			if nat, ok := n.(openflow.ActionNXNAT); ok && nat.AddrMin.Is6() {
-				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadArgument, "nat to IPv6 addresses: not supported yet")
-			}
-		}
 	case openflow.ActionNXCTClear, openflow.ActionNXNote, openflow.ActionNXDecTTL:
 	case openflow.ActionNXRegMove:
 		if !readable(a.Src.Field) {

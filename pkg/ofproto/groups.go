@@ -91,9 +91,13 @@ func (p *Pipeline) GroupMod(gm *openflow.GroupMod) error {
 
 // validateGroupMod runs the codec's checks. The codec validates bucket
 // actions against an empty match, which would refuse every L3/L4
-// set_field; buckets are checked here at run time instead (a set_field
-// the packet has no header for is skipped), so set_field is left out of
-// the codec's view.
+// set_field and every ct/nat (a group has no match to say the packet is
+// IP); buckets are checked here at run time instead (a set_field the
+// packet has no header for is skipped, the tracker marks what it cannot
+// track), as Open vSwitch accepts them (OVN's load balancers put
+// ct(commit,nat(dst=..)) in buckets). So set_field and the Nicira actions
+// are left out of the codec's view: their structure was checked when they
+// were decoded, and checkNX checks what the fast path can do.
 func validateGroupMod(gm *openflow.GroupMod) error {
 	c := *gm
 	c.Buckets = make([]openflow.Bucket, len(gm.Buckets))
@@ -101,7 +105,7 @@ func validateGroupMod(gm *openflow.GroupMod) error {
 		c.Buckets[i] = b
 		c.Buckets[i].Actions = nil
 		for _, a := range b.Actions {
-			if _, ok := a.(openflow.ActionSetField); !ok {
+			if _, ok := a.(openflow.ActionSetField); !ok && a.Type() != openflow.ActionTypeExperimenter {
 				c.Buckets[i].Actions = append(c.Buckets[i].Actions, a)
 			}
 		}

@@ -71,10 +71,8 @@ func (s *Switch) handle(oc *ofConn, msg openflow.Message, raw []byte) {
 	case *openflow.FlowMod:
 		s.flowMod(oc, m, raw)
 	case *openflow.GroupMod:
-		if err := m.Validate(); err != nil {
-			fail(err)
-			return
-		}
+		// The pipeline validates: buckets have no match, so the codec's
+		// match-consistency checks do not apply to them (groups.go).
 		if err := s.pl.GroupMod(m); err != nil {
 			fail(err)
 		}

@@ -19,6 +19,12 @@ type ctCase struct {
 	groups []string
 	flows  []string
 	steps  []step
+	// knownDiff names a difference from Open vSwitch that nagare has on
+	// purpose or has not closed yet (docs/conntrack.md lists them): the
+	// case then passes when it shows a difference (reported in the log)
+	// and fails when it no longer does, so the entry is removed once
+	// the difference is gone.
+	knownDiff string
 }
 
 // step is one packet and what is expected of it.
@@ -147,6 +153,10 @@ func runCase(t *testing.T, c ctCase, benches []*bench) {
 		// what this one did. CTDIFF_KEEP_GOING=1 goes on, to see every
 		// difference a case shows.
 		if msg := compareStep(c, i, s, benches, obs); msg != "" {
+			if c.knownDiff != "" && len(benches) > 1 {
+				t.Logf("known difference (%s):\n%s", c.knownDiff, msg)
+				return
+			}
 			t.Errorf("%s\n%s", msg, logTails(benches))
 			if os.Getenv("CTDIFF_KEEP_GOING") == "" {
 				return
@@ -171,9 +181,16 @@ func runCase(t *testing.T, c ctCase, benches []*bench) {
 	}
 	for i, s := range c.steps {
 		if msg := compareStep(c, i, s, benches, obs); msg != "" {
+			if c.knownDiff != "" && len(benches) > 1 {
+				t.Logf("known difference (%s):\n%s", c.knownDiff, msg)
+				return
+			}
 			t.Errorf("(after the last packet) %s\n%s", msg, logTails(benches))
 			return
 		}
+	}
+	if c.knownDiff != "" && len(benches) > 1 {
+		t.Errorf("case %s: the known difference (%s) no longer shows: remove knownDiff", c.name, c.knownDiff)
 	}
 }
 
