@@ -53,6 +53,7 @@ k8s-services-smoke: k8s-deps generate
 # (docs/k8s-conformance.md).
 K8S_CONFORMANCE_OUT ?= /var/tmp/nagare-k8s-conformance
 k8s-conformance: k8s-deps generate
+	K8S_E2E=1 scripts/k8s/build.sh
 	NAGARE_K8S_CONFORMANCE=1 K8S_CONFORMANCE_OUT=$(K8S_CONFORMANCE_OUT) $(K8S_TEST) -timeout 150m -run 'TestK8sConformance' ./test/k8s/
 
 # generate compiles bpf/*.c with clang and writes the Go bindings (bpf2go).

@@ -577,6 +577,9 @@ root = %q
 state = %q
 [grpc]
   address = %q
+# Its "opt" plugin would make /opt/containerd on the machine.
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "registry.k8s.io/pause:3.10"
   restrict_oom_score_adj = true
@@ -587,7 +590,7 @@ state = %q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/opt/cni/bin"
     conf_dir = "/etc/cni/net.d"
-`, filepath.Join(n.dir, "containerd/root"), filepath.Join(n.dir, "containerd/state"), n.sock)
+`, filepath.Join(n.dir, "containerd/root"), filepath.Join(n.dir, "containerd/state"), n.sock, filepath.Join(n.dir, "containerd/opt"))
 	toml := filepath.Join(n.dir, "containerd.toml")
 	c.fatal(os.WriteFile(toml, []byte(cfg), 0o644))
 	c.cp = append(c.cp, c.start(n, n.netns+"-containerd", "containerd", "--config", toml))

@@ -161,11 +161,16 @@ func busybox(skip map[string]bool) map[string]file {
 func toolbox() map[string]file {
 	tools := map[string]string{"dig": "/usr/bin/dig", "nslookup": "/usr/bin/nslookup", "curl": "/usr/bin/curl",
 		"nc": "/usr/bin/nc.openbsd", "ip": "/usr/sbin/ip", "bash": "/usr/bin/bash", "getent": "/usr/bin/getent"}
-	skip := map[string]bool{}
+	// sh is bash: Debian's busybox-static runs its own applets before
+	// anything on PATH (FEATURE_PREFER_APPLETS), so a busybox sh would run
+	// busybox's nc (no -u) where a test's "sh -c '... | nc -u'" means
+	// netcat-openbsd, as it does on upstream's Alpine image.
+	skip := map[string]bool{"sh": true}
 	for n := range tools {
 		skip[n] = true
 	}
 	fs := busybox(skip)
+	fs["/bin/sh"] = file{link: "bash"}
 	for name, src := range tools {
 		fs["/bin/"+name] = file{src: src}
 		out, err := exec.Command("ldd", src).Output()
