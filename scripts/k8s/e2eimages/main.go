@@ -13,7 +13,8 @@
 //	registry.k8s.io/e2e-test-images/agnhost:2.53        agnhost built from k8s.io/kubernetes@v1.33.13 (the real binary), and the
 //	                                                    tools the real image adds with apk (dig, curl, nc (openbsd), ip, bash)
 //	                                                    taken from Debian 12 with their shared libraries, busybox for the rest
-//	                                                    (Alpine's base is busybox too); ENTRYPOINT /agnhost, CMD pause as upstream
+//	                                                    (Alpine's base is busybox too; sh is bash, see toolbox), porter's
+//	                                                    localhost.crt/key in /; ENTRYPOINT /agnhost, CMD pause as upstream
 //	registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7 the same tools (the DNS tests run dig, getent, sh, seq, awk in it)
 //	registry.k8s.io/e2e-test-images/busybox:1.36.1-1    Debian's busybox-static (1.35), CMD sh
 //	registry.k8s.io/e2e-test-images/nginx:1.14-4        STAND-IN: agnhost netexec serving HTTP on :80 (the EndpointSlice
@@ -64,7 +65,15 @@ func main() {
 	k8s := flag.String("k8s", "/var/cache/nagare/k8s/v1.33.13", "directory with agnhost and coredns (scripts/k8s/build.sh)")
 	out := flag.String("o", "", "output directory (default: K8S/images)")
 	coreDNSVersion := flag.String("coredns-version", "v1.14.3", "tag of the CoreDNS image")
+	porter := flag.String("porter", "", "agnhost's porter/ directory in k8s.io/kubernetes@v1.33.13 (default: in the module cache)")
 	flag.Parse()
+	if *porter == "" {
+		mc, err := exec.Command("go", "env", "GOMODCACHE").Output()
+		if err != nil {
+			fail(fmt.Errorf("go env GOMODCACHE: %w", err))
+		}
+		*porter = filepath.Join(strings.TrimSpace(string(mc)), "k8s.io/kubernetes@v1.33.13/test/images/agnhost/porter")
+	}
 	if *out == "" {
 		*out = filepath.Join(*k8s, "images")
 	}
@@ -95,7 +104,7 @@ int main(void) { signal(SIGTERM, quit); signal(SIGINT, quit); for (;;) pause(); 
 	images := []image{
 		{ref: "registry.k8s.io/pause:3.10", files: map[string]file{"/pause": {src: pause}}, entry: []string{"/pause"}},
 		{ref: "registry.k8s.io/e2e-test-images/busybox:1.36.1-1", files: busybox(nil), cmd: []string{"sh"}},
-		{ref: "registry.k8s.io/e2e-test-images/agnhost:2.53", files: withAgnhost(toolbox(), agnhost),
+		{ref: "registry.k8s.io/e2e-test-images/agnhost:2.53", files: withPorterCert(withAgnhost(toolbox(), agnhost), *porter),
 			entry: []string{"/agnhost"}, cmd: []string{"pause"}},
 		{ref: "registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7", files: toolbox(), cmd: []string{"bash"}},
 		{ref: "registry.k8s.io/e2e-test-images/nginx:1.14-4", files: withAgnhost(busybox(nil), agnhost),
@@ -194,6 +203,19 @@ func withAgnhost(fs map[string]file, agnhost string) map[string]file {
 	fs["/agnhost"] = file{src: agnhost}
 	fs["/agnhost-2"] = file{link: "agnhost"}
 	fs["/uploads/.keep"] = file{data: []byte{}, mode: 0o644}
+	return fs
+}
+
+// withPorterCert adds the TLS certificate and key upstream's Dockerfile
+// puts in / (agnhost porter serves its https ports with them; the Proxy
+// conformance tests fetch those ports through the API server).
+func withPorterCert(fs map[string]file, dir string) map[string]file {
+	for _, f := range []string{"localhost.crt", "localhost.key"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			fail(fmt.Errorf("agnhost porter's %s: %w", f, err))
+		}
+		fs["/"+f] = file{src: filepath.Join(dir, f), mode: 0o644}
+	}
 	return fs
 }
 
