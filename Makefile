@@ -45,6 +45,7 @@ k8s-smoke: k8s-deps generate
 # k8s-services-smoke: ClusterIP and cluster DNS from both nodes; fails
 # until nagare serves Services (NAGARE_SERVICES=1 is what enables it).
 k8s-services-smoke: k8s-deps generate
+	K8S_DNS=1 scripts/k8s/build.sh
 	NAGARE_SERVICES=1 $(K8S_TEST) -timeout 20m -run 'TestTwoNodeServices' ./test/k8s/
 
 # k8s-conformance: Kubernetes' [sig-network] [Conformance] e2e tests
@@ -53,7 +54,7 @@ k8s-services-smoke: k8s-deps generate
 # (docs/k8s-conformance.md).
 K8S_CONFORMANCE_OUT ?= /var/tmp/nagare-k8s-conformance
 k8s-conformance: k8s-deps generate
-	K8S_E2E=1 scripts/k8s/build.sh
+	K8S_E2E=1 K8S_DNS=1 scripts/k8s/build.sh
 	NAGARE_K8S_CONFORMANCE=1 K8S_CONFORMANCE_OUT=$(K8S_CONFORMANCE_OUT) $(K8S_TEST) -timeout 150m -run 'TestK8sConformance' ./test/k8s/
 
 # generate compiles bpf/*.c with clang and writes the Go bindings (bpf2go).

@@ -8,7 +8,12 @@
 #                          kube-scheduler kube-proxy kubectl
 #   test workloads:        agnhost (the e2e tests' workload binary,
 #                          k8s.io/kubernetes/test/images/agnhost)
-#   cluster DNS (K8S_DNS=1, the default): coredns from github.com/coredns/coredns
+#   cluster DNS (K8S_DNS=1; make k8s-services-smoke and k8s-conformance set
+#                          it): coredns from github.com/coredns/coredns. Not by
+#                          default either: its module graph (cloud SDKs) is 1.3 GB
+#                          of modules and ~19 min of build here, and the CI smoke
+#                          test needs no DNS (the cluster runs CoreDNS when the
+#                          image is in the cache).
 #   conformance (K8S_E2E=1; make k8s-conformance sets it): e2e.test (go test -c
 #                          of k8s.io/kubernetes/test/e2e) and the ginkgo CLI
 #                          (runs e2e.test's specs in parallel). Not by default:
@@ -31,7 +36,7 @@ OUT=${K8S_CACHE:-/var/cache/nagare/k8s/$V}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.3} # kubeadm v1.33 deploys v1.12.0; the proxy serves v1.14.3 and newer only
 BINS=(kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl)
 E2E=${K8S_E2E:-0}
-DNS=${K8S_DNS:-1}
+DNS=${K8S_DNS:-0}
 
 want=("${BINS[@]}" agnhost)
 [ "$E2E" = 1 ] && want+=(e2e.test ginkgo)

@@ -234,7 +234,8 @@ func TestK8sConformance(t *testing.T) {
 	if f := os.Getenv("K8S_CONFORMANCE_FOCUS"); f != "" {
 		focus = f
 	}
-	args := []string{filepath.Join(k8sDir(), "ginkgo"), "--procs=" + procs, "--no-color", "--timeout=2h",
+	// -v: a line per spec as it ends (passed ones too), for progress.
+	args := []string{filepath.Join(k8sDir(), "ginkgo"), "-v", "--procs=" + procs, "--no-color", "--timeout=2h",
 		"--focus=" + focus, "--skip=" + conformanceSkip, "--junit-report=junit.xml", "--output-dir=" + out,
 		filepath.Join(k8sDir(), "e2e.test"), "--",
 		"--kubeconfig=" + c.kubecfg, "--provider=skeleton", "--kubectl-path=" + filepath.Join(k8sDir(), "kubectl"),
