@@ -1,7 +1,11 @@
-// Package k8s tests nagare on a real Kubernetes, started on loopback by
-// the test: etcd, kube-apiserver, kube-controller-manager, containerd
-// (CRI) and kubelet, one node. Images are made locally as OCI tars (no
-// registry). Recipe and traps: shared/reference/kubernetes-local.md.
+// Package k8s tests nagare on a real Kubernetes, started by the test.
+// Two harnesses: this file's, on loopback (etcd, kube-apiserver,
+// kube-controller-manager, containerd (CRI) and kubelet, one node, a
+// stand-in binder: TestKubernetesNagare), and twonode_test.go's, two
+// kubelets in their own network namespaces with a real scheduler, CoreDNS
+// and the [sig-network] conformance run (docs/k8s-conformance.md). Images
+// are made locally as OCI tars (no registry). Recipe and traps:
+// shared/reference/kubernetes-local.md.
 //
 // The Kubernetes binaries come from scripts/k8s/build.sh (cached in
 // /var/cache/nagare/k8s/<version>); without them the tests skip, unless
