@@ -49,7 +49,7 @@ k8s-services-smoke: k8s-deps generate
 	NAGARE_SERVICES=1 $(K8S_TEST) -timeout 20m -run 'TestTwoNodeServices' ./test/k8s/
 
 # k8s-conformance: Kubernetes' [sig-network] [Conformance] e2e tests
-# against the two-node cluster (about 30-40 min; never part of make test).
+# against the two-node cluster (about 16 min once built; never part of make test).
 # Output, JUnit report and summary in K8S_CONFORMANCE_OUT
 # (docs/k8s-conformance.md).
 K8S_CONFORMANCE_OUT ?= /var/tmp/nagare-k8s-conformance

@@ -210,7 +210,7 @@ const conformanceSkip = `\[Provider:|\[Feature:Networking-IPv6\]|Internet|\[Disr
 
 // TestK8sConformance runs Kubernetes' own [sig-network] conformance tests
 // (e2e.test from k8s.io/kubernetes v1.33.13) against the two-node cluster
-// with nagare: `make k8s-conformance`. Long (about half an hour with the
+// with nagare: `make k8s-conformance`. Long (about 15 minutes with the
 // specs that wait out their timeouts), so only with NAGARE_K8S_CONFORMANCE=1.
 // Failures of the e2e specs do not fail this test (many are expected until
 // nagare serves Services): it fails only if e2e.test did not run. The
