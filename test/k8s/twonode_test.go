@@ -905,7 +905,8 @@ func (c *twoNode) down() {
 	}
 	for _, n := range c.nodes {
 		_, _ = run("ip", "netns", "del", n.netns)
-		for _, ctl := range cgroupControllers() {
+		// unified too: the kubelet mirrors its cgroups into the hybrid cgroup2 mount.
+		for _, ctl := range append(cgroupControllers(), "unified") {
 			removeCgroupTree(filepath.Join("/sys/fs/cgroup", ctl, n.cgroup))
 		}
 	}
