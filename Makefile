@@ -32,6 +32,31 @@ ifneq ($(filter true,$(CI))$(filter 1,$(NAGARE_K8S)),)
 TEST_DEPS := k8s-deps
 endif
 
+# The two-node Kubernetes (test/k8s/twonode_test.go): two kubelets, each
+# with its own containerd in its own network namespace, a real scheduler,
+# CoreDNS, nagare as the CNI (DaemonSet), fenced off the machine's uplink.
+.PHONY: k8s-smoke k8s-services-smoke k8s-conformance
+K8S_TEST := NAGARE_K8S=1 $(GO) test -count=1 -v
+
+# k8s-smoke: the cluster up, a pod on each node, pod to pod across nodes.
+k8s-smoke: k8s-deps generate
+	$(K8S_TEST) -timeout 20m -run 'TestTwoNodePodToPod' ./test/k8s/
+
+# k8s-services-smoke: ClusterIP and cluster DNS from both nodes; fails
+# until nagare serves Services (NAGARE_SERVICES=1 is what enables it).
+k8s-services-smoke: k8s-deps generate
+	K8S_DNS=1 scripts/k8s/build.sh
+	NAGARE_SERVICES=1 $(K8S_TEST) -timeout 20m -run 'TestTwoNodeServices' ./test/k8s/
+
+# k8s-conformance: Kubernetes' [sig-network] [Conformance] e2e tests
+# against the two-node cluster (about 16 min once built; never part of make test).
+# Output, JUnit report and summary in K8S_CONFORMANCE_OUT
+# (docs/k8s-conformance.md).
+K8S_CONFORMANCE_OUT ?= /var/tmp/nagare-k8s-conformance
+k8s-conformance: k8s-deps generate
+	K8S_E2E=1 K8S_DNS=1 scripts/k8s/build.sh
+	NAGARE_K8S_CONFORMANCE=1 K8S_CONFORMANCE_OUT=$(K8S_CONFORMANCE_OUT) $(K8S_TEST) -timeout 150m -run 'TestK8sConformance' ./test/k8s/
+
 # generate compiles bpf/*.c with clang and writes the Go bindings (bpf2go).
 generate:
 	$(GO) generate ./pkg/datapath/... ./pkg/agent/vf/... ./pkg/steering/...

@@ -1,7 +1,11 @@
-// Package k8s tests nagare on a real Kubernetes, started on loopback by
-// the test: etcd, kube-apiserver, kube-controller-manager, containerd
-// (CRI) and kubelet, one node. Images are made locally as OCI tars (no
-// registry). Recipe and traps: shared/reference/kubernetes-local.md.
+// Package k8s tests nagare on a real Kubernetes, started by the test.
+// Two harnesses: this file's, on loopback (etcd, kube-apiserver,
+// kube-controller-manager, containerd (CRI) and kubelet, one node, a
+// stand-in binder: TestKubernetesNagare), and twonode_test.go's, two
+// kubelets in their own network namespaces with a real scheduler, CoreDNS
+// and the [sig-network] conformance run (docs/k8s-conformance.md). Images
+// are made locally as OCI tars (no registry). Recipe and traps:
+// shared/reference/kubernetes-local.md.
 //
 // The Kubernetes binaries come from scripts/k8s/build.sh (cached in
 // /var/cache/nagare/k8s/<version>); without them the tests skip, unless
@@ -65,7 +69,13 @@ type cluster struct {
 	repoRoot   string
 	stopBinder func()
 	before     hostState
+	// Paths the kubelet and containerd make on the machine whatever their
+	// flags say (device-plugin socket, container log links, runc state,
+	// the QoS cgroups): removed at teardown when the test made them.
+	hostMade []string
 }
+
+var hostPathsKubeletMakes = []string{"/var/lib/kubelet", "/var/log/containers", "/run/containerd"}
 
 // sysctlsKubeletTouches are restored at teardown (kubelet rewrites some at
 // start; nagare sets ip_forward on its node).
@@ -113,6 +123,16 @@ func up(t *testing.T) *cluster {
 		}
 	}
 	c.before = snapshotHost()
+	for _, p := range hostPathsKubeletMakes {
+		if _, err := os.Stat(p); err != nil {
+			c.hostMade = append(c.hostMade, p)
+		}
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/memory/kubepods"); err != nil {
+		for _, ctl := range append(cgroupControllers(), "unified") { // the kubelet mirrors them into the hybrid cgroup2 mount
+			c.hostMade = append(c.hostMade, filepath.Join("/sys/fs/cgroup", ctl, "kubepods"))
+		}
+	}
 	t.Cleanup(c.down)
 	c.cniBin, c.cniConf = filepath.Join(dir, "cni/bin"), filepath.Join(dir, "cni/net.d")
 	for _, d := range []string{c.cniBin, c.cniConf, filepath.Join(dir, "pki"), filepath.Join(dir, "logs")} {
@@ -312,6 +332,9 @@ root = %q
 state = %q
 [grpc]
   address = %q
+# Its "opt" plugin would make /opt/containerd on the machine.
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "docker.io/library/pause:local"
   restrict_oom_score_adj = true
@@ -322,7 +345,7 @@ state = %q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %q
     conf_dir = %q
-`, c.path("containerd/root"), c.path("containerd/state"), c.ctrSock, c.cniBin, c.cniConf)
+`, c.path("containerd/root"), c.path("containerd/state"), c.ctrSock, c.path("containerd/opt"), c.cniBin, c.cniConf)
 	if err := os.WriteFile(c.path("containerd.toml"), []byte(cfg), 0o644); err != nil {
 		c.t.Fatal(err)
 	}
@@ -581,6 +604,13 @@ func (c *cluster) down() {
 	for i := len(mounts) - 1; i >= 0; i-- {
 		if err := unix.Unmount(mounts[i], unix.MNT_DETACH); err != nil {
 			c.t.Errorf("unmount %s: %v", mounts[i], err)
+		}
+	}
+	for _, p := range c.hostMade {
+		if strings.HasPrefix(p, "/sys/fs/cgroup/") {
+			removeCgroupTree(p)
+		} else {
+			_ = os.RemoveAll(p)
 		}
 	}
 	if !c.t.Failed() || os.Getenv("NAGARE_K8S_KEEP") == "" {

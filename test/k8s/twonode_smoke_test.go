@@ -1,0 +1,383 @@
+package k8s
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+const agnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.53"
+
+// agnhostPod is a pod the scheduler places on node (nodeSelector, not
+// nodeName: the real scheduler binds it) serving HTTP on 8080 (agnhost
+// netexec: /hostname answers the pod's name).
+func agnhostPod(name, node string, labels string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: default, labels: {%s}}
+spec:
+  nodeSelector: {kubernetes.io/hostname: %s}
+  terminationGracePeriodSeconds: 0
+  containers:
+    - name: main
+      image: %s
+      args: [netexec, --http-port=8080, --udp-port=8081]
+      ports: [{containerPort: 8080}]
+`, name, labels, node, agnhostImage)
+}
+
+// runningPod waits for a pod to run and returns its node and address.
+func (c *twoNode) runningPod(name string) (string, netip.Addr) {
+	c.t.Helper()
+	var node string
+	var ip netip.Addr
+	c.waitFor("pod "+name+" running", 2*time.Minute, func() error {
+		out, err := c.kubectl("get", "pod", name, "-o", "jsonpath={.status.phase} {.spec.nodeName} {.status.podIP}")
+		if err != nil {
+			return err
+		}
+		f := strings.Fields(out)
+		if len(f) != 3 || f[0] != "Running" {
+			return fmt.Errorf("pod %s: %q", name, out)
+		}
+		node = f[1]
+		ip, err = netip.ParseAddr(f[2])
+		return err
+	})
+	return node, ip
+}
+
+// exec runs a command in a pod through the API server and the pod's
+// kubelet (kubectl exec), as the e2e tests do.
+func (c *twoNode) exec(pod string, args ...string) (string, error) {
+	return c.kubectl(append([]string{"exec", pod, "--"}, args...)...)
+}
+
+// TestTwoNodePodToPod is the two-node smoke test: the cluster comes up
+// with nagare on both nodes (scheduler, CoreDNS and all), the scheduler
+// puts a pod on each node, and they reach each other across nodes (HTTP
+// both ways, through kubectl exec, over nagare's VXLAN) and each other's
+// node. It must pass today.
+func TestTwoNodePodToPod(t *testing.T) {
+	c := upTwoNode(t)
+	c.apply(agnhostPod("pod-a", c.nodes[0].name, "app: smoke") + "---\n" + agnhostPod("pod-b", c.nodes[1].name, "app: smoke"))
+	nodeA, ipA := c.runningPod("pod-a")
+	nodeB, ipB := c.runningPod("pod-b")
+	c.logf("pod-a %s on %s, pod-b %s on %s", ipA, nodeA, ipB, nodeB)
+	if nodeA == nodeB {
+		t.Fatalf("both pods on %s", nodeA)
+	}
+	cidr := func(n *tnode) netip.Prefix {
+		return netip.MustParsePrefix(strings.TrimSpace(c.mustKubectl("get", "node", n.name, "-o", "jsonpath={.spec.podCIDR}")))
+	}
+	if !cidr(c.nodes[0]).Contains(ipA) || !cidr(c.nodes[1]).Contains(ipB) {
+		t.Fatalf("pod addresses %s, %s outside their nodes' pod CIDRs %s, %s", ipA, ipB, cidr(c.nodes[0]), cidr(c.nodes[1]))
+	}
+	for _, p := range []struct {
+		from, to string
+		ip       netip.Addr
+	}{{"pod-a", "pod-b", ipB}, {"pod-b", "pod-a", ipA}} {
+		out, err := c.exec(p.from, "curl", "-sS", "--max-time", "5", fmt.Sprintf("http://%s:8080/hostname", p.ip))
+		if err != nil || strings.TrimSpace(out) != p.to {
+			t.Errorf("%s -> %s (%s) across nodes: %q %v", p.from, p.to, p.ip, out, err)
+		}
+		// UDP too (agnhost netexec echoes "hostname" on its UDP port).
+		out, err = c.exec(p.from, "sh", "-c", fmt.Sprintf("echo hostname | nc -u -w 2 %s 8081", p.ip))
+		if err != nil || strings.TrimSpace(out) != p.to {
+			t.Errorf("%s -> %s (%s) UDP across nodes: %q %v", p.from, p.to, p.ip, out, err)
+		}
+	}
+	// Each pod reaches the other node (the other node's address, from the
+	// pod network, masqueraded out of its own node).
+	for _, p := range []struct {
+		pod  string
+		node *tnode
+	}{{"pod-a", c.nodes[1]}, {"pod-b", c.nodes[0]}} {
+		if out, err := c.exec(p.pod, "ping", "-c", "2", "-W", "2", p.node.ip); err != nil {
+			t.Errorf("%s -> %s (%s): %v %s", p.pod, p.node.name, p.node.ip, err, out)
+		}
+	}
+	// CoreDNS answers, asked at its pods' own addresses (one of them on
+	// the other node): cluster DNS fails today only for want of the kube-dns
+	// ClusterIP (TestTwoNodeServices).
+	if ips, err := c.kubectl("-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-dns", "-o", "jsonpath={.items[*].status.podIP}"); err == nil && ips != "" {
+		for _, ip := range strings.Fields(ips) {
+			out, err := c.exec("pod-a", "dig", "+short", "+time=2", "+tries=2", "@"+ip, "kubernetes.default.svc.cluster.local")
+			if err != nil || strings.TrimSpace(out) != "10.96.0.1" {
+				t.Errorf("pod-a: CoreDNS at %s: kubernetes.default.svc.cluster.local -> %q %v, want 10.96.0.1", ip, out, err)
+			}
+		}
+	}
+	// The traffic crossed the tunnel: each switch has an endpoint port for
+	// the other node.
+	for i, n := range c.nodes {
+		st, err := c.agentStatus(ctxFor(t, 10*time.Second), n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(st.Remotes)
+		if !strings.Contains(string(b), c.nodes[1-i].ip) {
+			t.Errorf("%s's agent has no tunnel to %s: %s", n.name, c.nodes[1-i].ip, b)
+		}
+	}
+	if d, err := isolationDrops(); err == nil {
+		c.logf("isolation drops so far: %d packets (1 is the self-check)", d)
+	}
+}
+
+// TestTwoNodeServices checks ClusterIP Services and cluster DNS from pods on
+// both nodes: a ClusterIP Service backed by a pod on each node answers a
+// client on each node, from both backends, and the cluster DNS (CoreDNS
+// behind the kube-dns ClusterIP) resolves kubernetes.default.svc.cluster.local
+// and the test Service's name. nagare serves no ClusterIP yet and these
+// nodes run no kube-proxy: it fails today, so it runs only with
+// NAGARE_SERVICES=1 (the lead flips it when nagare serves Services).
+func TestTwoNodeServices(t *testing.T) {
+	if os.Getenv("NAGARE_SERVICES") != "1" {
+		t.Skip("expected to fail until nagare serves ClusterIP Services (no kube-proxy on these nodes); NAGARE_SERVICES=1 runs it")
+	}
+	c := upTwoNode(t)
+	var pods []string
+	for i, n := range c.nodes {
+		pods = append(pods, agnhostPod(fmt.Sprintf("backend-%d", i+1), n.name, "app: echo"),
+			agnhostPod(fmt.Sprintf("client-%d", i+1), n.name, "app: client"))
+	}
+	pods = append(pods, `apiVersion: v1
+kind: Service
+metadata: {name: echo, namespace: default}
+spec:
+  selector: {app: echo}
+  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]
+`)
+	c.apply(strings.Join(pods, "---\n"))
+	for i := range c.nodes {
+		c.runningPod(fmt.Sprintf("backend-%d", i+1))
+		c.runningPod(fmt.Sprintf("client-%d", i+1))
+	}
+	clusterIP := strings.TrimSpace(c.mustKubectl("get", "svc", "echo", "-o", "jsonpath={.spec.clusterIP}"))
+	c.waitFor("two endpoints for echo", time.Minute, func() error {
+		out, err := c.kubectl("get", "endpointslices", "-l", "kubernetes.io/service-name=echo", "-o", "jsonpath={.items[*].endpoints[*].addresses[*]}")
+		if err == nil && len(strings.Fields(out)) != 2 {
+			err = fmt.Errorf("endpoints %q", out)
+		}
+		return err
+	})
+	for i := range c.nodes {
+		client := fmt.Sprintf("client-%d", i+1)
+		seen := map[string]int{}
+		for k := 0; k < 20; k++ {
+			out, err := c.exec(client, "curl", "-sS", "--max-time", "3", "http://"+clusterIP+"/hostname")
+			if err != nil {
+				t.Errorf("%s -> ClusterIP %s: %v", client, clusterIP, err)
+				break
+			}
+			seen[strings.TrimSpace(out)]++
+		}
+		if seen["backend-1"] == 0 || seen["backend-2"] == 0 {
+			t.Errorf("%s -> ClusterIP %s: answers by backend %v, want both backends (one per node)", client, clusterIP, seen)
+		}
+		for name, want := range map[string]string{"kubernetes.default.svc.cluster.local": "10.96.0.1", "echo.default.svc.cluster.local": clusterIP} {
+			out, err := c.exec(client, "getent", "hosts", name)
+			if err != nil || !strings.HasPrefix(strings.TrimSpace(out), want+" ") {
+				t.Errorf("%s: resolve %s through cluster DNS: %q %v, want %s", client, name, out, err, want)
+			}
+		}
+		// The short name, by the pod's search path, and then used.
+		if out, err := c.exec(client, "curl", "-sS", "--max-time", "3", "http://echo/hostname"); err != nil || !strings.HasPrefix(strings.TrimSpace(out), "backend-") {
+			t.Errorf("%s -> http://echo/: %q %v", client, out, err)
+		}
+	}
+}
+
+// conformanceFocus is the [sig-network] conformance set (Services, DNS,
+// Networking, EndpointSlice, HostPort, Proxy, Ingress API).
+const conformanceFocus = `\[sig-network\].*\[Conformance\]`
+
+// conformanceSkip: nothing in the v1.33.13 set reaches outside the machine
+// on purpose (the one DNS test that looks up google.com is [Provider:GCE],
+// not [Conformance]); this keeps any such test out should the set grow.
+// The cluster is fenced in either way (isolate).
+const conformanceSkip = `\[Provider:|\[Feature:Networking-IPv6\]|Internet|\[Disruptive\]`
+
+// TestK8sConformance runs Kubernetes' own [sig-network] conformance tests
+// (e2e.test from k8s.io/kubernetes v1.33.13) against the two-node cluster
+// with nagare: `make k8s-conformance`. Long (about 15 minutes with the
+// specs that wait out their timeouts), so only with NAGARE_K8S_CONFORMANCE=1.
+// Failures of the e2e specs do not fail this test (many are expected until
+// nagare serves Services): it fails only if e2e.test did not run. The
+// output and JUnit report go to K8S_CONFORMANCE_OUT (default
+// /var/tmp/nagare-k8s-conformance), a summary is printed.
+func TestK8sConformance(t *testing.T) {
+	if os.Getenv("NAGARE_K8S_CONFORMANCE") != "1" {
+		t.Skip("the [sig-network] conformance run is long: NAGARE_K8S_CONFORMANCE=1 (make k8s-conformance)")
+	}
+	for _, b := range []string{"e2e.test", "ginkgo"} {
+		if _, err := os.Stat(filepath.Join(k8sDir(), b)); err != nil {
+			t.Fatalf("%s missing (scripts/k8s/build.sh): %v", b, err)
+		}
+	}
+	out := os.Getenv("K8S_CONFORMANCE_OUT")
+	if out == "" {
+		out = "/var/tmp/nagare-k8s-conformance"
+	}
+	_ = os.RemoveAll(out)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := upTwoNode(t)
+	if err := os.WriteFile(filepath.Join(out, "bringup.txt"), []byte(fmt.Sprintf("two-node cluster up in %v\n", c.upTime.Round(time.Millisecond))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	procs := os.Getenv("K8S_CONFORMANCE_PROCS")
+	if procs == "" {
+		procs = "8"
+	}
+	focus := conformanceFocus
+	if f := os.Getenv("K8S_CONFORMANCE_FOCUS"); f != "" {
+		focus = f
+	}
+	// -v: a line per spec as it ends (passed ones too), for progress.
+	args := []string{filepath.Join(k8sDir(), "ginkgo"), "-v", "--procs=" + procs, "--no-color", "--timeout=2h",
+		"--focus=" + focus, "--skip=" + conformanceSkip, "--junit-report=junit.xml", "--output-dir=" + out,
+		filepath.Join(k8sDir(), "e2e.test"), "--",
+		"--kubeconfig=" + c.kubecfg, "--provider=skeleton", "--kubectl-path=" + filepath.Join(k8sDir(), "kubectl"),
+		"--report-dir=" + out, "--dump-logs-on-failure=false", "--system-pods-startup-timeout=3m",
+		"--e2e-output-dir=" + out}
+	if err := os.WriteFile(filepath.Join(out, "command.txt"), []byte(strings.Join(args, " ")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(out, "e2e.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.Dir = out
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	// Progress: ginkgo's per-spec lines (•, [FAILED], [SKIPPED]...).
+	progress := regexp.MustCompile(`^(•|\[FAIL|\[PASS|\[SKIP|\[TIMEDOUT|Ran |FAIL!|SUCCESS!|Ginkgo ran|Test Suite)|\[sig-network\]`)
+	done := make(chan struct{})
+	go func() {
+		scanLines(pr, func(l string) {
+			fmt.Fprintln(logf, l)
+			if progress.MatchString(strings.TrimSpace(l)) {
+				c.logf("e2e: %s", strings.TrimSpace(l))
+			}
+		})
+		close(done)
+	}()
+	werr := cmd.Wait()
+	<-done
+	c.logf("e2e.test finished in %v: %v", time.Since(start).Round(time.Second), werr)
+	results, err := junitResults(filepath.Join(out, "junit.xml"))
+	if err != nil {
+		t.Fatalf("no JUnit report (e2e.test did not run): %v (exit %v)", err, werr)
+	}
+	focusRe := regexp.MustCompile(focus)
+	var lines []string
+	count := map[string]int{}
+	for _, r := range results {
+		if !strings.Contains(r.name, "[It]") || !focusRe.MatchString(r.name) {
+			continue // suite nodes (Synchronized*Suite, Report*), and specs outside the focus
+		}
+		count[r.status]++
+		if r.status == "skipped" {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%-7s %6.1fs  %s%s", r.status, r.seconds, r.name, r.reason))
+	}
+	sort.Strings(lines)
+	// Whatever the specs did, nothing may have left the machine: the
+	// isolation table's drops (1 is isolate's own self-check).
+	drops, derr := isolationDrops()
+	summary := fmt.Sprintf("passed %d, failed %d, skipped %d (e2e.test %v, cluster up in %v, isolation drops %d %v)\n%s\n",
+		count["passed"], count["failed"], count["skipped"], time.Since(start).Round(time.Second), c.upTime.Round(time.Millisecond),
+		drops, derr, strings.Join(lines, "\n"))
+	if err := os.WriteFile(filepath.Join(out, "summary.txt"), []byte(summary), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.logf("conformance: %s(output in %s)", summary, out)
+}
+
+type specResult struct {
+	name, status, reason string
+	seconds              float64
+}
+
+// junitResults reads ginkgo's JUnit report.
+func junitResults(path string) ([]specResult, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Suites []struct {
+			Cases []struct {
+				Name    string  `xml:"name,attr"`
+				Status  string  `xml:"status,attr"`
+				Time    float64 `xml:"time,attr"`
+				Skipped *struct {
+					Message string `xml:"message,attr"`
+				} `xml:"skipped"`
+				Failure *struct {
+					Message string `xml:"message,attr"`
+					Body    string `xml:",chardata"`
+				} `xml:"failure"`
+				Error *struct {
+					Message string `xml:"message,attr"`
+				} `xml:"error"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(b, &doc); err != nil {
+		return nil, err
+	}
+	var out []specResult
+	for _, s := range doc.Suites {
+		for _, tc := range s.Cases {
+			r := specResult{name: tc.Name, seconds: tc.Time, status: "passed"}
+			switch {
+			case tc.Skipped != nil:
+				r.status = "skipped"
+			case tc.Failure != nil:
+				r.status = "failed"
+				r.reason = " — " + firstLine(tc.Failure.Message+"\n"+tc.Failure.Body)
+			case tc.Error != nil:
+				r.status = "failed"
+				r.reason = " — " + firstLine(tc.Error.Message)
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func firstLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			if len(l) > 220 {
+				l = l[:220] + "…"
+			}
+			return l
+		}
+	}
+	return ""
+}
