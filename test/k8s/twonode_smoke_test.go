@@ -138,12 +138,12 @@ func TestTwoNodePodToPod(t *testing.T) {
 // both nodes: a ClusterIP Service backed by a pod on each node answers a
 // client on each node, from both backends, and the cluster DNS (CoreDNS
 // behind the kube-dns ClusterIP) resolves kubernetes.default.svc.cluster.local
-// and the test Service's name. nagare serves no ClusterIP yet and these
-// nodes run no kube-proxy: it fails today, so it runs only with
-// NAGARE_SERVICES=1 (the lead flips it when nagare serves Services).
+// and the test Service's name. These nodes run no kube-proxy: nagare's
+// own Service pipeline serves the ClusterIPs, cluster DNS included.
+// NAGARE_SERVICES=0 skips it.
 func TestTwoNodeServices(t *testing.T) {
-	if os.Getenv("NAGARE_SERVICES") != "1" {
-		t.Skip("expected to fail until nagare serves ClusterIP Services (no kube-proxy on these nodes); NAGARE_SERVICES=1 runs it")
+	if os.Getenv("NAGARE_SERVICES") == "0" {
+		t.Skip("NAGARE_SERVICES=0")
 	}
 	c := upTwoNode(t)
 	var pods []string
