@@ -59,7 +59,25 @@ func (c *twoNode) runningPod(name string) (string, netip.Addr) {
 // exec runs a command in a pod through the API server and the pod's
 // kubelet (kubectl exec), as the e2e tests do.
 func (c *twoNode) exec(pod string, args ...string) (string, error) {
-	return c.kubectl(append([]string{"exec", pod, "--"}, args...)...)
+	out, err := c.kubectl(append([]string{"exec", pod, "--"}, args...)...)
+	return withoutKlog(out), err
+}
+
+// klogLine is a line kubectl itself logs on stderr (klog's header:
+// severity, MMDD, time). kubectl 1.33's websocket exec client logs
+// "Unknown stream id 1, discarding message" now and then after a command
+// ended; it is not the command's output.
+var klogLine = regexp.MustCompile(`^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] `)
+
+func withoutKlog(out string) string {
+	lines := strings.Split(out, "\n")
+	kept := lines[:0]
+	for _, l := range lines {
+		if !klogLine.MatchString(l) {
+			kept = append(kept, l)
+		}
+	}
+	return strings.Join(kept, "\n")
 }
 
 // TestTwoNodePodToPod is the two-node smoke test: the cluster comes up
@@ -380,4 +398,15 @@ func firstLine(s string) string {
 		}
 	}
 	return ""
+}
+
+// kubectl's own log lines are not part of a command's output.
+func TestWithoutKlog(t *testing.T) {
+	in := "E1126 22:52:26.400501   31459 websocket.go:297] Unknown stream id 1, discarding message\n10.96.181.40    echo.default.svc.cluster.local\n"
+	if got := withoutKlog(in); got != "10.96.181.40    echo.default.svc.cluster.local\n" {
+		t.Fatalf("%q", got)
+	}
+	if got := withoutKlog("E1126 is not a klog line\n"); got != "E1126 is not a klog line\n" {
+		t.Fatalf("%q", got)
+	}
 }
