@@ -30,7 +30,7 @@ type ctSpec struct {
 
 // fieldRange is bits [ofs, ofs+nbits) of a field (OVS's FIELD[ofs..end]).
 type fieldRange struct {
-	field fieldID
+	field openflow.FieldKey
 	ofs   int
 	nbits int
 }
@@ -86,7 +86,7 @@ func (w *words) covers(m *words) bool {
 
 // readField returns the big-endian bytes of a field of the current packet
 // (or register). Bits of the packet read this way join the mask.
-func (x *xlate) readField(id fieldID) []byte {
+func (x *xlate) readField(id openflow.FieldKey) []byte {
 	pw := x.packet()
 	if f := nxFields[id]; f != nil {
 		m := f.words()

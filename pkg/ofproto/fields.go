@@ -40,30 +40,25 @@ type nxField struct {
 	get func(k *flow.Key) []byte
 }
 
-// fieldID names a field of any class, as an OXM header does.
-type fieldID = openflow.FieldKey
-
-func oxmID(o openflow.OXM) fieldID { return o.Key() }
-
 // Register words: regWord0+i holds xreg<i>.
 const (
 	regWord0 = flow.KeyWords + 1
 	nRegs    = 16
 )
 
-var nxFields = func() map[fieldID]*nxField {
-	m := map[fieldID]*nxField{}
+var nxFields = func() map[openflow.FieldKey]*nxField {
+	m := map[openflow.FieldKey]*nxField{}
 	for i := 0; i < nRegs; i++ {
-		m[fieldID{Class: openflow.ClassNXM1, Field: openflow.NXMReg0 + openflow.Field(i)}] = &nxField{name: fmt.Sprintf("reg%d", i), len: 4, maskable: true, reg: i}
+		m[openflow.FieldKey{Class: openflow.ClassNXM1, Field: openflow.NXMReg0 + openflow.Field(i)}] = &nxField{name: fmt.Sprintf("reg%d", i), len: 4, maskable: true, reg: i}
 	}
 	for i := 0; i < nRegs/2; i++ {
-		m[fieldID{Class: openflow.ClassPacketRegs, Field: openflow.PktReg0 + openflow.Field(i)}] = &nxField{name: fmt.Sprintf("xreg%d", i), len: 8, maskable: true, reg: 2 * i}
+		m[openflow.FieldKey{Class: openflow.ClassPacketRegs, Field: openflow.PktReg0 + openflow.Field(i)}] = &nxField{name: fmt.Sprintf("xreg%d", i), len: 8, maskable: true, reg: 2 * i}
 	}
 	for i := 0; i < nRegs/4; i++ {
-		m[fieldID{Class: openflow.ClassNXM1, Field: openflow.NXMXXReg0 + openflow.Field(i)}] = &nxField{name: fmt.Sprintf("xxreg%d", i), len: 16, maskable: true, reg: 4 * i}
+		m[openflow.FieldKey{Class: openflow.ClassNXM1, Field: openflow.NXMXXReg0 + openflow.Field(i)}] = &nxField{name: fmt.Sprintf("xxreg%d", i), len: 16, maskable: true, reg: 4 * i}
 	}
 	key := func(n openflow.Field, name string, l int, maskable bool, put func(k *flow.Key, b []byte), get func(k *flow.Key) []byte) {
-		m[fieldID{Class: openflow.ClassNXM1, Field: n}] = &nxField{name: name, len: l, maskable: maskable, key: true, put: put, get: get}
+		m[openflow.FieldKey{Class: openflow.ClassNXM1, Field: n}] = &nxField{name: name, len: l, maskable: maskable, key: true, put: put, get: get}
 	}
 	key(openflow.NXMCtState, "ct_state", 4, true,
 		func(k *flow.Key, b []byte) { k.CtState = uint8(binary.BigEndian.Uint32(b)) },
@@ -96,7 +91,7 @@ var nxFields = func() map[fieldID]*nxField {
 }()
 
 // lookupNX returns the extension field an OXM names, or nil.
-func lookupNX(o openflow.OXM) *nxField { return nxFields[oxmID(o)] }
+func lookupNX(o openflow.OXM) *nxField { return nxFields[o.Key()] }
 
 // placeNX writes the field bytes b (a value or a mask) into w.
 func (f *nxField) placeNX(w *words, b []byte) {
@@ -180,7 +175,7 @@ var (
 // connection protocol with ports). ct_ipv6_* are refused: the key has no
 // room for an IPv6 original tuple.
 func nxPrereq(m openflow.Match, o openflow.OXM) error {
-	id := oxmID(o)
+	id := o.Key()
 	if id.Class == openflow.ClassNXM1 && id.Field == openflow.NXMConjID {
 		return ofErr(openflow.ErrTypeBadMatch, openflow.BadMatchBadField, "conj_id: conjunctive matches are not supported yet")
 	}
