@@ -230,22 +230,95 @@ const conformanceSkip = `\[Provider:|\[Feature:Networking-IPv6\]|Internet|\[Disr
 // (e2e.test from k8s.io/kubernetes v1.33.13) against the two-node cluster
 // with nagare: `make k8s-conformance`. Long (about 15 minutes with the
 // specs that wait out their timeouts), so only with NAGARE_K8S_CONFORMANCE=1.
-// Failures of the e2e specs do not fail this test (many are expected until
-// nagare serves Services): it fails only if e2e.test did not run. The
-// output and JUnit report go to K8S_CONFORMANCE_OUT (default
+// Failures of the e2e specs do not fail this test (it reports; CI's gate is
+// TestK8sConformanceServicesDNS): it fails only if e2e.test did not run.
+// The output and JUnit report go to K8S_CONFORMANCE_OUT (default
 // /var/tmp/nagare-k8s-conformance), a summary is printed.
 func TestK8sConformance(t *testing.T) {
 	if os.Getenv("NAGARE_K8S_CONFORMANCE") != "1" {
 		t.Skip("the [sig-network] conformance run is long: NAGARE_K8S_CONFORMANCE=1 (make k8s-conformance)")
 	}
-	for _, b := range []string{"e2e.test", "ginkgo"} {
-		if _, err := os.Stat(filepath.Join(k8sDir(), b)); err != nil {
-			t.Fatalf("%s missing (scripts/k8s/build.sh): %v", b, err)
-		}
+	focus := conformanceFocus
+	if f := os.Getenv("K8S_CONFORMANCE_FOCUS"); f != "" {
+		focus = f
 	}
 	out := os.Getenv("K8S_CONFORMANCE_OUT")
 	if out == "" {
 		out = "/var/tmp/nagare-k8s-conformance"
+	}
+	runConformance(t, focus, out)
+}
+
+// servicesDNSFocus is the subset CI runs: the Services and DNS specs of
+// the [sig-network] conformance set.
+const servicesDNSFocus = `\[sig-network\] (Services|DNS) .*\[Conformance\]`
+
+// knownFailing: specs of servicesDNSFocus that fail on nagare today, each
+// with why (docs/k8s-conformance.md). CI fails on any other failure, and
+// says so when one of these starts passing (take it out of the list).
+var knownFailing = map[string]string{}
+
+// TestK8sConformanceServicesDNS is CI's gate on the conformance tests: the
+// Services and DNS specs (servicesDNSFocus) against the two-node cluster,
+// every one must pass but those in knownFailing. Runs where the real
+// Kubernetes tests run (CI=true or NAGARE_K8S=1) once e2e.test is built
+// (make k8s-deps builds it in CI).
+func TestK8sConformanceServicesDNS(t *testing.T) {
+	if os.Getenv("NAGARE_K8S_CONFORMANCE") == "1" {
+		t.Skip("TestK8sConformance runs the whole set")
+	}
+	out := os.Getenv("K8S_CONFORMANCE_OUT")
+	if out == "" {
+		out = "/var/tmp/nagare-k8s-conformance-ci"
+	}
+	results := runConformance(t, servicesDNSFocus, out)
+	var unexpected, fixed []string
+	ran := 0
+	for _, r := range results {
+		if r.status == "skipped" {
+			continue
+		}
+		ran++
+		_, known := knownFailing[specName(r.name)]
+		switch {
+		case r.status == "failed" && !known:
+			unexpected = append(unexpected, r.name+r.reason)
+		case r.status == "passed" && known:
+			fixed = append(fixed, r.name)
+		}
+	}
+	if ran == 0 {
+		t.Fatalf("no spec of %s ran (output in %s)", servicesDNSFocus, out)
+	}
+	for _, f := range fixed {
+		t.Errorf("passes now, take it out of knownFailing: %s", f)
+	}
+	for _, u := range unexpected {
+		t.Errorf("failed: %s", u)
+	}
+}
+
+// specName is a JUnit test case name without ginkgo's node prefix
+// ("[It] ").
+func specName(n string) string {
+	if i := strings.Index(n, "[It] "); i >= 0 {
+		return n[i+len("[It] "):]
+	}
+	return n
+}
+
+// runConformance brings the two-node cluster up and runs e2e.test's specs
+// matching focus through ginkgo (K8S_CONFORMANCE_PROCS processes, default
+// 8), output, JUnit report and summary in out; it returns the results of
+// the specs in the focus. It fails t only if e2e.test did not run.
+func runConformance(t *testing.T, focus, out string) []specResult {
+	for _, b := range []string{"e2e.test", "ginkgo"} {
+		if _, err := os.Stat(filepath.Join(k8sDir(), b)); err != nil {
+			if os.Getenv("CI") == "true" || os.Getenv("NAGARE_K8S") == "1" {
+				t.Fatalf("%s missing (K8S_E2E=1 scripts/k8s/build.sh): %v", b, err)
+			}
+			t.Skipf("%s not built (K8S_E2E=1 scripts/k8s/build.sh)", b)
+		}
 	}
 	_ = os.RemoveAll(out)
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -258,10 +331,6 @@ func TestK8sConformance(t *testing.T) {
 	procs := os.Getenv("K8S_CONFORMANCE_PROCS")
 	if procs == "" {
 		procs = "8"
-	}
-	focus := conformanceFocus
-	if f := os.Getenv("K8S_CONFORMANCE_FOCUS"); f != "" {
-		focus = f
 	}
 	// -v: a line per spec as it ends (passed ones too), for progress.
 	args := []string{filepath.Join(k8sDir(), "ginkgo"), "-v", "--procs=" + procs, "--no-color", "--timeout=2h",
@@ -311,11 +380,13 @@ func TestK8sConformance(t *testing.T) {
 	}
 	focusRe := regexp.MustCompile(focus)
 	var lines []string
+	var specs []specResult
 	count := map[string]int{}
 	for _, r := range results {
 		if !strings.Contains(r.name, "[It]") || !focusRe.MatchString(r.name) {
 			continue // suite nodes (Synchronized*Suite, Report*), and specs outside the focus
 		}
+		specs = append(specs, r)
 		count[r.status]++
 		if r.status == "skipped" {
 			continue
@@ -333,6 +404,7 @@ func TestK8sConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.logf("conformance: %s(output in %s)", summary, out)
+	return specs
 }
 
 type specResult struct {
