@@ -195,8 +195,12 @@ func selected(r *rule, cm *compiledMatch, strict bool, priority uint16, cookie, 
 func (p *Pipeline) modifyFlows(fm *openflow.FlowMod, cm *compiledMatch) {
 	strict := fm.Command == openflow.FlowModifyStrict
 	t := p.tables[fm.TableID]
+	rs, ok := p.candidates(fm.TableID, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, openflow.GroupAny)
+	if !ok {
+		rs = append([]*rule(nil), t.rules...)
+	}
 	changed := false
-	for _, r := range append([]*rule(nil), t.rules...) {
+	for _, r := range rs {
 		if !selected(r, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, openflow.PortAny, openflow.GroupAny) {
 			continue
 		}
@@ -222,16 +226,32 @@ func (p *Pipeline) deleteFlows(fm *openflow.FlowMod, cm *compiledMatch) []Remove
 	strict := fm.Command == openflow.FlowDeleteStrict
 	now := p.cfg.Now()
 	var out []Removed
-	for _, t := range p.tables {
-		if fm.TableID != openflow.TableAll && t.id != fm.TableID {
-			continue
+	gone := func(r *rule) {
+		out = append(out, removedOf(r, openflow.FlowRemovedDelete, now))
+		p.cookies.release(r)
+		p.nrules--
+	}
+	if rs, ok := p.candidates(fm.TableID, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, fm.OutGroup); ok {
+		doomed := rs[:0]
+		for _, r := range rs {
+			if selected(r, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, fm.OutPort, fm.OutGroup) {
+				doomed = append(doomed, r)
+			}
 		}
-		for _, r := range t.removeIf(func(r *rule) bool {
-			return selected(r, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, fm.OutPort, fm.OutGroup)
-		}) {
-			out = append(out, removedOf(r, openflow.FlowRemovedDelete, now))
-			p.cookies.release(r)
-			p.nrules--
+		p.removeRules(doomed)
+		for _, r := range doomed {
+			gone(r)
+		}
+	} else {
+		for _, t := range p.tables {
+			if fm.TableID != openflow.TableAll && t.id != fm.TableID {
+				continue
+			}
+			for _, r := range t.removeIf(func(r *rule) bool {
+				return selected(r, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, fm.OutPort, fm.OutGroup)
+			}) {
+				gone(r)
+			}
 		}
 	}
 	if len(out) > 0 {

@@ -84,6 +84,11 @@ func (p *Pipeline) GroupMod(gm *openflow.GroupMod) error {
 		p.groups[gm.GroupID] = g
 	}
 	body := &groupBody{g: g, typ: gm.GroupType, buckets: gm.Buckets, counts: make([]bucketCount, len(gm.Buckets))}
+	var was []openflow.Bucket
+	if g.body != nil {
+		was = g.body.buckets
+	}
+	p.parents.set(gm.GroupID, was, gm.Buckets)
 	g.body = body
 	p.bump()
 	return nil
@@ -148,32 +153,33 @@ func (p *Pipeline) deleteGroup(id uint32) error {
 	if len(doomed) == 0 {
 		return nil
 	}
-	for gid, g := range p.groups {
-		if doomed[gid] {
-			continue
-		}
-		for _, r := range bucketGroups(g.body.buckets) {
-			if doomed[r] {
-				return ofErr(openflow.ErrTypeGroupModFailed, openflow.GroupModChainedGroup, "group %d forwards to group %d", gid, r)
+	for gid := range doomed {
+		for parent := range p.parents[gid] {
+			if !doomed[parent] {
+				return ofErr(openflow.ErrTypeGroupModFailed, openflow.GroupModChainedGroup, "group %d forwards to group %d", parent, gid)
 			}
 		}
 	}
-	now := p.cfg.Now()
-	for _, t := range p.tables {
-		for _, r := range t.removeIf(func(r *rule) bool {
-			for _, g := range r.groups {
-				if doomed[g] {
-					return true
-				}
+	seen := ruleSet{}
+	var rs []*rule
+	for gid := range doomed {
+		for r := range p.index.byGroup[gid] {
+			if _, dup := seen[r]; !dup {
+				seen[r] = struct{}{}
+				rs = append(rs, r)
 			}
-			return false
-		}) {
-			p.nrules--
-			p.pending = append(p.pending, removedOf(r, openflow.FlowRemovedGroupDelete, now))
-			p.cookies.release(r)
 		}
+	}
+	sortRules(rs)
+	p.removeRules(rs)
+	now := p.cfg.Now()
+	for _, r := range rs {
+		p.nrules--
+		p.pending = append(p.pending, removedOf(r, openflow.FlowRemovedGroupDelete, now))
+		p.cookies.release(r)
 	}
 	for gid := range doomed {
+		p.parents.set(gid, p.groups[gid].body.buckets, nil)
 		delete(p.groups, gid)
 	}
 	p.bump()
@@ -400,24 +406,5 @@ func (p *Pipeline) groupIDs() []uint32 {
 
 // groupRefs counts the flows and groups that forward to group id.
 func (p *Pipeline) groupRefs(id uint32) uint32 {
-	var n uint32
-	for _, t := range p.tables {
-		for _, r := range t.rules {
-			for _, g := range r.groups {
-				if g == id {
-					n++
-					break
-				}
-			}
-		}
-	}
-	for _, g := range p.groups {
-		for _, r := range bucketGroups(g.body.buckets) {
-			if r == id {
-				n++
-				break
-			}
-		}
-	}
-	return n
+	return uint32(len(p.index.byGroup[id]) + len(p.parents[id]))
 }

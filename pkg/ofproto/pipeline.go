@@ -126,7 +126,9 @@ type Pipeline struct {
 	fullVersion uint64
 	macs        macTable
 	cookies     cookieRegistry
-	recirc      recircs // frozen states of recirculated packets (recirc.go)
+	recirc      recircs      // frozen states of recirculated packets (recirc.go)
+	index       ruleIndex    // rules by group and cookie (index.go)
+	parents     groupParents // groups by the groups that forward to them (index.go)
 }
 
 // New returns an empty pipeline.
@@ -151,9 +153,11 @@ func New(cfg Config) *Pipeline {
 		cfg.MaxRulesPerTable = 1 << 20
 	}
 	p := &Pipeline{cfg: cfg, groups: map[uint32]*group{}, meters: map[uint32]*Meter{}, ports: map[uint32]*Port{}}
+	p.index.init()
+	p.parents = groupParents{}
 	p.tables = make([]*table, cfg.NumTables)
 	for i := range p.tables {
-		p.tables[i] = newTable(uint8(i))
+		p.tables[i] = newTable(uint8(i), &p.index)
 	}
 	p.macs.init(cfg.MACTableSize, cfg.MACPerPort)
 	p.cookies.init()

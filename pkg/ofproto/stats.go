@@ -134,6 +134,14 @@ func (p *Pipeline) forEachSelected(req *openflow.FlowStatsRequest, fn func(*rule
 	if err != nil {
 		return // a field we cannot have matched on: no rule has it
 	}
+	if rs, ok := p.candidatesRead(req.TableID, cm, req.Cookie, req.CookieMask, req.OutGroup); ok {
+		for _, r := range rs {
+			if selected(r, cm, false, 0, req.Cookie, req.CookieMask, req.OutPort, req.OutGroup) {
+				fn(r)
+			}
+		}
+		return
+	}
 	for _, t := range p.tables {
 		if req.TableID != openflow.TableAll && t.id != req.TableID {
 			continue
