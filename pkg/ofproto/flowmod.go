@@ -102,6 +102,7 @@ func (p *Pipeline) addFlow(fm *openflow.FlowMod, cm *compiledMatch) error {
 			}
 		}
 	}
+	var c changeSet
 	p.seq++
 	r := &rule{table: fm.TableID, priority: fm.Priority, match: fm.Match, cm: cm, cookie: fm.Cookie,
 		idle: fm.IdleTimeout, hard: fm.HardTimeout, flags: fm.Flags, seq: p.seq, created: p.cfg.Now(),
@@ -121,11 +122,13 @@ func (p *Pipeline) addFlow(fm *openflow.FlowMod, cm *compiledMatch) error {
 		r.seq = old.seq
 		t.replace(old, r)
 		p.cookies.release(old)
+		c.addRule(old)
 	} else {
 		t.insert(r)
 		p.nrules++
+		c.addTable(t.id)
 	}
-	p.bump()
+	p.bumpWith(&c)
 	return nil
 }
 
@@ -199,7 +202,7 @@ func (p *Pipeline) modifyFlows(fm *openflow.FlowMod, cm *compiledMatch) {
 	if !ok {
 		rs = append([]*rule(nil), t.rules...)
 	}
-	changed := false
+	var c changeSet
 	for _, r := range rs {
 		if !selected(r, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, openflow.PortAny, openflow.GroupAny) {
 			continue
@@ -215,10 +218,10 @@ func (p *Pipeline) modifyFlows(fm *openflow.FlowMod, cm *compiledMatch) {
 		}
 		n.used.Store(r.used.Load())
 		t.replace(r, n)
-		changed = true
+		c.addRule(r)
 	}
-	if changed {
-		p.bump()
+	if c.rules != nil {
+		p.bumpWith(&c)
 	}
 }
 
@@ -226,7 +229,9 @@ func (p *Pipeline) deleteFlows(fm *openflow.FlowMod, cm *compiledMatch) []Remove
 	strict := fm.Command == openflow.FlowDeleteStrict
 	now := p.cfg.Now()
 	var out []Removed
+	var c changeSet
 	gone := func(r *rule) {
+		c.addRule(r)
 		out = append(out, removedOf(r, openflow.FlowRemovedDelete, now))
 		p.cookies.release(r)
 		p.nrules--
@@ -255,7 +260,7 @@ func (p *Pipeline) deleteFlows(fm *openflow.FlowMod, cm *compiledMatch) []Remove
 		}
 	}
 	if len(out) > 0 {
-		p.bump()
+		p.bumpWith(&c)
 	}
 	return out
 }

@@ -89,8 +89,9 @@ func (p *Pipeline) GroupMod(gm *openflow.GroupMod) error {
 		was = g.body.buckets
 	}
 	p.parents.set(gm.GroupID, was, gm.Buckets)
+	p.setWatcher(gm.GroupID, gm.Buckets)
 	g.body = body
-	p.bump()
+	p.bumpWith(p.groupChange(gm.GroupID))
 	return nil
 }
 
@@ -173,16 +174,20 @@ func (p *Pipeline) deleteGroup(id uint32) error {
 	sortRules(rs)
 	p.removeRules(rs)
 	now := p.cfg.Now()
+	c := p.groupChange()
 	for _, r := range rs {
+		c.addRule(r)
 		p.nrules--
 		p.pending = append(p.pending, removedOf(r, openflow.FlowRemovedGroupDelete, now))
 		p.cookies.release(r)
 	}
 	for gid := range doomed {
 		p.parents.set(gid, p.groups[gid].body.buckets, nil)
+		p.setWatcher(gid, nil)
 		delete(p.groups, gid)
+		c.addGroup(gid)
 	}
-	p.bump()
+	p.bumpWith(c)
 	return nil
 }
 
@@ -407,4 +412,28 @@ func (p *Pipeline) groupIDs() []uint32 {
 // groupRefs counts the flows and groups that forward to group id.
 func (p *Pipeline) groupRefs(id uint32) uint32 {
 	return uint32(len(p.index.byGroup[id]) + len(p.parents[id]))
+}
+
+// setWatcher notes whether group id has a bucket that watches a group.
+func (p *Pipeline) setWatcher(id uint32, bs []openflow.Bucket) {
+	delete(p.watchers, id)
+	for _, b := range bs {
+		if b.WatchGroup != openflow.GroupAny {
+			p.watchers[id] = true
+		}
+	}
+}
+
+// groupChange starts the change set of a group change: groups named;
+// while any bucket watches a group, a group's liveness can change other
+// groups' choices that recorded no reference to it, so it is full (nil).
+func (p *Pipeline) groupChange(ids ...uint32) *changeSet {
+	if len(p.watchers) > 0 {
+		return nil
+	}
+	c := &changeSet{}
+	for _, id := range ids {
+		c.addGroup(id)
+	}
+	return c
 }

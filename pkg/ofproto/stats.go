@@ -97,6 +97,7 @@ func (p *Pipeline) Expire() []Removed {
 	defer p.mu.Unlock()
 	out := p.pending
 	p.pending = nil
+	var c changeSet
 	for _, t := range p.tables {
 		if len(t.rules) == 0 {
 			continue
@@ -114,12 +115,13 @@ func (p *Pipeline) Expire() []Removed {
 			return false
 		}) {
 			out = append(out, removedOf(r, reasons[r], now))
+			c.addRule(r)
 			p.cookies.release(r)
 			p.nrules--
 		}
 	}
-	if len(out) > 0 {
-		p.bump()
+	if c.rules != nil {
+		p.bumpWith(&c)
 	}
 	if p.macs.age(now, p.cfg.MACAging) > 0 {
 		p.bumpMAC()

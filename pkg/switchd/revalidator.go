@@ -11,6 +11,7 @@ import (
 
 	"github.com/nagare-net/nagare/pkg/datapath"
 	"github.com/nagare-net/nagare/pkg/flow"
+	"github.com/nagare-net/nagare/pkg/ofproto"
 )
 
 // revalidator keeps the fast path honest. Each round it dumps the cached
@@ -45,6 +46,7 @@ type revalidator struct {
 	modified     uint64
 	revalidated  uint64
 	macSkipped   uint64
+	unaffected   uint64
 	ruleExpired  uint64
 }
 
@@ -149,7 +151,18 @@ func (r *revalidator) roundOf(all bool) {
 	settled := start.Sub(r.lastChange) >= orphanSettle
 	r.mu.Unlock()
 
-	var idle, stale, modified, checked uint64
+	var idle, stale, modified, checked, unaffected uint64
+	// What changed since a flow's version, per version (flows checked in
+	// the same round share it): nil means anything may have.
+	since := map[uint64]*ofproto.Changes{}
+	changesSince := func(v uint64) *ofproto.Changes {
+		c, ok := since[v]
+		if !ok {
+			c = s.pl.ChangesSince(v)
+			since[v] = c
+		}
+		return c
+	}
 	var recheck []*ukey // to translate again
 	var macOnly []*ukey // changed since: the learning table only
 	var deletes []*ukey // idle, then stale: deleted together at the end
@@ -181,9 +194,19 @@ func (r *revalidator) roundOf(all bool) {
 			switch {
 			case start.Sub(last) > s.cfg.IdleTimeout:
 				deletes = append(deletes, uk)
-			case all || uk.version < full || uk.orphan:
+			case all || uk.orphan:
 				if !uk.orphan || settled {
 					recheck = append(recheck, uk)
+				}
+			case uk.version < full:
+				// Only what a change touched (a table the flow looked
+				// up, a rule it hit, a group it ran) can change its
+				// translation (ofproto/changes.go).
+				if c := changesSince(uk.version); c == nil || c.Affects(uk.rules) {
+					recheck = append(recheck, uk)
+				} else {
+					unaffected++
+					macOnly = append(macOnly, uk) // learning table changes may remain
 				}
 			case uk.version != version:
 				macOnly = append(macOnly, uk)
@@ -273,6 +296,7 @@ func (r *revalidator) roundOf(all bool) {
 	r.modified += modified
 	r.revalidated += checked
 	r.macSkipped += skipped
+	r.unaffected += unaffected
 	r.mu.Unlock()
 }
 
@@ -378,10 +402,14 @@ type RevalidatorStats struct {
 	// changes, because none of their NORMAL lookups changed.
 	MACSkipped   uint64 `json:"mac_skipped"`
 	RulesExpired uint64 `json:"rules_expired"`
+	// Unaffected counts flows not translated again after a table or
+	// group change, because it touched nothing their translation
+	// depended on.
+	Unaffected uint64 `json:"unaffected"`
 }
 
 func (r *revalidator) stats() RevalidatorStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return RevalidatorStats{r.rounds, r.lastDuration, r.maxDuration, r.lastFlows, r.idleDeleted, r.staleDeleted, r.modified, r.revalidated, r.macSkipped, r.ruleExpired}
+	return RevalidatorStats{r.rounds, r.lastDuration, r.maxDuration, r.lastFlows, r.idleDeleted, r.staleDeleted, r.modified, r.revalidated, r.macSkipped, r.ruleExpired, r.unaffected}
 }
