@@ -93,3 +93,29 @@ func TestRevalidatorRetranslatesOnlyAffected(t *testing.T) {
 	// A port change may alter anything: every flow again.
 	step("a port change", func() { sw.pl.SetPorts(sw.pl.Ports()) }, -1)
 }
+
+// TestRevalidatorFreesRecircStates: a frozen recirculation state stays
+// while a cached flow recirculates to it and is freed once none does.
+func TestRevalidatorFreesRecircStates(t *testing.T) {
+	sw := idleSwitch(t, nil)
+	addFlow(t, sw, "table=0,priority=100,ip,actions=ct(table=1,zone=5)")
+	addFlow(t, sw, "table=1,priority=10,ip,actions=output:2")
+	cacheFlows(t, sw, []flow.Key{{InPort: 1, EthType: 0x0800, NwProto: 17, NwTTL: 64, TpSrc: 1, TpDst: 2}})
+	if n := sw.pl.RecircStates(); n != 1 {
+		t.Fatalf("%d frozen states, want 1", n)
+	}
+	for i := 0; i < 3; i++ {
+		if n := sw.rv.freeRecirc(); n != 0 {
+			t.Fatalf("freed %d states a cached flow recirculates to", n)
+		}
+	}
+	if err := sw.flushCache(); err != nil {
+		t.Fatal(err)
+	}
+	if n := sw.rv.freeRecirc(); n != 1 || sw.pl.RecircStates() != 0 {
+		t.Fatalf("after the flush: freed %d, %d states left", n, sw.pl.RecircStates())
+	}
+	if st := sw.rv.stats(); st.RecircFreed != 1 {
+		t.Errorf("stats: %d freed", st.RecircFreed)
+	}
+}

@@ -47,6 +47,7 @@ type revalidator struct {
 	revalidated  uint64
 	macSkipped   uint64
 	unaffected   uint64
+	recircFreed  uint64
 	ruleExpired  uint64
 }
 
@@ -297,7 +298,45 @@ func (r *revalidator) roundOf(all bool) {
 	r.revalidated += checked
 	r.macSkipped += skipped
 	r.unaffected += unaffected
+	free := r.rounds%recircFreeRounds == 0
 	r.mu.Unlock()
+	if free {
+		r.freeRecirc()
+	}
+}
+
+// recircFreeRounds is how often (in rounds) frozen recirculation states
+// that no cached flow names are freed.
+const recircFreeRounds = 20
+
+// freeRecirc frees the pipeline's frozen recirculation states that no
+// cached flow names, as a recirculation (a first pass) or as its
+// recirc_id (a later pass), and returns how many (ofproto/recirc.go: a
+// state handed out since the previous call stays, for a flow being
+// installed now).
+func (r *revalidator) freeRecirc() int {
+	s := r.s
+	inUse := map[uint32]bool{}
+	s.cache.mu.Lock()
+	for _, uk := range s.cache.ukeys {
+		if uk == nil {
+			continue
+		}
+		if uk.packet.RecircID != 0 {
+			inUse[uk.packet.RecircID] = true
+		}
+		for _, a := range uk.actions {
+			if rc, ok := a.(flow.Recirc); ok {
+				inUse[rc.ID] = true
+			}
+		}
+	}
+	s.cache.mu.Unlock()
+	n := s.pl.FreeRecirc(inUse)
+	r.mu.Lock()
+	r.recircFreed += uint64(n)
+	r.mu.Unlock()
+	return n
 }
 
 type verdict int
@@ -406,10 +445,13 @@ type RevalidatorStats struct {
 	// group change, because it touched nothing their translation
 	// depended on.
 	Unaffected uint64 `json:"unaffected"`
+	// RecircFreed counts frozen recirculation states freed because no
+	// cached flow named them any more.
+	RecircFreed uint64 `json:"recirc_freed"`
 }
 
 func (r *revalidator) stats() RevalidatorStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return RevalidatorStats{r.rounds, r.lastDuration, r.maxDuration, r.lastFlows, r.idleDeleted, r.staleDeleted, r.modified, r.revalidated, r.macSkipped, r.ruleExpired, r.unaffected}
+	return RevalidatorStats{r.rounds, r.lastDuration, r.maxDuration, r.lastFlows, r.idleDeleted, r.staleDeleted, r.modified, r.revalidated, r.macSkipped, r.ruleExpired, r.unaffected, r.recircFreed}
 }
