@@ -132,6 +132,9 @@ func TestIndexedSelectionMatchesScan(t *testing.T) {
 		fm := flowMod(t, openflow.FlowAdd, fmt.Sprintf("table=%d,priority=%d,%sactions=%s", table, 1+rng.Intn(3),
 			map[bool]string{true: m + ",", false: ""}[m != ""], acts[rng.Intn(len(acts))]))
 		fm.Cookie = cookies[rng.Intn(len(cookies))]
+		if rng.Intn(4) == 0 {
+			fm.IdleTimeout = 60
+		}
 		switch op := rng.Intn(10); {
 		case op < 5:
 		case op < 7:
@@ -166,6 +169,16 @@ func TestIndexedSelectionMatchesScan(t *testing.T) {
 				p.FlowStats(&openflow.FlowStatsRequest{TableID: openflow.TableAll, Cookie: fm.Cookie, CookieMask: fm.CookieMask, OutPort: openflow.PortAny, OutGroup: 2}),
 				p.groupRefs(1), p.groupRefs(2), p.groupRefs(3)}
 		})
+	}
+	// Expire's shortcut: each table counts its rules with a timeout.
+	for _, tb := range idx.tables {
+		n := 0
+		for _, r := range tb.rules {
+			n += r.timedCount()
+		}
+		if tb.timed != n {
+			t.Errorf("table %d counts %d rules with a timeout, holds %d", tb.id, tb.timed, n)
+		}
 	}
 	if n := len(idx.FlowStats(&openflow.FlowStatsRequest{TableID: openflow.TableAll, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})); n < 20 {
 		t.Errorf("only %d rules at the end: the walk did not keep the tables busy", n)

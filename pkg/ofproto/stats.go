@@ -99,8 +99,8 @@ func (p *Pipeline) Expire() []Removed {
 	p.pending = nil
 	var c changeSet
 	for _, t := range p.tables {
-		if len(t.rules) == 0 {
-			continue
+		if t.timed == 0 {
+			continue // nothing to expire: no scan under the write lock
 		}
 		reasons := map[*rule]uint8{}
 		for _, r := range t.removeIf(func(r *rule) bool {

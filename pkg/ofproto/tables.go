@@ -20,6 +20,7 @@ type table struct {
 	byMatch map[ruleID]*rule
 	cls     classifier // what lookups use (classifier.go)
 	ix      *ruleIndex // the pipeline's index by group and cookie (index.go)
+	timed   int        // rules with an idle or hard timeout: Expire skips tables without
 
 	lookups atomic.Uint64
 	matched atomic.Uint64
@@ -93,6 +94,15 @@ func (t *table) insert(r *rule) {
 	t.byMatch[r.id()] = r
 	t.cls.add(r)
 	t.ix.add(r)
+	t.timed += r.timedCount()
+}
+
+// timedCount is 1 for a rule with a timeout.
+func (r *rule) timedCount() int {
+	if r.idle != 0 || r.hard != 0 {
+		return 1
+	}
+	return 0
 }
 
 // replace puts n in o's place (same priority, match and age).
@@ -105,6 +115,7 @@ func (t *table) replace(o, n *rule) {
 	t.cls.replace(o, n)
 	t.ix.remove(o)
 	t.ix.add(n)
+	t.timed += n.timedCount() - o.timedCount()
 }
 
 // remove deletes r, found by its position in the order.
@@ -123,6 +134,7 @@ func (t *table) forget(r *rule) {
 	delete(t.byMatch, r.id())
 	t.cls.remove(r)
 	t.ix.remove(r)
+	t.timed -= r.timedCount()
 }
 
 // indexOf finds r in rs, which is in priority-then-age order (as

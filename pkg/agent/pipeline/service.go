@@ -430,10 +430,9 @@ func (p *Pipeline) UpdateServices(ctx context.Context, updated []*proxy.Service,
 			continue
 		}
 		res.StaleUDP = append(res.StaleUDP, staleUDP(old.svc, nil)...)
-		// One delete by cookie: nagare-switch answers every delete,
-		// strict or not, by scanning the tables it names, so one message
-		// is cheaper than one per flow (docs/agent.md: 10 000 Services
-		// deleted in 85 s by cookie, 243 s flow by flow).
+		// One delete by cookie over every table: nagare-switch (as Open
+		// vSwitch) finds the rules by a cookie index, so the message costs
+		// the Service's flows, not the switch's (docs/agent.md, Services).
 		flowDels = append(flowDels, &openflow.FlowMod{Command: openflow.FlowDelete, TableID: openflow.TableAll, Cookie: serviceObject(k),
 			CookieMask: objectMask, BufferID: openflow.NoBuffer, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})
 		res.FlowsDeleted += len(old.flows)
