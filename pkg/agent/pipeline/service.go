@@ -76,6 +76,21 @@ type programmedService struct {
 	flows  []*openflow.FlowMod
 	groups []*openflow.GroupMod // children before their parents
 	owners []string             // group-id owners allocated for it
+	// ids and values are flowID and flowValue of flows, kept from the
+	// update that programmed them (a 5000-endpoint Service's change
+	// compares 5000 flows: encoding the old ones again doubled its cost).
+	ids, values []string
+}
+
+// keys returns the flowID and flowValue of each of ps's flows.
+func (ps *programmedService) keys() ([]string, []string) {
+	if len(ps.ids) != len(ps.flows) {
+		ps.ids, ps.values = make([]string, len(ps.flows)), make([]string, len(ps.flows))
+		for i, f := range ps.flows {
+			ps.ids[i], ps.values[i] = flowID(f.TableID, f.Priority, f.Match), flowValue(f.Cookie, f.Instructions)
+		}
+	}
+	return ps.ids, ps.values
 }
 
 // groupIDs allocates stable group ids: id → owner and owner → id.
@@ -447,14 +462,15 @@ func (p *Pipeline) UpdateServices(ctx context.Context, updated []*proxy.Service,
 		old := p.services[s.Key]
 		now := p.serviceFlows(s)
 		oldGroups := map[uint32]*openflow.GroupMod{}
-		oldFlows := map[string]*openflow.FlowMod{}
+		oldFlows := map[string]string{} // flowID → flowValue
 		if old != nil {
 			res.StaleUDP = append(res.StaleUDP, staleUDP(old.svc, s)...)
 			for _, g := range old.groups {
 				oldGroups[g.GroupID] = g
 			}
-			for _, f := range old.flows {
-				oldFlows[flowID(f.TableID, f.Priority, f.Match)] = f
+			ids, values := old.keys()
+			for i, id := range ids {
+				oldFlows[id] = values[i]
 			}
 		}
 		nowGroups := map[uint32]bool{}
@@ -473,18 +489,20 @@ func (p *Pipeline) UpdateServices(ctx context.Context, updated []*proxy.Service,
 			}
 		}
 		nowFlows := map[string]bool{}
-		for _, f := range now.flows {
-			id := flowID(f.TableID, f.Priority, f.Match)
+		ids, values := now.keys()
+		for i, f := range now.flows {
+			id := ids[i]
 			nowFlows[id] = true
-			if o, ok := oldFlows[id]; ok && flowValue(o.Cookie, o.Instructions) == flowValue(f.Cookie, f.Instructions) {
+			if v, ok := oldFlows[id]; ok && v == values[i] {
 				continue
 			}
 			flowAdds = append(flowAdds, f)
 			res.FlowsAdded++
 		}
 		if old != nil {
-			for _, f := range old.flows {
-				if !nowFlows[flowID(f.TableID, f.Priority, f.Match)] {
+			oldIDs, _ := old.keys()
+			for i, f := range old.flows {
+				if !nowFlows[oldIDs[i]] {
 					flowDels = append(flowDels, deleteStrict(f))
 					res.FlowsDeleted++
 				}
