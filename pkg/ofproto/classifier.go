@@ -200,12 +200,8 @@ func insertSorted(rs []*rule, r *rule) []*rule {
 }
 
 func removeRule(rs []*rule, r *rule) []*rule {
-	for i, o := range rs {
-		if o == r {
-			copy(rs[i:], rs[i+1:])
-			rs[len(rs)-1] = nil
-			return rs[:len(rs)-1]
-		}
+	if i := indexOf(rs, r); i >= 0 {
+		return removeAt(rs, i)
 	}
 	return rs
 }
@@ -285,16 +281,12 @@ func (c *classifier) remove(r *rule) {
 
 func (c *classifier) replace(o, n *rule) {
 	st := c.byMask[o.cm.mask]
-	for i, r := range st.rules {
-		if r == o {
-			st.rules[i] = n
-		}
+	if i := indexOf(st.rules, o); i >= 0 {
+		st.rules[i] = n
 	}
 	l := st.byVal[o.cm.val]
-	for i, r := range l {
-		if r == o {
-			l[i] = n
-		}
+	if i := indexOf(l, o); i >= 0 {
+		l[i] = n
 	}
 }
 

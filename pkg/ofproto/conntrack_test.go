@@ -271,3 +271,55 @@ func TestOutputFromRegister(t *testing.T) {
 		t.Fatalf("%s, want output:2", got)
 	}
 }
+
+// TestFreeRecirc: frozen states no cached flow names are freed once no
+// translation handed them out since the previous call; a freed state is
+// registered again, under the same id, by the first pass that leads to it.
+func TestFreeRecirc(t *testing.T) {
+	p, _ := newTestPipeline(t, 3)
+	ipSrc := openflow.FieldKey{Class: openflow.ClassNXM0, Field: 7} // NXM_OF_IP_SRC
+	mustAddNX(t, p,
+		nxFlow(t, "table=0,priority=10,ip,actions=drop", nil,
+			openflow.ActionNXRegMove{Src: openflow.Subfield{Field: ipSrc, NBits: 32}, Dst: openflow.Subfield{Field: regKey(1), NBits: 32}},
+			openflow.ActionNXCT{Table: 1, ZoneSrc: &openflow.Subfield{Field: regKey(6), NBits: 16}}),
+		nxFlow(t, "table=1,priority=10,actions=output:2", nil),
+	)
+	// One frozen state per source (reg1 carries it).
+	idOf := func(src string) uint32 {
+		t.Helper()
+		tr := translate(t, p, tcpKey(1, src, "10.8.0.2", 1, 2))
+		rc, ok := tr.Actions[len(tr.Actions)-1].(flow.Recirc)
+		if !ok {
+			t.Fatalf("%s: %s, want a recirculation", src, actions(tr))
+		}
+		return rc.ID
+	}
+	a, b := idOf("10.8.0.1"), idOf("10.8.0.2")
+	if p.RecircStates() != 2 || a == b {
+		t.Fatalf("%d states, ids %#x %#x", p.RecircStates(), a, b)
+	}
+	// Both handed out since the last call: kept.
+	if n := p.FreeRecirc(nil); n != 0 {
+		t.Fatalf("freed %d states handed out just now", n)
+	}
+	// Then b only is named by a cached flow: a goes.
+	if n := p.FreeRecirc(map[uint32]bool{b: true}); n != 1 || p.KnowsRecirc(a) || !p.KnowsRecirc(b) {
+		t.Fatalf("freed %d; knows a %v, b %v", n, p.KnowsRecirc(a), p.KnowsRecirc(b))
+	}
+	// A second pass resuming b keeps it for one more call.
+	k := tcpKey(1, "10.8.0.2", "10.8.0.2", 1, 2)
+	k.RecircID, k.CtState = b, flow.CtTrk|flow.CtNew
+	if got := actions(translate(t, p, k)); got != "output:2" {
+		t.Fatalf("pass 2: %s", got)
+	}
+	if n := p.FreeRecirc(nil); n != 0 {
+		t.Fatalf("freed %d, but b was just resumed", n)
+	}
+	if n := p.FreeRecirc(nil); n != 1 || p.RecircStates() != 0 {
+		t.Fatalf("freed %d, %d states left", n, p.RecircStates())
+	}
+	// The first pass registers a again, under the same id.
+	if got := idOf("10.8.0.1"); got != a || !p.KnowsRecirc(a) {
+		t.Fatalf("a again: %#x, want %#x", got, a)
+	}
+}

@@ -102,6 +102,7 @@ func (p *Pipeline) addFlow(fm *openflow.FlowMod, cm *compiledMatch) error {
 			}
 		}
 	}
+	var c changeSet
 	p.seq++
 	r := &rule{table: fm.TableID, priority: fm.Priority, match: fm.Match, cm: cm, cookie: fm.Cookie,
 		idle: fm.IdleTimeout, hard: fm.HardTimeout, flags: fm.Flags, seq: p.seq, created: p.cfg.Now(),
@@ -121,11 +122,13 @@ func (p *Pipeline) addFlow(fm *openflow.FlowMod, cm *compiledMatch) error {
 		r.seq = old.seq
 		t.replace(old, r)
 		p.cookies.release(old)
+		c.addRule(old)
 	} else {
 		t.insert(r)
 		p.nrules++
+		c.addTable(t.id)
 	}
-	p.bump()
+	p.bumpWith(&c)
 	return nil
 }
 
@@ -195,8 +198,12 @@ func selected(r *rule, cm *compiledMatch, strict bool, priority uint16, cookie, 
 func (p *Pipeline) modifyFlows(fm *openflow.FlowMod, cm *compiledMatch) {
 	strict := fm.Command == openflow.FlowModifyStrict
 	t := p.tables[fm.TableID]
-	changed := false
-	for _, r := range append([]*rule(nil), t.rules...) {
+	rs, ok := p.candidates(fm.TableID, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, openflow.GroupAny)
+	if !ok {
+		rs = append([]*rule(nil), t.rules...)
+	}
+	var c changeSet
+	for _, r := range rs {
 		if !selected(r, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, openflow.PortAny, openflow.GroupAny) {
 			continue
 		}
@@ -211,10 +218,10 @@ func (p *Pipeline) modifyFlows(fm *openflow.FlowMod, cm *compiledMatch) {
 		}
 		n.used.Store(r.used.Load())
 		t.replace(r, n)
-		changed = true
+		c.addRule(r)
 	}
-	if changed {
-		p.bump()
+	if c.rules != nil {
+		p.bumpWith(&c)
 	}
 }
 
@@ -222,20 +229,38 @@ func (p *Pipeline) deleteFlows(fm *openflow.FlowMod, cm *compiledMatch) []Remove
 	strict := fm.Command == openflow.FlowDeleteStrict
 	now := p.cfg.Now()
 	var out []Removed
-	for _, t := range p.tables {
-		if fm.TableID != openflow.TableAll && t.id != fm.TableID {
-			continue
+	var c changeSet
+	gone := func(r *rule) {
+		c.addRule(r)
+		out = append(out, removedOf(r, openflow.FlowRemovedDelete, now))
+		p.cookies.release(r)
+		p.nrules--
+	}
+	if rs, ok := p.candidates(fm.TableID, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, fm.OutGroup); ok {
+		doomed := rs[:0]
+		for _, r := range rs {
+			if selected(r, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, fm.OutPort, fm.OutGroup) {
+				doomed = append(doomed, r)
+			}
 		}
-		for _, r := range t.removeIf(func(r *rule) bool {
-			return selected(r, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, fm.OutPort, fm.OutGroup)
-		}) {
-			out = append(out, removedOf(r, openflow.FlowRemovedDelete, now))
-			p.cookies.release(r)
-			p.nrules--
+		p.removeRules(doomed)
+		for _, r := range doomed {
+			gone(r)
+		}
+	} else {
+		for _, t := range p.tables {
+			if fm.TableID != openflow.TableAll && t.id != fm.TableID {
+				continue
+			}
+			for _, r := range t.removeIf(func(r *rule) bool {
+				return selected(r, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, fm.OutPort, fm.OutGroup)
+			}) {
+				gone(r)
+			}
 		}
 	}
 	if len(out) > 0 {
-		p.bump()
+		p.bumpWith(&c)
 	}
 	return out
 }

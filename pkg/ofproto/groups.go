@@ -84,8 +84,14 @@ func (p *Pipeline) GroupMod(gm *openflow.GroupMod) error {
 		p.groups[gm.GroupID] = g
 	}
 	body := &groupBody{g: g, typ: gm.GroupType, buckets: gm.Buckets, counts: make([]bucketCount, len(gm.Buckets))}
+	var was []openflow.Bucket
+	if g.body != nil {
+		was = g.body.buckets
+	}
+	p.parents.set(gm.GroupID, was, gm.Buckets)
+	p.setWatcher(gm.GroupID, gm.Buckets)
 	g.body = body
-	p.bump()
+	p.bumpWith(p.groupChange(gm.GroupID))
 	return nil
 }
 
@@ -148,35 +154,40 @@ func (p *Pipeline) deleteGroup(id uint32) error {
 	if len(doomed) == 0 {
 		return nil
 	}
-	for gid, g := range p.groups {
-		if doomed[gid] {
-			continue
-		}
-		for _, r := range bucketGroups(g.body.buckets) {
-			if doomed[r] {
-				return ofErr(openflow.ErrTypeGroupModFailed, openflow.GroupModChainedGroup, "group %d forwards to group %d", gid, r)
+	for gid := range doomed {
+		for parent := range p.parents[gid] {
+			if !doomed[parent] {
+				return ofErr(openflow.ErrTypeGroupModFailed, openflow.GroupModChainedGroup, "group %d forwards to group %d", parent, gid)
 			}
 		}
 	}
-	now := p.cfg.Now()
-	for _, t := range p.tables {
-		for _, r := range t.removeIf(func(r *rule) bool {
-			for _, g := range r.groups {
-				if doomed[g] {
-					return true
-				}
+	seen := ruleSet{}
+	var rs []*rule
+	for gid := range doomed {
+		for r := range p.index.byGroup[gid] {
+			if _, dup := seen[r]; !dup {
+				seen[r] = struct{}{}
+				rs = append(rs, r)
 			}
-			return false
-		}) {
-			p.nrules--
-			p.pending = append(p.pending, removedOf(r, openflow.FlowRemovedGroupDelete, now))
-			p.cookies.release(r)
 		}
+	}
+	sortRules(rs)
+	p.removeRules(rs)
+	now := p.cfg.Now()
+	c := p.groupChange()
+	for _, r := range rs {
+		c.addRule(r)
+		p.nrules--
+		p.pending = append(p.pending, removedOf(r, openflow.FlowRemovedGroupDelete, now))
+		p.cookies.release(r)
 	}
 	for gid := range doomed {
+		p.parents.set(gid, p.groups[gid].body.buckets, nil)
+		p.setWatcher(gid, nil)
 		delete(p.groups, gid)
+		c.addGroup(gid)
 	}
-	p.bump()
+	p.bumpWith(c)
 	return nil
 }
 
@@ -400,24 +411,29 @@ func (p *Pipeline) groupIDs() []uint32 {
 
 // groupRefs counts the flows and groups that forward to group id.
 func (p *Pipeline) groupRefs(id uint32) uint32 {
-	var n uint32
-	for _, t := range p.tables {
-		for _, r := range t.rules {
-			for _, g := range r.groups {
-				if g == id {
-					n++
-					break
-				}
-			}
+	return uint32(len(p.index.byGroup[id]) + len(p.parents[id]))
+}
+
+// setWatcher notes whether group id has a bucket that watches a group.
+func (p *Pipeline) setWatcher(id uint32, bs []openflow.Bucket) {
+	delete(p.watchers, id)
+	for _, b := range bs {
+		if b.WatchGroup != openflow.GroupAny {
+			p.watchers[id] = true
 		}
 	}
-	for _, g := range p.groups {
-		for _, r := range bucketGroups(g.body.buckets) {
-			if r == id {
-				n++
-				break
-			}
-		}
+}
+
+// groupChange starts the change set of a group change: groups named;
+// while any bucket watches a group, a group's liveness can change other
+// groups' choices that recorded no reference to it, so it is full (nil).
+func (p *Pipeline) groupChange(ids ...uint32) *changeSet {
+	if len(p.watchers) > 0 {
+		return nil
 	}
-	return n
+	c := &changeSet{}
+	for _, id := range ids {
+		c.addGroup(id)
+	}
+	return c
 }

@@ -126,7 +126,11 @@ type Pipeline struct {
 	fullVersion uint64
 	macs        macTable
 	cookies     cookieRegistry
-	recirc      recircs // frozen states of recirculated packets (recirc.go)
+	recirc      recircs         // frozen states of recirculated packets (recirc.go)
+	changes     changeLog       // what each version changed (changes.go); under versionMu
+	watchers    map[uint32]bool // groups with a bucket that watches a group
+	index       ruleIndex       // rules by group and cookie (index.go)
+	parents     groupParents    // groups by the groups that forward to them (index.go)
 }
 
 // New returns an empty pipeline.
@@ -151,9 +155,12 @@ func New(cfg Config) *Pipeline {
 		cfg.MaxRulesPerTable = 1 << 20
 	}
 	p := &Pipeline{cfg: cfg, groups: map[uint32]*group{}, meters: map[uint32]*Meter{}, ports: map[uint32]*Port{}}
+	p.index.init()
+	p.parents = groupParents{}
+	p.watchers = map[uint32]bool{}
 	p.tables = make([]*table, cfg.NumTables)
 	for i := range p.tables {
-		p.tables[i] = newTable(uint8(i))
+		p.tables[i] = newTable(uint8(i), &p.index)
 	}
 	p.macs.init(cfg.MACTableSize, cfg.MACPerPort)
 	p.cookies.init()
@@ -179,9 +186,17 @@ func (p *Pipeline) Versions() (version, full uint64) {
 	return p.version.Load(), p.fullVersion
 }
 
-func (p *Pipeline) bump() {
+// bump records a change that may alter any translation.
+func (p *Pipeline) bump() { p.bumpWith(nil) }
+
+// bumpWith records a change of what c names (nil: anything).
+func (p *Pipeline) bumpWith(c *changeSet) {
+	if p.fallbackNormal.Load() {
+		c = nil // with no rule, every translation was NORMAL's
+	}
 	p.versionMu.Lock()
 	p.fullVersion = p.version.Add(1)
+	p.changes.record(p.fullVersion, c)
 	p.versionMu.Unlock()
 }
 

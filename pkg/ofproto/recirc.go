@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nagare-net/nagare/pkg/flow"
 	"github.com/nagare-net/nagare/pkg/openflow"
@@ -26,9 +27,16 @@ import (
 // Ids are a hash of the frozen state, so the same state gets the same id
 // after a switch restart: the cached second halves stay valid while the
 // revalidator re-translates their first halves (it does those first).
-// Frozen states are never freed: there is one per distinct (table,
-// registers, action set) at a freezing point, which a pipeline bounds
-// (Antrea's: a few per Service endpoint). The number is in Stats.
+// There is one frozen state per distinct (table, registers, action set)
+// at a freezing point: a few per Service endpoint in Antrea's pipeline or
+// nagare's agent's, so a node whose Services churn would accumulate them.
+// FreeRecirc drops those no cached flow names any more (the switch's
+// revalidator calls it with the ids its cached flows carry) and that no
+// translation handed out since the previous call (a translation in flight
+// may not have installed its flow yet). A packet the fast path
+// recirculated with a freed id meanwhile finds it again the way a
+// restarted switch does (Switch.recoverRecirc: the first pass translated
+// again registers the same id). The number is in Stats.
 
 // frozen is the state a recirculated packet resumes with.
 type frozen struct {
@@ -36,6 +44,7 @@ type frozen struct {
 	regs  [nWords - flow.KeyWords]uint64 // metadata, reg0..reg15
 	set   openflow.Actions               // the action set, in execution order
 	enc   string
+	seen  atomic.Uint64 // the recircs epoch it was last handed out or resumed in
 }
 
 // recircs maps ids to frozen states.
@@ -43,6 +52,7 @@ type recircs struct {
 	mu    sync.RWMutex
 	byID  map[uint32]*frozen
 	byEnc map[string]uint32
+	epoch atomic.Uint64 // advanced by each FreeRecirc
 }
 
 func (r *recircs) init() {
@@ -71,6 +81,9 @@ func (r *recircs) id(f *frozen) uint32 {
 	f.enc = f.encode()
 	r.mu.RLock()
 	id, ok := r.byEnc[f.enc]
+	if ok {
+		r.byID[id].seen.Store(r.epoch.Load())
+	}
 	r.mu.RUnlock()
 	if ok {
 		return id
@@ -78,8 +91,10 @@ func (r *recircs) id(f *frozen) uint32 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if id, ok := r.byEnc[f.enc]; ok {
+		r.byID[id].seen.Store(r.epoch.Load())
 		return id
 	}
+	f.seen.Store(r.epoch.Load())
 	h := fnv.New32a()
 	h.Write([]byte(f.enc))
 	id = h.Sum32()
@@ -94,7 +109,31 @@ func (r *recircs) id(f *frozen) uint32 {
 func (r *recircs) get(id uint32) *frozen {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.byID[id]
+	f := r.byID[id]
+	if f != nil {
+		f.seen.Store(r.epoch.Load())
+	}
+	return f
+}
+
+// FreeRecirc drops the frozen states whose id inUse does not name and that
+// were neither handed out nor resumed since the previous call, and
+// returns how many it dropped.
+func (p *Pipeline) FreeRecirc(inUse map[uint32]bool) int {
+	r := &p.recirc
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.epoch.Load()
+	n := 0
+	for id, f := range r.byID {
+		if !inUse[id] && f.seen.Load() < e {
+			delete(r.byID, id)
+			delete(r.byEnc, f.enc)
+			n++
+		}
+	}
+	r.epoch.Add(1)
+	return n
 }
 
 // RecircStates is the number of frozen states the pipeline holds.

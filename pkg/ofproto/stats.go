@@ -97,9 +97,10 @@ func (p *Pipeline) Expire() []Removed {
 	defer p.mu.Unlock()
 	out := p.pending
 	p.pending = nil
+	var c changeSet
 	for _, t := range p.tables {
-		if len(t.rules) == 0 {
-			continue
+		if t.timed == 0 {
+			continue // nothing to expire: no scan under the write lock
 		}
 		reasons := map[*rule]uint8{}
 		for _, r := range t.removeIf(func(r *rule) bool {
@@ -114,12 +115,13 @@ func (p *Pipeline) Expire() []Removed {
 			return false
 		}) {
 			out = append(out, removedOf(r, reasons[r], now))
+			c.addRule(r)
 			p.cookies.release(r)
 			p.nrules--
 		}
 	}
-	if len(out) > 0 {
-		p.bump()
+	if c.rules != nil {
+		p.bumpWith(&c)
 	}
 	if p.macs.age(now, p.cfg.MACAging) > 0 {
 		p.bumpMAC()
@@ -133,6 +135,14 @@ func (p *Pipeline) forEachSelected(req *openflow.FlowStatsRequest, fn func(*rule
 	cm, err := compileMatch(req.Match)
 	if err != nil {
 		return // a field we cannot have matched on: no rule has it
+	}
+	if rs, ok := p.candidatesRead(req.TableID, cm, req.Cookie, req.CookieMask, req.OutGroup); ok {
+		for _, r := range rs {
+			if selected(r, cm, false, 0, req.Cookie, req.CookieMask, req.OutPort, req.OutGroup) {
+				fn(r)
+			}
+		}
+		return
 	}
 	for _, t := range p.tables {
 		if req.TableID != openflow.TableAll && t.id != req.TableID {

@@ -19,6 +19,8 @@ type table struct {
 	rules   []*rule // priority desc, then age: stats order, and the reference scan
 	byMatch map[ruleID]*rule
 	cls     classifier // what lookups use (classifier.go)
+	ix      *ruleIndex // the pipeline's index by group and cookie (index.go)
+	timed   int        // rules with an idle or hard timeout: Expire skips tables without
 
 	lookups atomic.Uint64
 	matched atomic.Uint64
@@ -56,8 +58,11 @@ type rule struct {
 	dead    atomic.Bool  // removed from its table; stale refs ignore it
 }
 
-func (r *rule) id() ruleID {
-	return ruleID{priority: r.priority, val: r.cm.val, mask: r.cm.mask, never: r.cm.never}
+func (r *rule) id() ruleID { return r.cm.id(r.priority) }
+
+// id is the identity of a rule with this match at priority.
+func (cm *compiledMatch) id(priority uint16) ruleID {
+	return ruleID{priority: priority, val: cm.val, mask: cm.mask, never: cm.never}
 }
 
 // lastUsed is the later of creation and the last credited packet.
@@ -73,8 +78,8 @@ func (r *rule) lastUsed() time.Time {
 	return t
 }
 
-func newTable(id uint8) *table {
-	return &table{id: id, byMatch: map[ruleID]*rule{}}
+func newTable(id uint8, ix *ruleIndex) *table {
+	return &table{id: id, byMatch: map[ruleID]*rule{}, ix: ix}
 }
 
 // insert adds r, keeping the order: priority descending, then age.
@@ -88,19 +93,64 @@ func (t *table) insert(r *rule) {
 	t.rules[i] = r
 	t.byMatch[r.id()] = r
 	t.cls.add(r)
+	t.ix.add(r)
+	t.timed += r.timedCount()
+}
+
+// timedCount is 1 for a rule with a timeout.
+func (r *rule) timedCount() int {
+	if r.idle != 0 || r.hard != 0 {
+		return 1
+	}
+	return 0
 }
 
 // replace puts n in o's place (same priority, match and age).
 func (t *table) replace(o, n *rule) {
-	for i, r := range t.rules {
-		if r == o {
-			t.rules[i] = n
-			break
-		}
+	if i := indexOf(t.rules, o); i >= 0 {
+		t.rules[i] = n
 	}
 	o.dead.Store(true)
 	t.byMatch[n.id()] = n
 	t.cls.replace(o, n)
+	t.ix.remove(o)
+	t.ix.add(n)
+	t.timed += n.timedCount() - o.timedCount()
+}
+
+// remove deletes r, found by its position in the order.
+func (t *table) remove(r *rule) {
+	i := indexOf(t.rules, r)
+	if i < 0 {
+		return
+	}
+	t.rules = removeAt(t.rules, i)
+	t.forget(r)
+}
+
+// forget drops a rule taken out of t.rules from the other indexes.
+func (t *table) forget(r *rule) {
+	r.dead.Store(true)
+	delete(t.byMatch, r.id())
+	t.cls.remove(r)
+	t.ix.remove(r)
+	t.timed -= r.timedCount()
+}
+
+// indexOf finds r in rs, which is in priority-then-age order (as
+// t.rules and every subtable's rules are), by binary search: -1 if absent.
+func indexOf(rs []*rule, r *rule) int {
+	i := sort.Search(len(rs), func(i int) bool { return !better(rs[i], r) })
+	if i < len(rs) && rs[i] == r {
+		return i
+	}
+	return -1
+}
+
+func removeAt(rs []*rule, i int) []*rule {
+	copy(rs[i:], rs[i+1:])
+	rs[len(rs)-1] = nil
+	return rs[:len(rs)-1]
 }
 
 // removeIf deletes the rules for which del is true and returns them.
@@ -110,9 +160,7 @@ func (t *table) removeIf(del func(*rule) bool) []*rule {
 	for _, r := range t.rules {
 		if del(r) {
 			out = append(out, r)
-			r.dead.Store(true)
-			delete(t.byMatch, r.id())
-			t.cls.remove(r)
+			t.forget(r)
 			continue
 		}
 		kept = append(kept, r)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nagare-net/nagare/pkg/datapath"
 	"github.com/nagare-net/nagare/pkg/flow"
+	"github.com/nagare-net/nagare/pkg/ofproto"
 )
 
 // revalidator keeps the fast path honest. Each round it dumps the cached
@@ -45,6 +46,8 @@ type revalidator struct {
 	modified     uint64
 	revalidated  uint64
 	macSkipped   uint64
+	unaffected   uint64
+	recircFreed  uint64
 	ruleExpired  uint64
 }
 
@@ -149,7 +152,18 @@ func (r *revalidator) roundOf(all bool) {
 	settled := start.Sub(r.lastChange) >= orphanSettle
 	r.mu.Unlock()
 
-	var idle, stale, modified, checked uint64
+	var idle, stale, modified, checked, unaffected uint64
+	// What changed since a flow's version, per version (flows checked in
+	// the same round share it): nil means anything may have.
+	since := map[uint64]*ofproto.Changes{}
+	changesSince := func(v uint64) *ofproto.Changes {
+		c, ok := since[v]
+		if !ok {
+			c = s.pl.ChangesSince(v)
+			since[v] = c
+		}
+		return c
+	}
 	var recheck []*ukey // to translate again
 	var macOnly []*ukey // changed since: the learning table only
 	var deletes []*ukey // idle, then stale: deleted together at the end
@@ -181,9 +195,19 @@ func (r *revalidator) roundOf(all bool) {
 			switch {
 			case start.Sub(last) > s.cfg.IdleTimeout:
 				deletes = append(deletes, uk)
-			case all || uk.version < full || uk.orphan:
+			case all || uk.orphan:
 				if !uk.orphan || settled {
 					recheck = append(recheck, uk)
+				}
+			case uk.version < full:
+				// Only what a change touched (a table the flow looked
+				// up, a rule it hit, a group it ran) can change its
+				// translation (ofproto/changes.go).
+				if c := changesSince(uk.version); c == nil || c.Affects(uk.rules) {
+					recheck = append(recheck, uk)
+				} else {
+					unaffected++
+					macOnly = append(macOnly, uk) // learning table changes may remain
 				}
 			case uk.version != version:
 				macOnly = append(macOnly, uk)
@@ -273,7 +297,46 @@ func (r *revalidator) roundOf(all bool) {
 	r.modified += modified
 	r.revalidated += checked
 	r.macSkipped += skipped
+	r.unaffected += unaffected
+	free := r.rounds%recircFreeRounds == 0
 	r.mu.Unlock()
+	if free {
+		r.freeRecirc()
+	}
+}
+
+// recircFreeRounds is how often (in rounds) frozen recirculation states
+// that no cached flow names are freed.
+const recircFreeRounds = 20
+
+// freeRecirc frees the pipeline's frozen recirculation states that no
+// cached flow names, as a recirculation (a first pass) or as its
+// recirc_id (a later pass), and returns how many (ofproto/recirc.go: a
+// state handed out since the previous call stays, for a flow being
+// installed now).
+func (r *revalidator) freeRecirc() int {
+	s := r.s
+	inUse := map[uint32]bool{}
+	s.cache.mu.Lock()
+	for _, uk := range s.cache.ukeys {
+		if uk == nil {
+			continue
+		}
+		if uk.packet.RecircID != 0 {
+			inUse[uk.packet.RecircID] = true
+		}
+		for _, a := range uk.actions {
+			if rc, ok := a.(flow.Recirc); ok {
+				inUse[rc.ID] = true
+			}
+		}
+	}
+	s.cache.mu.Unlock()
+	n := s.pl.FreeRecirc(inUse)
+	r.mu.Lock()
+	r.recircFreed += uint64(n)
+	r.mu.Unlock()
+	return n
 }
 
 type verdict int
@@ -378,10 +441,17 @@ type RevalidatorStats struct {
 	// changes, because none of their NORMAL lookups changed.
 	MACSkipped   uint64 `json:"mac_skipped"`
 	RulesExpired uint64 `json:"rules_expired"`
+	// Unaffected counts flows not translated again after a table or
+	// group change, because it touched nothing their translation
+	// depended on.
+	Unaffected uint64 `json:"unaffected"`
+	// RecircFreed counts frozen recirculation states freed because no
+	// cached flow named them any more.
+	RecircFreed uint64 `json:"recirc_freed"`
 }
 
 func (r *revalidator) stats() RevalidatorStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return RevalidatorStats{r.rounds, r.lastDuration, r.maxDuration, r.lastFlows, r.idleDeleted, r.staleDeleted, r.modified, r.revalidated, r.macSkipped, r.ruleExpired}
+	return RevalidatorStats{r.rounds, r.lastDuration, r.maxDuration, r.lastFlows, r.idleDeleted, r.staleDeleted, r.modified, r.revalidated, r.macSkipped, r.ruleExpired, r.unaffected, r.recircFreed}
 }

@@ -76,6 +76,41 @@ type programmedService struct {
 	flows  []*openflow.FlowMod
 	groups []*openflow.GroupMod // children before their parents
 	owners []string             // group-id owners allocated for it
+	// ids and values are flowID and flowValue of flows ("": not
+	// computed yet), kept from the update that programmed them, and dnat
+	// finds each endpoint's EndpointDNAT flow: a change of one endpoint
+	// in a 5000-endpoint Service builds and encodes one flow, not 5000.
+	ids, values []string
+	dnat        map[dnatKey]int // index in flows
+}
+
+// dnatKey is everything an EndpointDNAT flow depends on besides the
+// Service's cookie.
+type dnatKey struct {
+	proto uint8
+	gid   uint32
+	ep    netip.AddrPort
+}
+
+// keys returns the flowID and flowValue of each of ps's flows.
+func (ps *programmedService) keys() ([]string, []string) {
+	if len(ps.ids) != len(ps.flows) {
+		ps.ids = append(ps.ids, make([]string, len(ps.flows)-len(ps.ids))...)
+		ps.values = append(ps.values, make([]string, len(ps.flows)-len(ps.values))...)
+	}
+	for i, f := range ps.flows {
+		if ps.ids[i] == "" {
+			ps.ids[i], ps.values[i] = flowID(f.TableID, f.Priority, f.Match), flowValue(f.Cookie, f.Instructions)
+		}
+	}
+	return ps.ids, ps.values
+}
+
+// addFlow appends f with its id and value if known.
+func (ps *programmedService) addFlow(f *openflow.FlowMod, id, value string) {
+	ps.flows = append(ps.flows, f)
+	ps.ids = append(ps.ids, id)
+	ps.values = append(ps.values, value)
 }
 
 // groupIDs allocates stable group ids: id → owner and owner → id.
@@ -135,7 +170,8 @@ func tpDstField(proto uint8) openflow.Field {
 // serviceFlows computes a Service's flows and groups, allocating group ids.
 func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 	c := serviceObject(s.Key)
-	ps := &programmedService{svc: s}
+	ps := &programmedService{svc: s, dnat: map[dnatKey]int{}}
+	old := p.services[s.Key] // its EndpointDNAT flows are reused
 	for _, port := range s.Ports {
 		proto := ipProto(port.Protocol)
 		for _, external := range []bool{false, true} {
@@ -159,7 +195,7 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 				// or ICMP port unreachable as kube-proxy does; not done yet:
 				// such connections are dropped, as the Drop verdict's are.
 				for _, f := range fes {
-					ps.flows = append(ps.flows, serviceLBDrop(c, proto, f))
+					ps.addFlow(serviceLBDrop(c, proto, f), "", "")
 				}
 				continue
 			}
@@ -167,7 +203,7 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 			ps.owners = append(ps.owners, owner)
 			ps.groups = append(ps.groups, p.endpointGroups(owner, gid, eps, &ps.owners)...)
 			for _, f := range fes {
-				ps.flows = append(ps.flows, serviceLB(c, proto, f, gid))
+				ps.addFlow(serviceLB(c, proto, f, gid), "", "")
 			}
 			seen := map[netip.AddrPort]bool{}
 			for _, e := range eps {
@@ -176,11 +212,26 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 					continue
 				}
 				seen[ap] = true
-				ps.flows = append(ps.flows, endpointDNAT(c, proto, gid, e))
+				k := dnatKey{proto, gid, ap}
+				ps.dnat[k] = len(ps.flows)
+				if i, ok := old.dnatFlow(k); ok {
+					ps.addFlow(old.flows[i], old.ids[i], old.values[i])
+					continue
+				}
+				ps.addFlow(endpointDNAT(c, proto, gid, e), "", "")
 			}
 		}
 	}
 	return ps
+}
+
+// dnatFlow finds the EndpointDNAT flow of k in ps (nil: none).
+func (ps *programmedService) dnatFlow(k dnatKey) (int, bool) {
+	if ps == nil || len(ps.ids) != len(ps.flows) {
+		return 0, false
+	}
+	i, ok := ps.dnat[k]
+	return i, ok
 }
 
 // endpointGroups builds the select group gid over eps: one group, or
@@ -430,10 +481,9 @@ func (p *Pipeline) UpdateServices(ctx context.Context, updated []*proxy.Service,
 			continue
 		}
 		res.StaleUDP = append(res.StaleUDP, staleUDP(old.svc, nil)...)
-		// One delete by cookie: nagare-switch answers every delete,
-		// strict or not, by scanning the tables it names, so one message
-		// is cheaper than one per flow (docs/agent.md: 10 000 Services
-		// deleted in 85 s by cookie, 243 s flow by flow).
+		// One delete by cookie over every table: nagare-switch (as Open
+		// vSwitch) finds the rules by a cookie index, so the message costs
+		// the Service's flows, not the switch's (docs/agent.md, Services).
 		flowDels = append(flowDels, &openflow.FlowMod{Command: openflow.FlowDelete, TableID: openflow.TableAll, Cookie: serviceObject(k),
 			CookieMask: objectMask, BufferID: openflow.NoBuffer, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})
 		res.FlowsDeleted += len(old.flows)
@@ -448,14 +498,15 @@ func (p *Pipeline) UpdateServices(ctx context.Context, updated []*proxy.Service,
 		old := p.services[s.Key]
 		now := p.serviceFlows(s)
 		oldGroups := map[uint32]*openflow.GroupMod{}
-		oldFlows := map[string]*openflow.FlowMod{}
+		oldFlows := map[string]string{} // flowID → flowValue
 		if old != nil {
 			res.StaleUDP = append(res.StaleUDP, staleUDP(old.svc, s)...)
 			for _, g := range old.groups {
 				oldGroups[g.GroupID] = g
 			}
-			for _, f := range old.flows {
-				oldFlows[flowID(f.TableID, f.Priority, f.Match)] = f
+			ids, values := old.keys()
+			for i, id := range ids {
+				oldFlows[id] = values[i]
 			}
 		}
 		nowGroups := map[uint32]bool{}
@@ -474,18 +525,20 @@ func (p *Pipeline) UpdateServices(ctx context.Context, updated []*proxy.Service,
 			}
 		}
 		nowFlows := map[string]bool{}
-		for _, f := range now.flows {
-			id := flowID(f.TableID, f.Priority, f.Match)
+		ids, values := now.keys()
+		for i, f := range now.flows {
+			id := ids[i]
 			nowFlows[id] = true
-			if o, ok := oldFlows[id]; ok && flowValue(o.Cookie, o.Instructions) == flowValue(f.Cookie, f.Instructions) {
+			if v, ok := oldFlows[id]; ok && v == values[i] {
 				continue
 			}
 			flowAdds = append(flowAdds, f)
 			res.FlowsAdded++
 		}
 		if old != nil {
-			for _, f := range old.flows {
-				if !nowFlows[flowID(f.TableID, f.Priority, f.Match)] {
+			oldIDs, _ := old.keys()
+			for i, f := range old.flows {
+				if !nowFlows[oldIDs[i]] {
 					flowDels = append(flowDels, deleteStrict(f))
 					res.FlowsDeleted++
 				}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"strings"
@@ -461,5 +462,83 @@ func TestGroupIDsCollide(t *testing.T) {
 	b := g.alloc("a")
 	if b != a+4 || g.alloc("a") != b {
 		t.Fatalf("ids %d %d: want the next free odd id", a, b)
+	}
+}
+
+// TestServiceEndpointsSpreadEvenly: with 5000, 5300 (children of unequal
+// size) and 6000 endpoints behind a parent select group, new connections
+// from many clients spread over every endpoint as a fair die would: a
+// chi-square test over the endpoints (5 connections each on average)
+// and over the child groups. The selection is the switch's own
+// (ofproto's select hash), walked pass by pass as in the tests above.
+func TestServiceEndpointsSpreadEvenly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("81 500 connections walked through the pipeline")
+	}
+	for _, n := range []int{5000, 5300, 6000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			p, sw := serviceNode(t)
+			eps := manyEndpoints(n)
+			if _, err := p.UpdateServices(context.Background(), []*proxy.Service{bigService(eps)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			index := map[netip.AddrPort]int{}
+			for i, e := range eps {
+				index[netip.AddrPortFrom(e.Addr, e.Port)] = i
+			}
+			var ct conntrack
+			conns := 5 * n
+			hits := make([]int, n)
+			for i := 0; i < conns; i++ {
+				// One client pod (the pipeline checks its source), every
+				// connection from its own source port.
+				k := fromDB(6, uint16(1024+i), 443)
+				k.SetIPDst(netip.MustParseAddr("10.96.0.20"))
+				_, k2 := ct.walk(t, sw.pl, k)
+				ap := netip.AddrPortFrom(netip.AddrFrom4([4]byte(k2.IPDst[:4])), k2.TpDst)
+				j, ok := index[ap]
+				if !ok {
+					t.Fatalf("connection %d went to %s, not an endpoint", i, ap)
+				}
+				hits[j]++
+			}
+			// Child groups hold consecutive endpoints, near-equal in size.
+			children := (n + maxBucketsPerGroup - 1) / maxBucketsPerGroup
+			byChild := make([]float64, children)
+			wantChild := make([]float64, children)
+			for c := 0; c < children; c++ {
+				lo, hi := c*n/children, (c+1)*n/children
+				for j := lo; j < hi; j++ {
+					byChild[c] += float64(hits[j])
+				}
+				wantChild[c] = float64(conns) * float64(hi-lo) / float64(n)
+			}
+			chi := func(got, want []float64) (float64, float64) {
+				var x float64
+				for i := range got {
+					d := got[i] - want[i]
+					x += d * d / want[i]
+				}
+				df := float64(len(got) - 1)
+				return x, df + 5*math.Sqrt(2*df) // about p = 3e-7 for a fair die
+			}
+			per := make([]float64, n)
+			want := make([]float64, n)
+			mn, mx := hits[0], hits[0]
+			for j, h := range hits {
+				per[j], want[j] = float64(h), float64(conns)/float64(n)
+				mn, mx = min(mn, h), max(mx, h)
+			}
+			x, limit := chi(per, want)
+			xc, limitc := chi(byChild, wantChild)
+			t.Logf("%d connections over %d endpoints: chi-square %.0f (limit %.0f, df %d), per endpoint min %d max %d; over %d child groups: chi-square %.1f (limit %.1f)",
+				conns, n, x, limit, n-1, mn, mx, children, xc, limitc)
+			if x > limit {
+				t.Errorf("endpoints not evenly used: chi-square %.0f > %.0f", x, limit)
+			}
+			if xc > limitc {
+				t.Errorf("child groups not used in proportion to their size: chi-square %.1f > %.1f: %v", xc, limitc, byChild)
+			}
+		})
 	}
 }
