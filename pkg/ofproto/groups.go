@@ -170,7 +170,7 @@ func (p *Pipeline) deleteGroup(id uint32) error {
 		}) {
 			p.nrules--
 			p.pending = append(p.pending, removedOf(r, openflow.FlowRemovedGroupDelete, now))
-			p.cookies.release(r)
+			p.releaseRule(r)
 		}
 	}
 	for gid := range doomed {

@@ -126,6 +126,9 @@ type Pipeline struct {
 	fullVersion uint64
 	macs        macTable
 	cookies     cookieRegistry
+	// learners counts, per (table, cookie), the rules holding a
+	// delete_learned learn for it (learn.go).
+	learners map[ruleCookie]int
 	recirc      recircs // frozen states of recirculated packets (recirc.go)
 }
 
@@ -157,6 +160,7 @@ func New(cfg Config) *Pipeline {
 	}
 	p.macs.init(cfg.MACTableSize, cfg.MACPerPort)
 	p.cookies.init()
+	p.learners = map[ruleCookie]int{}
 	p.recirc.init()
 	p.fallbackNormal.Store(cfg.FailStandalone)
 	p.version.Store(1)

@@ -292,6 +292,11 @@ func checkLearn(a ActionNXLearn, m Match) error {
 // learnedOXM is the exact (or bit-masked) match on sf's bits holding v,
 // as a match field: NXM aliases of basic fields become the basic field.
 func learnedOXM(sf Subfield, v *big.Int) (OXM, bool) {
+	if sf.Field == (FieldKey{ClassNXM0, 0}) {
+		// NXM_OF_IN_PORT is the 16-bit OpenFlow 1.0 port: the match is
+		// on the 32-bit in_port.
+		return Uint(FieldInPort, uint64(nxPort(uint16(v.Uint64())))), true
+	}
 	n, ok := fieldBytes(sf.Field)
 	if !ok {
 		return OXM{}, false
@@ -533,4 +538,97 @@ func parseLearnSpec(tok string) (NXLearnSpec, error) {
 	}
 	s.Imm, err = learnImm(v, d.NBits)
 	return s, err
+}
+
+// FlowMod builds the flow learn adds for one packet, as Open vSwitch's
+// learn_execute: read returns the packet's bits of a source subfield,
+// big-endian in (NBits+7)/8 bytes. The match holds every match spec
+// (several specs on one field merge their bits); loads become REG_LOADs
+// (REG_LOAD2 beyond 64 bits) and output an output action, in spec order.
+// The command is ADD: the pipeline that applies it refreshes an
+// identical flow instead of replacing it. fin_idle_timeout and
+// fin_hard_timeout are not carried (no fin_timeout action here).
+func (a ActionNXLearn) FlowMod(read func(Subfield) []byte) *FlowMod {
+	fm := &FlowMod{Command: FlowAdd, TableID: a.Table, Priority: a.Priority, Cookie: a.Cookie,
+		IdleTimeout: a.IdleTimeout, HardTimeout: a.HardTimeout, BufferID: NoBuffer, OutPort: PortAny, OutGroup: GroupAny}
+	if a.Flags&NXLearnFlagSendFlowRem != 0 {
+		fm.Flags |= FlowFlagSendFlowRem
+	}
+	var acts Actions
+	byField := map[FieldKey]int{} // index in fm.Match.Fields
+	for _, s := range a.Specs {
+		var v *big.Int
+		if s.Imm != nil {
+			v = new(big.Int).SetBytes(s.Imm)
+			v.And(v, new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), uint(s.NBits)), big.NewInt(1)))
+		} else {
+			v = new(big.Int).SetBytes(read(s.Src))
+		}
+		switch s.Dst {
+		case NXLearnMatch:
+			o, ok := learnedOXM(s.DstField, v)
+			if !ok {
+				continue
+			}
+			i, seen := byField[o.Key()]
+			if !seen {
+				byField[o.Key()] = len(fm.Match.Fields)
+				fm.Match.Fields = append(fm.Match.Fields, o)
+				continue
+			}
+			fm.Match.Fields[i] = mergeOXM(fm.Match.Fields[i], o)
+		case NXLearnLoad:
+			if s.NBits <= 64 {
+				acts = append(acts, ActionNXRegLoad{Dst: s.DstField, Value: v.Uint64()})
+				continue
+			}
+			if o, ok := learnedOXM(s.DstField, v); ok {
+				if o.Mask == nil {
+					n, _ := fieldBytes(s.DstField.Field)
+					o.Mask = allOnesBytes(n)
+				}
+				o.Class, o.Field = s.DstField.Field.Class, s.DstField.Field.Field
+				acts = append(acts, ActionNXRegLoad2{Field: o})
+			}
+		case NXLearnOutput:
+			// Open vSwitch outputs only to a port that fits 16 bits:
+			// a physical port below OFPP_MAX, or IN_PORT and the like.
+			if p := v.Uint64(); v.BitLen() <= 16 && p != 0 {
+				acts = append(acts, ActionOutput{Port: nxPort(uint16(p)), MaxLen: 0xffff})
+			}
+		}
+	}
+	if len(acts) > 0 {
+		fm.Instructions = Instructions{InstApplyActions{Actions: acts}}
+	}
+	return fm
+}
+
+// mergeOXM adds o's masked bits to m (the same field).
+func mergeOXM(m, o OXM) OXM {
+	n := len(m.Value)
+	mm, om := m.Mask, o.Mask
+	if mm == nil {
+		return m // already exact: the later spec's bits agree or lose, as in OVS
+	}
+	if om == nil {
+		om = allOnesBytes(n)
+	}
+	out := OXM{Class: m.Class, Field: m.Field, Value: make([]byte, n), Mask: make([]byte, n)}
+	for i := 0; i < n; i++ {
+		out.Mask[i] = mm[i] | om[i]
+		out.Value[i] = m.Value[i]&^om[i] | o.Value[i]&om[i]
+	}
+	if allOnes(out.Mask) {
+		out.Mask = nil
+	}
+	return out
+}
+
+func allOnesBytes(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 0xff
+	}
+	return b
 }
