@@ -129,7 +129,7 @@ type Pipeline struct {
 	// learners counts, per (table, cookie), the rules holding a
 	// delete_learned learn for it (learn.go).
 	learners map[ruleCookie]int
-	recirc      recircs // frozen states of recirculated packets (recirc.go)
+	recirc   recircs // frozen states of recirculated packets (recirc.go)
 }
 
 // New returns an empty pipeline.

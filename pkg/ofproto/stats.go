@@ -10,12 +10,12 @@ import (
 type refKind uint8
 
 const (
-	refRule   refKind = iota + 1 // a rule hit
-	refMiss                      // a table lookup without a hit
-	refGroup                     // a group
-	refBucket                    // a group bucket
-	refLearn                     // a NORMAL learning entry to refresh
-	refLearnFlow                 // a flow a learn action adds (learn.go)
+	refRule      refKind = iota + 1 // a rule hit
+	refMiss                         // a table lookup without a hit
+	refGroup                        // a group
+	refBucket                       // a group bucket
+	refLearn                        // a NORMAL learning entry to refresh
+	refLearnFlow                    // a flow a learn action adds (learn.go)
 )
 
 // RuleRef is a stable handle on something a packet went through: a rule,

@@ -56,7 +56,7 @@ type rule struct {
 	// modified is unix ns of the last add or learn refresh: the hard
 	// timeout counts from it (Open vSwitch's rule->modified).
 	modified atomic.Int64
-	dead    atomic.Bool  // removed from its table; stale refs ignore it
+	dead     atomic.Bool // removed from its table; stale refs ignore it
 }
 
 func (r *rule) id() ruleID {

@@ -168,6 +168,9 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 			ps.groups = append(ps.groups, p.endpointGroups(owner, gid, eps, &ps.owners)...)
 			for _, f := range fes {
 				ps.flows = append(ps.flows, serviceLB(c, proto, f, gid))
+				if s.Affinity.ClientIP {
+					ps.flows = append(ps.flows, serviceLBAffinity(c, proto, f, gid))
+				}
 			}
 			seen := map[netip.AddrPort]bool{}
 			for _, e := range eps {
@@ -176,7 +179,11 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 					continue
 				}
 				seen[ap] = true
-				ps.flows = append(ps.flows, endpointDNAT(c, proto, gid, e))
+				dnat := endpointDNAT(c, proto, gid, e)
+				if s.Affinity.ClientIP {
+					withAffinityLearn(dnat, s, proto, gid, e)
+				}
+				ps.flows = append(ps.flows, dnat)
 			}
 		}
 	}
