@@ -25,8 +25,10 @@ import (
 // Applying a learned flow: a new one is added (the tables change, cached
 // megaflows are revalidated); one identical to an installed flow (same
 // table, priority, match, cookie, timeouts, actions) only restarts its
-// hard timeout and changes nothing else. A learned flow whose learning
-// rule is gone is not applied.
+// hard timeout and changes nothing else. A translation that went through
+// a rule since removed (the learning rule, or a learned flow that
+// expired) learns nothing: its megaflow is stale until the revalidator
+// translates it again.
 //
 // delete_learned: while at least one rule carries a learn with
 // delete_learned for a (table, cookie), that pair is "held"; when the last
@@ -57,6 +59,20 @@ func (t *Translation) Learned() []*openflow.FlowMod {
 		}
 	}
 	return out
+}
+
+// throughDeadRule reports whether a translation went through a rule that
+// has left its table since: then what it learned may be wrong (a packet
+// of a cached megaflow that went through a learned flow since expired
+// would learn that flow's endpoint again and never let it expire), and
+// nothing is learned until the revalidator translates it again.
+func throughDeadRule(refs []RuleRef) bool {
+	for _, r := range refs {
+		if r.kind == refRule && r.rule.dead.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // applyLearned adds or refreshes a learned flow (see the banner).

@@ -143,3 +143,31 @@ func TestLearnRejects(t *testing.T) {
 		t.Fatal("learn of ct_ipv6_src accepted")
 	}
 }
+
+// TestLearnStaleMegaflow: a cached translation that went through a
+// learned flow since expired does not learn it again when its packets
+// are credited (the revalidator translates it again first).
+func TestLearnStaleMegaflow(t *testing.T) {
+	p, clock := newTestPipeline(t, 3)
+	mustAdd(t, p,
+		"table=0,priority=10,tcp,actions=resubmit(,1),resubmit(,2)",
+		"table=2,priority=20,tcp,reg3=2,actions=learn(table=1,hard_timeout=2,eth_type=0x800,nw_proto=6,NXM_OF_IP_SRC[],load:NXM_NX_REG3[]->NXM_NX_REG3[]),output:2",
+		"table=2,priority=10,tcp,actions=load:0x2->NXM_NX_REG3[],resubmit(,2)",
+	)
+	k := tcpKey(1, "10.0.0.1", "10.96.0.1", 40000, 80)
+	p.Credit(translate(t, p, k).Rules, 1, 60, clock.now()) // learns
+	learnedPath := translate(t, p, k)                       // through the learned flow
+	clock.advance(3 * time.Second)
+	if rm := p.Expire(); len(rm) != 1 {
+		t.Fatalf("expire: %+v", rm)
+	}
+	p.Credit(learnedPath.Rules, 1, 60, clock.now())
+	if n := len(p.FlowStats(&openflow.FlowStatsRequest{TableID: 1, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})); n != 0 {
+		t.Fatalf("a stale megaflow relearned the expired flow")
+	}
+	// Translated again, it learns.
+	p.Credit(translate(t, p, k).Rules, 1, 60, clock.now())
+	if n := len(p.FlowStats(&openflow.FlowStatsRequest{TableID: 1, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})); n != 1 {
+		t.Fatalf("fresh translation did not learn")
+	}
+}

@@ -89,7 +89,7 @@ func (p *Pipeline) Credit(refs []RuleRef, packets, bytes uint64, used time.Time)
 				r.p.macs.refresh(r.mac, r.port, used)
 			}
 		case refLearnFlow:
-			if packets > 0 {
+			if packets > 0 && !throughDeadRule(refs) {
 				r.p.applyLearned(r.rule, r.learned)
 			}
 		}
