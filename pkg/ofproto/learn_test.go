@@ -156,7 +156,7 @@ func TestLearnStaleMegaflow(t *testing.T) {
 	)
 	k := tcpKey(1, "10.0.0.1", "10.96.0.1", 40000, 80)
 	p.Credit(translate(t, p, k).Rules, 1, 60, clock.now()) // learns
-	learnedPath := translate(t, p, k)                       // through the learned flow
+	learnedPath := translate(t, p, k)                      // through the learned flow
 	clock.advance(3 * time.Second)
 	if rm := p.Expire(); len(rm) != 1 {
 		t.Fatalf("expire: %+v", rm)
