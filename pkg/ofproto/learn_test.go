@@ -41,7 +41,7 @@ func TestLearnTranslation(t *testing.T) {
 		t.Errorf("learned %q, want %q", got, want)
 	}
 	// Translation alone changes no table.
-	if n := len(p.FlowStats(&openflow.FlowStatsRequest{TableID: 1, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})); n != 0 {
+	if n := len(tableFlows(p, 1)); n != 0 {
 		t.Fatalf("table 1 has %d flows before credit", n)
 	}
 	v := p.Version()
@@ -49,7 +49,7 @@ func TestLearnTranslation(t *testing.T) {
 	if p.Version() == v {
 		t.Error("adding a learned flow did not bump the version")
 	}
-	fs := p.FlowStats(&openflow.FlowStatsRequest{TableID: 1, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})
+	fs := tableFlows(p, 1)
 	if len(fs) != 1 || fs[0].Cookie != 7 || fs[0].HardTimeout != 10 || fs[0].Priority != 20 {
 		t.Fatalf("table 1: %+v", fs)
 	}
@@ -78,7 +78,7 @@ func TestLearnTranslation(t *testing.T) {
 	}
 	// No credit (no traffic): nothing comes back.
 	p.Credit(tr.Rules, 0, 0, clock.now())
-	if n := len(p.FlowStats(&openflow.FlowStatsRequest{TableID: 1, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})); n != 0 {
+	if n := len(tableFlows(p, 1)); n != 0 {
 		t.Fatalf("relearned without traffic")
 	}
 }
@@ -91,9 +91,7 @@ func TestLearnDeleteLearned(t *testing.T) {
 	tr2 := translate(t, p, tcpKey(1, "10.0.0.2", "10.96.0.1", 40000, 80))
 	p.Credit(tr2.Rules, 1, 60, clock.now())
 	mustAdd(t, p, "table=1,priority=1,cookie=0x8,actions=drop") // another cookie stays
-	table1 := func() int {
-		return len(p.FlowStats(&openflow.FlowStatsRequest{TableID: 1, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny}))
-	}
+	table1 := func() int { return len(tableFlows(p, 1)) }
 	if n := table1(); n != 3 {
 		t.Fatalf("table 1 holds %d flows, want 3", n)
 	}
@@ -124,7 +122,7 @@ func TestLearnModifyOff(t *testing.T) {
 	if _, err := p.FlowMod(flowMod(t, openflow.FlowModifyStrict, "table=2,priority=10,tcp,reg3=0,tp_dst=80,actions=resubmit(,3)")); err != nil {
 		t.Fatal(err)
 	}
-	fs := p.FlowStats(&openflow.FlowStatsRequest{TableID: 1, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})
+	fs := tableFlows(p, 1)
 	if len(fs) != 0 {
 		t.Fatalf("learned flows kept: %+v", fs)
 	}
@@ -162,12 +160,17 @@ func TestLearnStaleMegaflow(t *testing.T) {
 		t.Fatalf("expire: %+v", rm)
 	}
 	p.Credit(learnedPath.Rules, 1, 60, clock.now())
-	if n := len(p.FlowStats(&openflow.FlowStatsRequest{TableID: 1, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})); n != 0 {
+	if n := len(tableFlows(p, 1)); n != 0 {
 		t.Fatalf("a stale megaflow relearned the expired flow")
 	}
 	// Translated again, it learns.
 	p.Credit(translate(t, p, k).Rules, 1, 60, clock.now())
-	if n := len(p.FlowStats(&openflow.FlowStatsRequest{TableID: 1, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})); n != 1 {
+	if n := len(tableFlows(p, 1)); n != 1 {
 		t.Fatalf("fresh translation did not learn")
 	}
+}
+
+// tableFlows are the flows of one table.
+func tableFlows(p *Pipeline, table uint8) []openflow.FlowStats {
+	return p.FlowStats(&openflow.FlowStatsRequest{TableID: table, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})
 }

@@ -422,52 +422,37 @@ func learnValue(o OXM) string {
 //	output:SRC[c..d]
 func parseLearn(v string) (ActionNXLearn, error) {
 	a := ActionNXLearn{Table: nxLearnDefaultTable, Priority: nxLearnDefaultPrio}
+	u16 := map[string]*uint16{"priority": &a.Priority, "idle_timeout": &a.IdleTimeout, "hard_timeout": &a.HardTimeout,
+		"fin_idle_timeout": &a.FinIdleTimeout, "fin_hard_timeout": &a.FinHardTimeout}
 	for _, tok := range splitTop(v) {
 		k, val, hasVal := strings.Cut(tok, "=")
-		num := func(bits int) (uint64, error) {
-			n, err := parseUint(val, bits)
-			if err != nil {
-				return 0, fmt.Errorf("learn %s: %v", k, err)
-			}
-			return n, nil
-		}
-		var n uint64
 		var err error
-		switch {
+		switch dst, isU16 := u16[k]; {
 		case tok == "send_flow_rem":
 			a.Flags |= NXLearnFlagSendFlowRem
 		case tok == "delete_learned":
 			a.Flags |= NXLearnFlagDeleteLearned
-		case hasVal && (k == "table"):
-			n, err = num(8)
-			if err == nil && n == 0xff {
-				err = fmt.Errorf("learn table 255")
+		case hasVal && isU16:
+			var n uint64
+			n, err = parseUint(val, 16)
+			*dst = uint16(n)
+		case hasVal && k == "table":
+			var n uint64
+			if n, err = parseUint(val, 8); err == nil && n == 0xff {
+				err = fmt.Errorf("table 255")
 			}
 			a.Table = uint8(n)
-		case hasVal && k == "priority":
-			n, err = num(16)
-			a.Priority = uint16(n)
-		case hasVal && k == "idle_timeout":
-			n, err = num(16)
-			a.IdleTimeout = uint16(n)
-		case hasVal && k == "hard_timeout":
-			n, err = num(16)
-			a.HardTimeout = uint16(n)
-		case hasVal && k == "fin_idle_timeout":
-			n, err = num(16)
-			a.FinIdleTimeout = uint16(n)
-		case hasVal && k == "fin_hard_timeout":
-			n, err = num(16)
-			a.FinHardTimeout = uint16(n)
 		case hasVal && k == "cookie":
-			a.Cookie, err = num(64)
+			a.Cookie, err = parseUint(val, 64)
 		default:
 			var s NXLearnSpec
-			s, err = parseLearnSpec(tok)
+			if s, err = parseLearnSpec(tok); err != nil {
+				return a, err
+			}
 			a.Specs = append(a.Specs, s)
 		}
 		if err != nil {
-			return a, err
+			return a, fmt.Errorf("learn %s: %v", k, err)
 		}
 	}
 	return a, nil
