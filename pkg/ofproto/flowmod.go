@@ -108,11 +108,12 @@ func (p *Pipeline) addFlow(fm *openflow.FlowMod, cm *compiledMatch) error {
 		idle: fm.IdleTimeout, hard: fm.HardTimeout, flags: fm.Flags, seq: p.seq, created: p.cfg.Now(),
 		miss: fm.Priority == 0 && len(cm.fields) == 0}
 	r.setInstructions(fm.Instructions)
+	r.modified.Store(r.created.UnixNano())
 	old := t.byMatch[r.id()]
 	if old == nil && len(t.rules) >= p.cfg.MaxRulesPerTable {
 		return ofErr(openflow.ErrTypeFlowModFailed, openflow.FlowModTableFull, "table %d holds %d rules", t.id, len(t.rules))
 	}
-	p.cookies.hold(r)
+	p.holdRule(r)
 	if old != nil {
 		if fm.Flags&openflow.FlowFlagResetCounts == 0 {
 			r.packets.Store(old.packets.Load())
@@ -121,7 +122,7 @@ func (p *Pipeline) addFlow(fm *openflow.FlowMod, cm *compiledMatch) error {
 		}
 		r.seq = old.seq
 		t.replace(old, r)
-		p.cookies.release(old)
+		p.releaseRule(old)
 		c.addRule(old)
 	} else {
 		t.insert(r)
@@ -217,8 +218,13 @@ func (p *Pipeline) modifyFlows(fm *openflow.FlowMod, cm *compiledMatch) {
 			n.bytes.Store(r.bytes.Load())
 		}
 		n.used.Store(r.used.Load())
+		n.modified.Store(r.modified.Load())
 		t.replace(r, n)
 		c.addRule(r)
+		for _, k := range learnKeys(n) {
+			p.learners[k]++
+		}
+		p.releaseLearners(r)
 	}
 	if c.rules != nil {
 		p.bumpWith(&c)
@@ -233,7 +239,7 @@ func (p *Pipeline) deleteFlows(fm *openflow.FlowMod, cm *compiledMatch) []Remove
 	gone := func(r *rule) {
 		c.addRule(r)
 		out = append(out, removedOf(r, openflow.FlowRemovedDelete, now))
-		p.cookies.release(r)
+		p.releaseRule(r)
 		p.nrules--
 	}
 	if rs, ok := p.candidates(fm.TableID, cm, strict, fm.Priority, fm.Cookie, fm.CookieMask, fm.OutGroup); ok {
@@ -426,6 +432,21 @@ func checkNX(a openflow.Action) error {
 		}
 	case openflow.ActionNXConjunction:
 		return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExpType, "%s: conjunctive matches are not supported yet", a)
+	case openflow.ActionNXLearn:
+		// The learned flow is checked like any FLOW_MOD when it is built
+		// (learn.go); here: the sources are readable and a learned match
+		// can be compiled (fields the datapath key has).
+		for _, s := range a.Specs {
+			if s.Imm == nil && !readable(s.Src.Field) {
+				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "learn from %s: not in the flow key", s.Src.Field)
+			}
+			if s.Dst == openflow.NXLearnMatch && !readable(s.DstField.Field) && s.DstField.Field != (openflow.FieldKey{Class: openflow.ClassNXM0}) {
+				return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadSetType, "learn a match on %s: not in the flow key", s.DstField.Field)
+			}
+			if s.Dst == openflow.NXLearnLoad && !writable(s.DstField.Field) {
+				return badSet(s.DstField.Field)
+			}
+		}
 	case openflow.ActionExperimenter:
 		if a.Experimenter != openflow.ExperimenterNicira {
 			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExperimenter, "experimenter 0x%08x", a.Experimenter)

@@ -43,6 +43,8 @@ func FuzzPipeline(f *testing.F) {
 		{"priority=100,in_port=1,vlan_tci=0x1000/0x1000,actions=pop_vlan,output:3", "priority=1,arp,actions=FLOOD"},
 		{"priority=20,tcp,tp_src=1024/0xfc00,actions=dec_ttl,controller:64,output:IN_PORT", "tun_id=42,actions=output:4"},
 		{"priority=7,ipv6,actions=push_vlan:0x8100,set_field:5->vlan_vid,output:ALL"},
+		{"priority=9,tcp,actions=learn(table=1,hard_timeout=5,delete_learned,cookie=0x3,eth_type=0x800,nw_proto=6,NXM_OF_TCP_DST[],NXM_OF_IP_SRC[],load:NXM_NX_REG3[]->NXM_NX_REG4[],output:NXM_NX_REG2[0..15]),resubmit(,1)",
+			"table=1,priority=1,actions=output:2"},
 	} {
 		var buf bytes.Buffer
 		for _, s := range spec {

@@ -179,7 +179,7 @@ func (p *Pipeline) deleteGroup(id uint32) error {
 		c.addRule(r)
 		p.nrules--
 		p.pending = append(p.pending, removedOf(r, openflow.FlowRemovedGroupDelete, now))
-		p.cookies.release(r)
+		p.releaseRule(r)
 	}
 	for gid := range doomed {
 		p.parents.set(gid, p.groups[gid].body.buckets, nil)

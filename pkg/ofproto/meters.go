@@ -94,7 +94,7 @@ func (p *Pipeline) deleteMeter(id uint32) []uint32 {
 		for _, r := range t.removeIf(func(r *rule) bool { return r.meter != 0 && doomed[r.meter] }) {
 			p.nrules--
 			p.pending = append(p.pending, removedOf(r, openflow.FlowRemovedDelete, now))
-			p.cookies.release(r)
+			p.releaseRule(r)
 		}
 	}
 	var out []uint32

@@ -131,6 +131,9 @@ type Pipeline struct {
 	watchers    map[uint32]bool // groups with a bucket that watches a group
 	index       ruleIndex       // rules by group and cookie (index.go)
 	parents     groupParents    // groups by the groups that forward to them (index.go)
+	// learners counts, per (table, cookie), the rules holding a
+	// delete_learned learn for it (learn.go).
+	learners map[ruleCookie]int
 }
 
 // New returns an empty pipeline.
@@ -164,6 +167,7 @@ func New(cfg Config) *Pipeline {
 	}
 	p.macs.init(cfg.MACTableSize, cfg.MACPerPort)
 	p.cookies.init()
+	p.learners = map[ruleCookie]int{}
 	p.recirc.init()
 	p.fallbackNormal.Store(cfg.FailStandalone)
 	p.version.Store(1)

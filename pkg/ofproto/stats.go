@@ -10,11 +10,12 @@ import (
 type refKind uint8
 
 const (
-	refRule   refKind = iota + 1 // a rule hit
-	refMiss                      // a table lookup without a hit
-	refGroup                     // a group
-	refBucket                    // a group bucket
-	refLearn                     // a NORMAL learning entry to refresh
+	refRule      refKind = iota + 1 // a rule hit
+	refMiss                         // a table lookup without a hit
+	refGroup                        // a group
+	refBucket                       // a group bucket
+	refLearn                        // a NORMAL learning entry to refresh
+	refLearnFlow                    // a flow a learn action adds (learn.go)
 )
 
 // RuleRef is a stable handle on something a packet went through: a rule,
@@ -29,6 +30,8 @@ type RuleRef struct {
 	mac    macKey
 	port   uint32
 	p      *Pipeline
+	// learned is the flow of a refLearnFlow; rule is then the learning rule.
+	learned *openflow.FlowMod
 }
 
 // String describes the reference, e.g. "table 0 priority 100 cookie 0x1".
@@ -44,13 +47,16 @@ func (r RuleRef) String() string {
 		return fmt.Sprintf("group %d bucket %d", r.body.g.id, r.bucket)
 	case refLearn:
 		return fmt.Sprintf("normal learn %x vlan %#x port %d", r.mac.mac, r.mac.vlan, r.port)
+	case refLearnFlow:
+		return fmt.Sprintf("learn table %d priority %d %s", r.learned.TableID, r.learned.Priority, r.learned.Match)
 	}
 	return "none"
 }
 
 // Credit attributes datapath statistics (packets, bytes, last used) to
-// the rules, tables, groups and buckets a cached flow came from, and
-// refreshes idle timeouts and NORMAL learning entries. Call it for every
+// the rules, tables, groups and buckets a cached flow came from,
+// refreshes idle timeouts and NORMAL learning entries, and adds or
+// refreshes the flows its learn actions learned (learn.go). Call it for every
 // packet the pipeline decided, including the translated one.
 func (p *Pipeline) Credit(refs []RuleRef, packets, bytes uint64, used time.Time) {
 	ns := used.UnixNano()
@@ -82,6 +88,10 @@ func (p *Pipeline) Credit(refs []RuleRef, packets, bytes uint64, used time.Time)
 			if packets > 0 {
 				r.p.macs.refresh(r.mac, r.port, used)
 			}
+		case refLearnFlow:
+			if packets > 0 && !throughDeadRule(refs) {
+				r.p.applyLearned(r.rule, r.learned)
+			}
 		}
 	}
 }
@@ -104,7 +114,7 @@ func (p *Pipeline) Expire() []Removed {
 		}
 		reasons := map[*rule]uint8{}
 		for _, r := range t.removeIf(func(r *rule) bool {
-			if r.hard != 0 && !now.Before(r.created.Add(time.Duration(r.hard)*time.Second)) {
+			if r.hardExpired(now) {
 				reasons[r] = openflow.FlowRemovedHardTimeout
 				return true
 			}
@@ -116,7 +126,7 @@ func (p *Pipeline) Expire() []Removed {
 		}) {
 			out = append(out, removedOf(r, reasons[r], now))
 			c.addRule(r)
-			p.cookies.release(r)
+			p.releaseRule(r)
 			p.nrules--
 		}
 	}

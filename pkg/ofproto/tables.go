@@ -55,7 +55,10 @@ type rule struct {
 	packets atomic.Uint64
 	bytes   atomic.Uint64
 	used    atomic.Int64 // unix ns of the last credited packet
-	dead    atomic.Bool  // removed from its table; stale refs ignore it
+	// modified is unix ns of the last add or learn refresh: the hard
+	// timeout counts from it (Open vSwitch's rule->modified).
+	modified atomic.Int64
+	dead     atomic.Bool // removed from its table; stale refs ignore it
 }
 
 func (r *rule) id() ruleID { return r.cm.id(r.priority) }

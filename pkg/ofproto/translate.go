@@ -117,10 +117,11 @@ type xlate struct {
 	pins    []PacketIn
 	trace   []TraceStep
 
-	// Context of the rule being executed, for packet-ins.
+	// Context of the rule being executed, for packet-ins and learn.
 	tableID uint8
 	cookie  uint64
 	miss    bool
+	rule    *rule // nil in a packet-out's own actions
 
 	// popped is set once pop_mpls ran: what follows the popped entry
 	// is not in the key (errRecirc).
@@ -261,7 +262,7 @@ func (x *xlate) tables(id uint8) bool {
 			return false
 		}
 		x.rules = append(x.rules, RuleRef{kind: refRule, table: t, rule: r})
-		x.tableID, x.cookie, x.miss = id, r.cookie, r.miss
+		x.tableID, x.cookie, x.miss, x.rule = id, r.cookie, r.miss, r
 		x.traceRule(r)
 		next := -1
 		var apply, write openflow.Actions
@@ -327,7 +328,7 @@ func (x *xlate) resubmit(a openflow.ActionNXResubmit) {
 		x.cur.InPort = a.InPort
 		x.stale = true
 	}
-	tid, cookie, miss := x.tableID, x.cookie, x.miss
+	tid, cookie, miss, cur := x.tableID, x.cookie, x.miss, x.rule
 	if x.set == nil { // a packet-out's actions
 		var set actionSet
 		x.set = &set
@@ -337,7 +338,7 @@ func (x *xlate) resubmit(a openflow.ActionNXResubmit) {
 	x.tables(table)
 	x.cur.InPort = in
 	x.stale = true
-	x.tableID, x.cookie, x.miss = tid, cookie, miss
+	x.tableID, x.cookie, x.miss, x.rule = tid, cookie, miss, cur
 }
 
 // apply executes an action list on the current packet.
@@ -374,6 +375,8 @@ func (x *xlate) apply(as openflow.Actions) {
 			x.output(uint32(bitsValue(x.readField(r.field), r.ofs, r.nbits)), a.MaxLen)
 		case openflow.ActionNXNote:
 			// A comment for people reading the flows.
+		case openflow.ActionNXLearn:
+			x.learn(a)
 		case openflow.ActionNXDecTTL:
 			x.apply(openflow.Actions{openflow.ActionDecNWTTL{}})
 		case openflow.ActionPushVLAN:

@@ -87,6 +87,8 @@ var goldenCommands = []struct{ name, args string }{
 	{"add_flow_nx_note", "add-flow SOCK priority=79,actions=note:01.02.03.04.05.06.07.08.09.0a.0b,output:1"},
 	{"add_flow_nx_dec_ttl", "add-flow SOCK priority=80,ip,actions=dec_ttl(1,2),dec_ttl"},
 	{"add_flow_nx_output_reg", "add-flow SOCK priority=81,actions=output:NXM_NX_REG1[],output:reg2[0..15]"},
+	{"add_flow_nx_learn_affinity", "add-flow SOCK table=28,priority=200,tcp,reg4=0x10000/0x70000,actions=learn(table=25,hard_timeout=10800,priority=200,delete_learned,cookie=0x3,eth_type=0x800,nw_proto=6,NXM_OF_TCP_DST[],NXM_OF_IP_DST[],NXM_OF_IP_SRC[],load:NXM_NX_REG3[]->NXM_NX_REG3[],load:NXM_NX_REG4[0..15]->NXM_NX_REG4[0..15],load:0x2->NXM_NX_REG4[16..18]),resubmit(,30)"},
+	{"add_flow_nx_learn_mac", "add-flow SOCK priority=82,actions=learn(table=5,idle_timeout=30,fin_idle_timeout=5,fin_hard_timeout=10,send_flow_rem,NXM_NX_REG2[0..11],NXM_OF_ETH_DST[]=NXM_OF_ETH_SRC[],load:0->NXM_NX_REG1[],load:NXM_OF_IN_PORT[]->NXM_NX_REG0[0..15],output:NXM_OF_IN_PORT[]),learn(table=2,dl_type=0x86dd,ipv6_src=2001:db8::1,reg1[3..5]=5)"},
 	{"add_group_nx_hash", "add-group SOCK group_id=7,type=select,selection_method=hash,fields(ip_src,tcp_dst),bucket=load:0x1->NXM_NX_REG0[],resubmit(,10),bucket=load:0x2->NXM_NX_REG0[],resubmit(,10)"},
 	{"add_group_nx_dp_hash", "add-group SOCK group_id=8,type=select,selection_method=dp_hash,bucket=output:1,bucket=output:2"},
 }

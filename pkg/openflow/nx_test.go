@@ -145,6 +145,33 @@ func TestNXGoldenActions(t *testing.T) {
 		{"add_flow_nx_dec_ttl", Actions{ActionNXDecTTL{ControllerIDs: []uint16{1, 2}}, ActionDecNWTTL{}},
 			"dec_ttl(1,2),dec_ttl"},
 		{"add_flow_nx_conj_id", Actions{ActionNXCT{Flags: NXCTFlagCommit, Zone: 7, Table: 20}}, "ct(commit,table=20,zone=7)"},
+		// Antrea's session-affinity learn; the text is what ovs-ofctl 3.1's
+		// ofp-parse prints for the captured bytes.
+		{"add_flow_nx_learn_affinity", Actions{ActionNXLearn{HardTimeout: 10800, Priority: 200, Cookie: 3,
+			Flags: NXLearnFlagDeleteLearned, Table: 25, Specs: []NXLearnSpec{
+				{Dst: NXLearnMatch, NBits: 16, Imm: []byte{0x08, 0x00}, DstField: Subfield{FieldKey{ClassNXM0, 3}, 0, 16}},
+				{Dst: NXLearnMatch, NBits: 8, Imm: []byte{0, 6}, DstField: Subfield{FieldKey{ClassNXM0, 6}, 0, 8}},
+				{Dst: NXLearnMatch, NBits: 16, Src: Subfield{FieldKey{ClassNXM0, 10}, 0, 16}, DstField: Subfield{FieldKey{ClassNXM0, 10}, 0, 16}},
+				{Dst: NXLearnMatch, NBits: 32, Src: Subfield{FieldKey{ClassNXM0, 8}, 0, 32}, DstField: Subfield{FieldKey{ClassNXM0, 8}, 0, 32}},
+				{Dst: NXLearnMatch, NBits: 32, Src: Subfield{FieldKey{ClassNXM0, 7}, 0, 32}, DstField: Subfield{FieldKey{ClassNXM0, 7}, 0, 32}},
+				{Dst: NXLearnLoad, NBits: 32, Src: Subfield{reg(3), 0, 32}, DstField: Subfield{reg(3), 0, 32}},
+				{Dst: NXLearnLoad, NBits: 16, Src: Subfield{reg(4), 0, 16}, DstField: Subfield{reg(4), 0, 16}},
+				{Dst: NXLearnLoad, NBits: 3, Imm: []byte{0, 2}, DstField: Subfield{reg(4), 16, 3}},
+			}}, ActionNXResubmit{InPort: PortInPort, Table: 30}},
+			"learn(table=25,hard_timeout=10800,priority=200,delete_learned,cookie=0x3,eth_type=0x800,nw_proto=6,NXM_OF_TCP_DST[],NXM_OF_IP_DST[],NXM_OF_IP_SRC[],load:NXM_NX_REG3[]->NXM_NX_REG3[],load:NXM_NX_REG4[0..15]->NXM_NX_REG4[0..15],load:0x2->NXM_NX_REG4[16..18]),resubmit(,30)"},
+		{"add_flow_nx_learn_mac", Actions{ActionNXLearn{IdleTimeout: 30, FinIdleTimeout: 5, FinHardTimeout: 10, Priority: 0x8000,
+			Flags: NXLearnFlagSendFlowRem, Table: 5, Specs: []NXLearnSpec{
+				{Dst: NXLearnMatch, NBits: 12, Src: Subfield{reg(2), 0, 12}, DstField: Subfield{reg(2), 0, 12}},
+				{Dst: NXLearnMatch, NBits: 48, Src: Subfield{FieldKey{ClassNXM0, 2}, 0, 48}, DstField: Subfield{FieldKey{ClassNXM0, 1}, 0, 48}},
+				{Dst: NXLearnLoad, NBits: 32, Imm: []byte{0, 0, 0, 0}, DstField: Subfield{reg(1), 0, 32}},
+				{Dst: NXLearnLoad, NBits: 16, Src: Subfield{FieldKey{ClassNXM0, 0}, 0, 16}, DstField: Subfield{reg(0), 0, 16}},
+				{Dst: NXLearnOutput, NBits: 16, Src: Subfield{FieldKey{ClassNXM0, 0}, 0, 16}},
+			}}, ActionNXLearn{Priority: 0x8000, Table: 2, Specs: []NXLearnSpec{
+			{Dst: NXLearnMatch, NBits: 16, Imm: []byte{0x86, 0xdd}, DstField: Subfield{FieldKey{ClassNXM0, 3}, 0, 16}},
+			{Dst: NXLearnMatch, NBits: 128, Imm: mustHex("20010db8000000000000000000000001"), DstField: Subfield{FieldKey{ClassNXM1, 19}, 0, 128}},
+			{Dst: NXLearnMatch, NBits: 3, Imm: []byte{0, 5}, DstField: Subfield{reg(1), 3, 3}},
+		}}},
+			"learn(table=5,idle_timeout=30,fin_idle_timeout=5,fin_hard_timeout=10,send_flow_rem,NXM_NX_REG2[0..11],NXM_OF_ETH_DST[]=NXM_OF_ETH_SRC[],load:0->NXM_NX_REG1[],load:NXM_OF_IN_PORT[]->NXM_NX_REG0[0..15],output:NXM_OF_IN_PORT[]),learn(table=2,eth_type=0x86dd,ipv6_src=2001:db8::1,NXM_NX_REG1[3..5]=0x5)"},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -523,6 +550,101 @@ func TestNXParse(t *testing.T) {
 	}
 	for _, bad := range []string{"actions=move:reg0[0..3]->reg1[0..4]", "actions=ct(bogus)", "actions=resubmit(1,2,3)",
 		"actions=load:0x10->reg0[0..3]", "actions=ct(commit,nat(src=10.0.0.1,dst=10.0.0.2))", "actions=conjunction(1)"} {
+		if _, err := ParseFlow(bad); err == nil {
+			t.Errorf("ParseFlow(%q) succeeded", bad)
+		}
+	}
+}
+
+// TestNXLearnErrors: the affinity learn from ovs-ofctl with one byte
+// changed, refused with the code ovs-ofctl 3.1's ofp-parse gave for the
+// same bytes; and learn's checks against the flow's match.
+func TestNXLearnErrors(t *testing.T) {
+	golden := applied(t, goldenFlow(t, "add_flow_nx_learn_affinity"))[0].(ActionNXLearn)
+	raw, err := golden.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		off  int
+		val  byte
+		code uint16
+	}{
+		{"pad", 27, 1, BadActionBadArgument},
+		{"unknown flag", 25, 4, BadActionBadArgument},
+		{"table 255", 26, 0xff, BadActionBadArgument},
+		{"spec dst 3", 32, 0x38, BadActionBadArgument},
+		{"unknown field", 55, 0x7e, BadActionBadSetType},
+		{"trailing byte", len(raw) - 1, 1, BadActionBadArgument},
+		{"ofs beyond field", 59, 0x10, BadActionBadSetLen},
+	}
+	for _, c := range cases {
+		b := append([]byte{}, raw...)
+		b[c.off] = c.val
+		var as Actions
+		t.Run(c.name, func(t *testing.T) { wantErr(t, as.UnmarshalBinary(b), ErrTypeBadAction, c.code) })
+	}
+	// Open vSwitch ignores the reserved spec header bits.
+	b := append([]byte{}, raw...)
+	b[32] |= 0x40
+	var as Actions
+	if err := as.UnmarshalBinary(b); err != nil || !reflect.DeepEqual(as[0], golden) {
+		t.Errorf("reserved bits: %v", err)
+	}
+	// A spec cut short by the action's end is BAD_LEN.
+	short := append([]byte{}, raw[:40]...)
+	be.PutUint16(short[2:], 40)
+	short[32], short[33] = 0x08, 0x20 // load, field source, 32 bits: needs 12 bytes
+	wantErr(t, as.UnmarshalBinary(short), ErrTypeBadAction, BadActionBadLen)
+
+	tcp4 := Match{}.Add(Uint(FieldEthType, 0x0800), Uint(FieldIPProto, 6))
+	if err := ValidateActions(Actions{golden}, tcp4); err != nil {
+		t.Errorf("affinity learn on tcp: %v", err)
+	}
+	// The source NXM_OF_TCP_DST needs tcp in the learning flow's match.
+	wantErr(t, ValidateActions(Actions{golden}, Match{}.Add(Uint(FieldEthType, 0x0800))), ErrTypeBadAction, BadActionMatchInconsistent)
+	// The learned match on NXM_OF_TCP_DST needs eth_type and nw_proto before it.
+	noProto := golden
+	noProto.Specs = append([]NXLearnSpec{}, golden.Specs[0])
+	noProto.Specs = append(noProto.Specs, golden.Specs[2:]...)
+	wantErr(t, ValidateActions(Actions{noProto}, tcp4), ErrTypeBadAction, BadActionMatchInconsistent)
+	// load into a read-only field.
+	ro, _ := parseLearn("NXM_OF_ETH_TYPE[]=0x800,load:0x1->NXM_OF_ETH_TYPE[]")
+	wantErr(t, ValidateActions(Actions{ro}, tcp4), ErrTypeBadAction, BadActionBadSetArgument)
+}
+
+// TestNXLearnParse: spellings beyond the golden lines, and refusals.
+func TestNXLearnParse(t *testing.T) {
+	for in, want := range map[string]string{
+		"actions=learn(NXM_OF_ETH_DST[]=NXM_OF_ETH_SRC[],output:NXM_OF_IN_PORT[])":      "learn(table=1,NXM_OF_ETH_DST[]=NXM_OF_ETH_SRC[],output:NXM_OF_IN_PORT[])",
+		"actions=learn(table=3,priority=32768,ip,nw_src=10.0.0.1,load:0x5->reg1[0..3])": "",
+		"actions=learn(table=3,eth_type=0x800,nw_proto=6,tcp_dst=80,reg0[0..7]=0)":      "learn(table=3,eth_type=0x800,nw_proto=6,tcp_dst=80,NXM_NX_REG0[0..7]=0)",
+		"actions=learn(table=3,cookie=0x10,idle_timeout=5,eth_src=00:00:00:00:00:01)":   "learn(table=3,idle_timeout=5,cookie=0x10,eth_src=00:00:00:00:00:01)",
+	} {
+		fm, err := ParseFlow(in)
+		if want == "" {
+			if err == nil {
+				t.Errorf("%s: parsed (learn has no 'ip' shorthand)", in)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if got := fm.Instructions.String(); got != want {
+			t.Errorf("%s:\n got %s\nwant %s", in, got, want)
+		}
+	}
+	// ovs-ofctl 3.1: "actions are invalid with specified match
+	// (OFPBAC_MATCH_INCONSISTENT)": tcp_dst with no tcp before it.
+	fm, err := ParseFlow("actions=learn(table=3,tcp_dst=80)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, fm.Validate(), ErrTypeBadAction, BadActionMatchInconsistent)
+	for _, bad := range []string{"actions=learn(table=255)", "actions=learn(load:0x10->reg0[0..3])",
+		"actions=learn(reg0[0..3]=reg1[0..4])", "actions=learn(bogus)", "actions=learn(load:reg0)"} {
 		if _, err := ParseFlow(bad); err == nil {
 			t.Errorf("ParseFlow(%q) succeeded", bad)
 		}

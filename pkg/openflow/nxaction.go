@@ -39,6 +39,7 @@ import (
 //	note:hex                     NXAST_NOTE 8
 //	dec_ttl(id,...)              NXAST_DEC_TTL_CNT_IDS 21 (plain dec_ttl is
 //	                             OFPAT_DEC_NW_TTL)
+//	learn(...)                   NXAST_LEARN 16 (nxlearn.go)
 //
 // Unknown Nicira subtypes stay ActionExperimenter (kept verbatim) and
 // ValidateActions refuses them with OFPBAC_BAD_EXPERIMENTER_TYPE, as
@@ -918,6 +919,8 @@ func parseNXAction(b []byte) (Action, error) {
 		return a, nil
 	case NXASTNAT:
 		return parseNXNAT(b)
+	case NXASTLearn:
+		return parseNXLearn(b)
 	}
 	return nil, nil
 }

@@ -304,6 +304,9 @@ func parseNXActionText(k, v, tok string, hasArg bool) (out []Action, ok bool, er
 		return []Action{a}, true, err
 	case "ct_clear":
 		return []Action{ActionNXCTClear{}}, true, nil
+	case "learn":
+		a, err := parseLearn(v)
+		return []Action{a}, true, err
 	case "output":
 		// output:FIELD[..]; ovs-ofctl tells a field from a port by the
 		// brackets (and refuses output(port=FIELD[],...)).

@@ -26,6 +26,7 @@ import "fmt"
 //     OFPBAC_MATCH_INCONSISTENT; bad flags or ranges: OFPBAC_BAD_ARGUMENT
 //   - resubmit(,T,ct) on a flow whose ct_state does not show a valid
 //     connection: OFPBAC_MATCH_INCONSISTENT
+//   - learn: see checkLearn
 //   - conjunction(id,k/n) outside 1 <= k <= n, 2 <= n <= 64, or with an
 //     action other than conjunction and note: NXBAC_BAD_CONJUNCTION (an
 //     OFPET_EXPERIMENTER error of experimenter Nicira)
@@ -79,6 +80,8 @@ func validateNX(a NXAction, m Match, inCT bool) error {
 		}
 	case ActionNXOutputReg:
 		return checkSubfieldIn(a.Src, m, false, inCT)
+	case ActionNXLearn:
+		return checkLearn(a, m)
 	case ActionNXNote, ActionNXDecTTL, ActionNXCTClear:
 	default:
 		return bad(ErrTypeBadAction, BadActionBadExpType, "nicira action %s", a)

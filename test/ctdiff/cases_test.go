@@ -196,6 +196,20 @@ func cases() []ctCase {
 		)
 	}
 
+	// Four connections of one client to an affinity Service: all on the
+	// endpoint the first got.
+	var affinitySteps []step
+	for k := 0; k < 4; k++ {
+		sport := 42121 + k
+		w := want{at: "b1|b2", state: "+trk+new", free: selectFree}
+		if k > 0 {
+			w.sameAs = 1
+		}
+		affinitySteps = append(affinitySteps, step{tcp("client", at(cIP, sport), at(vip, 80), "S", 1000, 0), w})
+	}
+	affinitySteps = append(affinitySteps,
+		step{tcpReply(1, "SA", 5000, 1001), want{at: "client", state: "+trk+est+rpl+snat", src: at(vip, 80), dst: at(cIP, 42121)}})
+
 	return []ctCase{
 		// --- No conntrack: the harness itself, on flows both switches have
 		// long had.
@@ -619,6 +633,32 @@ func cases() []ctCase {
 				fmt.Sprintf("table=4,priority=10,reg2=2,tcp,actions=ct(commit,table=3,zone=12,nat(dst=%s:8080))", b2IP),
 			),
 			steps: ctSelectSteps2,
+		},
+		{
+			// Session affinity as Antrea builds it: the Service's first
+			// connection picks a bucket, whose EndpointDNAT flow learns
+			// (client, VIP, port) -> endpoint into table 5; the client's
+			// later connections hit the learned flow before the group and
+			// land on the same endpoint. The learned flow is in both
+			// switches' dump-flows.
+			name:   "affinity_learn",
+			groups: []string{"group_id=1,type=select,bucket=set_field:1->reg2,load:0x1->NXM_NX_REG4[16..18],resubmit(,7),bucket=set_field:2->reg2,load:0x1->NXM_NX_REG4[16..18],resubmit(,7)"},
+			flows: lines(
+				"table=0,priority=10,ip,actions=ct(table=1,zone=13,nat)",
+				stampTable(1, 2),
+				fmt.Sprintf("table=2,priority=20,ct_state=+trk+new,in_port=1,tcp,nw_dst=%s,tp_dst=80,actions=resubmit(,5),resubmit(,6)", vip),
+				"table=2,priority=20,ct_state=+trk+est,ip,actions=goto_table:3",
+				routeTable(3),
+				"table=6,priority=20,tcp,reg4=0x20000/0x70000,actions=resubmit(,7)",
+				"table=6,priority=10,tcp,actions=group:1",
+				"table=7,priority=20,tcp,reg4=0x10000/0x70000,actions=learn(table=5,hard_timeout=300,priority=200,delete_learned,cookie=0x5,"+
+					"eth_type=0x800,nw_proto=6,NXM_OF_TCP_DST[],NXM_OF_IP_DST[],NXM_OF_IP_SRC[],load:NXM_NX_REG2[]->NXM_NX_REG2[],load:0x2->NXM_NX_REG4[16..18]),resubmit(,8)",
+				"table=7,priority=20,tcp,reg4=0x20000/0x70000,actions=resubmit(,8)",
+				fmt.Sprintf("table=8,priority=10,reg2=1,tcp,actions=ct(commit,table=3,zone=13,nat(dst=%s:8080))", b1IP),
+				fmt.Sprintf("table=8,priority=10,reg2=2,tcp,actions=ct(commit,table=3,zone=13,nat(dst=%s:8080))", b2IP),
+			),
+			steps:   affinitySteps,
+			learned: learnedWant{table: 5, want: []string{"cookie=0x5", "hard_timeout=300", fmt.Sprintf("priority=200,tcp,nw_src=%s,nw_dst=%s,tp_dst=80 actions=load:0x", cIP, vip), "->NXM_NX_REG2[],load:0x2->NXM_NX_REG4[16..18]"}},
 		},
 	}
 }

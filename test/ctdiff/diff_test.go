@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +26,16 @@ type ctCase struct {
 	// and fails when it no longer does, so the entry is removed once
 	// the difference is gone.
 	knownDiff string
+	// learned: after the last packet, dump-flows of this table must show
+	// the same flows on every switch (durations and counters aside), and
+	// the text must hold each of want.
+	learned learnedWant
+}
+
+// learnedWant is what a case expects learn actions to have added.
+type learnedWant struct {
+	table int
+	want  []string
 }
 
 // step is one packet and what is expected of it.
@@ -189,9 +200,65 @@ func runCase(t *testing.T, c ctCase, benches []*bench) {
 			return
 		}
 	}
+	if len(c.learned.want) > 0 {
+		checkLearned(t, c, benches)
+	}
 	if c.knownDiff != "" && len(benches) > 1 {
 		t.Errorf("case %s: the known difference (%s) no longer shows: remove knownDiff", c.name, c.knownDiff)
 	}
+}
+
+// volatileStat matches the parts of a dump-flows line that differ between
+// two switches for the same flow: age, duration and counters.
+var volatileStat = regexp.MustCompile(`(duration|n_packets|n_bytes|idle_age|hard_age)=[0-9.]+s?, ?`)
+
+// learnedValue is a load's value in a learned flow.
+var learnedValue = regexp.MustCompile(`load:0x[0-9a-f]+->`)
+
+// checkLearned compares the flows learn added on each switch.
+func checkLearned(t *testing.T, c ctCase, benches []*bench) {
+	var first string
+	for i, b := range benches {
+		out, err := b.ofctl("dump-flows", fmt.Sprintf("table=%d", c.learned.table))
+		if err != nil {
+			t.Fatalf("%s: %v", b.name, err)
+		}
+		var flows []string
+		for _, l := range strings.Split(out, "\n") {
+			if l = strings.TrimSpace(volatileStat.ReplaceAllString(l, "")); strings.HasPrefix(l, "cookie=") {
+				flows = append(flows, l)
+			}
+		}
+		sort.Strings(flows)
+		got := strings.Join(flows, "\n")
+		t.Logf("%s: learned flows of table %d:\n%s", b.name, c.learned.table, got)
+		for _, w := range c.learned.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: table %d has no %q:\n%s", b.name, c.learned.table, w, got)
+			}
+		}
+		if hasFree(c) {
+			// The switches may pick other buckets: the values learned
+			// then differ, the flows' shape may not.
+			got = learnedValue.ReplaceAllString(got, "load:X->")
+		}
+		if i == 0 {
+			first = got
+		} else if got != first {
+			t.Errorf("DIFFERENCE in learned flows:\n%s:\n%s\n%s:\n%s", benches[0].name, first, b.name, got)
+		}
+	}
+}
+
+// hasFree reports whether a case lets the switches choose differently
+// (a select bucket): then learned values may differ too.
+func hasFree(c ctCase) bool {
+	for _, s := range c.steps {
+		if len(s.want.free) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // compareStep checks step i: the switches against each other, then each

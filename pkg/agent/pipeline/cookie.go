@@ -4,7 +4,8 @@ import "hash/fnv"
 
 // A flow's cookie says which feature made it and for which object:
 //
-//	bits 63..56  feature (cookieNode, cookiePod, cookieRemote, cookieService)
+//	bits 63..56  feature (cookieNode, cookiePod, cookieRemote, cookieService,
+//	             cookieAffinity)
 //	bits 55..0   object: FNV-1a of the object's key ("node", the pod's
 //	             containerID/ifName, the remote node's name, the
 //	             Service's namespace/name), 56 bits
@@ -17,6 +18,9 @@ const (
 	cookiePod     uint64 = 0x02 << 56 // one pod
 	cookieRemote  uint64 = 0x03 << 56 // one remote node
 	cookieService uint64 = 0x04 << 56 // one Service (namespace/name): its frontends and endpoints
+	// cookieAffinity marks the flows the switch learns for one endpoint
+	// of one Service port (service_affinity.go); the agent never adds them.
+	cookieAffinity uint64 = 0x05 << 56
 
 	objectMask    uint64 = 1<<56 - 1
 	cookieFeature uint64 = 0xff << 56

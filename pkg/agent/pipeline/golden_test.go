@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/nagare-net/nagare/pkg/agent/proxy"
 	"github.com/nagare-net/nagare/pkg/openflow"
@@ -39,6 +40,13 @@ func representativePipeline() *Pipeline {
 
 // representativeService is default/web: ClusterIP 10.96.0.10, TCP 80 → 8080
 // and UDP 53 → 5353, endpoints 10.77.1.2 (here) and 10.77.2.5 (node2).
+// withAffinityService adds affinityService to p (the golden file and
+// TestDesired hold it; the Service tests keep one Service).
+func withAffinityService(p *Pipeline) *Pipeline {
+	p.SetServices([]*proxy.Service{representativeService(), affinityService()})
+	return p
+}
+
 func representativeService() *proxy.Service {
 	eps := func(port uint16) []proxy.Endpoint {
 		return []proxy.Endpoint{
@@ -55,6 +63,18 @@ func representativeService() *proxy.Service {
 	}}
 }
 
+// affinityService is default/sticky: ClusterIP 10.96.0.20, TCP 80 → 8080
+// on the same endpoints, sessionAffinity ClientIP for 600 s.
+func affinityService() *proxy.Service {
+	s := representativeService()
+	vip := netip.MustParseAddr("10.96.0.20")
+	s.Key.Name = "sticky"
+	s.Affinity = proxy.Affinity{ClientIP: true, Timeout: 600 * time.Second}
+	s.Ports = s.Ports[:1]
+	s.Ports[0].Frontends = []proxy.Frontend{{Kind: proxy.FrontendClusterIP, Addr: vip, Port: 80}}
+	return s
+}
+
 // TestDesiredGolden pins the complete flow set of a representative node,
 // byte for byte on the wire and in ovs-ofctl's words, in the order Desired
 // gives it. It was written before the pipeline's files were reshaped from
@@ -63,7 +83,7 @@ func representativeService() *proxy.Service {
 // (go test -run TestDesiredGolden -update rewrites the file).
 func TestDesiredGolden(t *testing.T) {
 	var got bytes.Buffer
-	p := representativePipeline()
+	p := withAffinityService(representativePipeline())
 	for _, f := range p.Desired() {
 		b, err := openflow.Marshal(f)
 		if err != nil {

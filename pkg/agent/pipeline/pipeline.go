@@ -7,6 +7,7 @@
 //	node.go              the local node: table defaults' owner, the gateway (the node's stack)
 //	remote_node.go       other nodes: tunnel endpoints, their spoof guard, routes into the tunnels
 //	service.go           Services (ClusterIP and the other frontends): conntrack, select groups, DNAT
+//	service_affinity.go  Services' sessionAffinity ClientIP: learned client → endpoint flows
 //
 // cookie.go says which feature and object a flow belongs to; ofconn.go is
 // the OpenFlow 1.3 client.
@@ -62,13 +63,20 @@ type Table struct {
 //     connection's translation in both directions, and recirculates to
 //     ConntrackState; what is not IPv4 goes on to L3.
 //   - ConntrackState drops what the tracker found invalid in pods' packets.
+//   - SessionAffinity holds the flows the switch learned for Services with
+//     sessionAffinity ClientIP (client, frontend → endpoint, with the
+//     affinity timeout): a hit loads the endpoint into registers. The
+//     ConntrackState default resubmits every packet to it, then to
+//     ServiceLB (learned flows cannot goto_table).
 //   - ServiceLB sends a new connection to a Service frontend to the
-//     Service port's select group (one bucket per endpoint); other new
+//     Service port's select group (one bucket per endpoint), or straight
+//     to EndpointDNAT when SessionAffinity chose the endpoint; other new
 //     connections are committed (the tracker must know every connection
 //     to judge its replies valid) and go on to L3; established ones go
 //     on to L3.
 //   - EndpointDNAT commits the connection with DNAT to the endpoint the
-//     bucket loaded into registers, and recirculates to L3.
+//     bucket loaded into registers, and recirculates to L3; for an
+//     affinity Service it first learns the choice into SessionAffinity.
 //   - L3Forwarding handles routed IPv4: packets to the gateway's MAC (from
 //     pods), to RemoteGatewayMAC (from the node, towards other nodes'
 //     pods) or from a tunnel. Every routed hop decrements the TTL; what is
@@ -81,12 +89,13 @@ var (
 	TableARP            = Table{20, "ARPResponder", "resolve"}     // ARP requests to their target only, never flooded
 	TableConntrackZone  = Table{22, "ConntrackZone", "conntrack"}  // ct(zone, nat): established translations restored
 	TableConntrackState = Table{24, "ConntrackState", "conntrack"} // invalid connections drop
+	TableAffinity       = Table{25, "SessionAffinity", "service"}  // learned: client, frontend → endpoint (ClientIP affinity)
 	TableServiceLB      = Table{26, "ServiceLB", "service"}        // new connections to a frontend → the port's group
 	TableEndpointDNAT   = Table{28, "EndpointDNAT", "service"}     // ct(commit, nat(dst=endpoint)) → L3
 	TableL3             = Table{30, "L3Forwarding", "route"}       // routed: local pod, remote node (tunnel), node
 	TableL2             = Table{40, "L2Forwarding", "switch"}      // by destination MAC: a pod port or the gateway
 	tables              = []Table{TableClassifier, TableSpoofGuard, TableARP, TableConntrackZone, TableConntrackState,
-		TableServiceLB, TableEndpointDNAT, TableL3, TableL2}
+		TableAffinity, TableServiceLB, TableEndpointDNAT, TableL3, TableL2}
 )
 
 // Tables returns the pipeline's tables in order.
@@ -100,6 +109,7 @@ func tableDefaults(c uint64) []*openflow.FlowMod {
 		arpDefault(c),
 		conntrackZoneDefault(c),
 		conntrackStateDefault(c),
+		affinityDefault(c),
 		serviceLBDefault(c),
 		endpointDNATDefault(c),
 		l3Default(c),
@@ -127,9 +137,12 @@ func conntrackZoneDefault(c uint64) *openflow.FlowMod {
 	return flow(TableConntrackZone, prioDefault, c, match(), gotoTable(TableL3))
 }
 
-// conntrackStateDefault sends tracked, valid packets on to the Service frontends.
+// conntrackStateDefault sends tracked, valid packets on to the Service stage: SessionAffinity, then ServiceLB.
+//
+// Resubmits, as Antrea's PreRoutingClassifier does, because the flows
+// learn adds to SessionAffinity can carry no goto_table.
 func conntrackStateDefault(c uint64) *openflow.FlowMod {
-	return flow(TableConntrackState, prioDefault, c, match(), gotoTable(TableServiceLB))
+	return flow(TableConntrackState, prioDefault, c, match(), apply(resubmit(TableAffinity), resubmit(TableServiceLB)))
 }
 
 // serviceLBDefault sends what is not a new connection to a frontend on to L3 forwarding.
@@ -427,6 +440,9 @@ func (p *Pipeline) Sync(ctx context.Context) (SyncStats, error) {
 	var dels, adds []*openflow.FlowMod
 	seen := map[string]bool{}
 	for _, h := range have {
+		if learnedFlow(h.TableID, h.Cookie) {
+			continue // the switch's own, removed with its learner (service_affinity.go)
+		}
 		id := flowID(h.TableID, h.Priority, h.Match)
 		if w, ok := want[id]; ok && !seen[id] && flowValue(w.Cookie, w.Instructions) == flowValue(h.Cookie, h.Instructions) {
 			seen[id] = true
@@ -566,6 +582,10 @@ func flow(t Table, prio uint16, cookie uint64, m openflow.Match, is ...openflow.
 }
 
 func gotoTable(t Table) openflow.Instruction { return openflow.InstGotoTable{TableID: t.ID} }
+
+func resubmit(t Table) openflow.Action {
+	return openflow.ActionNXResubmit{InPort: openflow.PortInPort, Table: t.ID}
+}
 
 func apply(as ...openflow.Action) openflow.Instruction { return openflow.InstApplyActions{Actions: as} }
 

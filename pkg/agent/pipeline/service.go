@@ -204,6 +204,9 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 			ps.groups = append(ps.groups, p.endpointGroups(owner, gid, eps, &ps.owners)...)
 			for _, f := range fes {
 				ps.addFlow(serviceLB(c, proto, f, gid), "", "")
+				if s.Affinity.ClientIP {
+					ps.addFlow(serviceLBAffinity(c, proto, f, gid), "", "")
+				}
 			}
 			seen := map[netip.AddrPort]bool{}
 			for _, e := range eps {
@@ -214,11 +217,17 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 				seen[ap] = true
 				k := dnatKey{proto, gid, ap}
 				ps.dnat[k] = len(ps.flows)
-				if i, ok := old.dnatFlow(k); ok {
+				// An unchanged endpoint's flow is reused, unless the
+				// Service's affinity changed (its flow learns or not).
+				if i, ok := old.dnatFlow(k); ok && old.svc.Affinity == s.Affinity {
 					ps.addFlow(old.flows[i], old.ids[i], old.values[i])
 					continue
 				}
-				ps.addFlow(endpointDNAT(c, proto, gid, e), "", "")
+				dnat := endpointDNAT(c, proto, gid, e)
+				if s.Affinity.ClientIP {
+					withAffinityLearn(dnat, s, proto, gid, e)
+				}
+				ps.addFlow(dnat, "", "")
 			}
 		}
 	}

@@ -110,6 +110,9 @@ func serviceNode(t testing.TB) (*Pipeline, *fakeSwitch) {
 type conntrack struct {
 	orig  map[tuple]*ctConn
 	reply map[tuple]*ctConn
+	// credit: count each pass's packet as the switch's upcall does, which
+	// applies what learn actions learned (session affinity).
+	credit bool
 }
 
 type tuple struct {
@@ -181,6 +184,9 @@ func (c *conntrack) walk(t testing.TB, pl *ofproto.Pipeline, k dp.Key) (string, 
 		tr, err := pl.Translate(k, ofproto.TranslateOptions{Trace: true})
 		if err != nil {
 			t.Fatalf("translate %v: %v", k, err)
+		}
+		if c.credit {
+			pl.Credit(tr.Rules, 1, 64, time.Now())
 		}
 		n := len(tr.Actions)
 		if n >= 2 {
