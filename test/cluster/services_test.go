@@ -182,13 +182,16 @@ func TestServicesClusterIP(t *testing.T) {
 }
 
 // serveName answers on TCP 8080 and UDP 5353 in ns with name.
-func serveName(t *testing.T, ns nstest.NS, name string) {
+func serveName(t *testing.T, ns nstest.NS, name string) { serveNameOn(t, ns, name, 8080, 5353) }
+
+// serveNameOn answers on TCP tcpPort and UDP udpPort in ns with name.
+func serveNameOn(t *testing.T, ns nstest.NS, name string, tcpPort, udpPort int) {
 	var ln net.Listener
 	var pc net.PacketConn
 	var err1, err2 error
 	ns.In(t, func() {
-		ln, err1 = net.Listen("tcp4", "0.0.0.0:8080")
-		pc, err2 = net.ListenPacket("udp4", "0.0.0.0:5353")
+		ln, err1 = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", tcpPort))
+		pc, err2 = net.ListenPacket("udp4", fmt.Sprintf("0.0.0.0:%d", udpPort))
 	})
 	if err1 != nil || err2 != nil {
 		t.Fatal(err1, err2)

@@ -107,8 +107,9 @@ func serviceNode(t testing.TB) (*Pipeline, *fakeSwitch) {
 // conntrack is a model of the fast path's tracker in one zone: enough to
 // say new, established and reply, and to apply a committed DNAT both ways.
 type conntrack struct {
-	orig  map[tuple]*ctConn
-	reply map[tuple]*ctConn
+	orig    map[tuple]*ctConn
+	reply   map[tuple]*ctConn
+	dropped int // commits refused: their reply tuple was taken
 }
 
 type tuple struct {
@@ -118,11 +119,12 @@ type tuple struct {
 }
 
 type ctConn struct {
-	orig     tuple
-	dnatTo   netip.AddrPort
-	mark     uint32
-	vip      netip.AddrPort
-	replyTup tuple
+	orig      tuple
+	seenReply bool
+	dnatTo    netip.AddrPort
+	mark      uint32
+	vip       netip.AddrPort
+	replyTup  tuple
 }
 
 func keyTuple(k dp.Key) tuple {
@@ -137,7 +139,14 @@ func (c *conntrack) ct(k dp.Key, a dp.CT) dp.Key {
 	tp := keyTuple(k)
 	k.CtZone = a.Zone
 	if conn, ok := c.orig[tp]; ok {
-		k.CtState = dp.CtTrk | dp.CtEst | dp.CtDNAT
+		// As the fast path (and Open vSwitch): +new until a reply was seen.
+		k.CtState = dp.CtTrk | dp.CtNew
+		if conn.seenReply {
+			k.CtState = dp.CtTrk | dp.CtEst
+		}
+		if conn.dnatTo != netip.AddrPortFrom(tp.dst, tp.dport) {
+			k.CtState |= dp.CtDNAT
+		}
 		k.CtMark = conn.mark
 		if a.NAT != nil {
 			k.SetIPDst(conn.dnatTo.Addr())
@@ -146,6 +155,7 @@ func (c *conntrack) ct(k dp.Key, a dp.CT) dp.Key {
 		return k
 	}
 	if conn, ok := c.reply[tp]; ok {
+		conn.seenReply = true
 		k.CtState = dp.CtTrk | dp.CtEst | dp.CtRpl | dp.CtDNAT
 		k.CtMark = conn.mark
 		if a.NAT != nil {
@@ -166,6 +176,14 @@ func (c *conntrack) ct(k dp.Key, a dp.CT) dp.Key {
 			conn.dnatTo = netip.AddrPortFrom(tp.dst, tp.dport)
 		}
 		conn.replyTup = tuple{conn.dnatTo.Addr(), tp.src, conn.dnatTo.Port(), tp.sport, tp.proto}
+		if _, clash := c.reply[conn.replyTup]; clash {
+			// The fast path's ct_commit: the reply tuple is another
+			// connection's (a DNATed packet committed again by its
+			// translated tuple): the packet is dropped.
+			c.dropped++
+			k.CtState = dp.CtTrk | dp.CtInv
+			return k
+		}
 		c.orig[tp], c.reply[conn.replyTup] = conn, conn
 	}
 	return k
@@ -188,7 +206,11 @@ func (c *conntrack) walk(t testing.TB, pl *ofproto.Pipeline, k dp.Key) (string, 
 				if !ok {
 					t.Fatalf("pass %d: recirculation without ct: %s", pass, dp.FormatActions(tr.Actions))
 				}
+				before := c.dropped
 				k = c.ct(k, ct)
+				if c.dropped > before {
+					return "drop(ct commit: reply tuple taken)", k
+				}
 				k.RecircID = rc.ID
 				continue
 			}
@@ -243,9 +265,12 @@ func TestServiceClusterIPWalk(t *testing.T) {
 			}
 			hits[dst.String()]++
 
-			// The next packet of the connection: established, same endpoint.
+			// The next packet of the connection, before any reply (a UDP
+			// client's second datagram, a TCP SYN retransmitted): still
+			// +new to the tracker, but translated as the first: the same
+			// endpoint, not committed again.
 			out2, k2 := ct.walk(t, sw.pl, fromDB(tc.proto, sport, tc.vport))
-			if out2 != out || k2.IPDst != k.IPDst || k2.CtState&dp.CtEst == 0 {
+			if out2 != out || k2.IPDst != k.IPDst || k2.CtState&dp.CtDNAT == 0 {
 				t.Fatalf("%s sport %d established: %s to %v, first %s", tc.protoStr, sport, out2, k2.IPDst, out)
 			}
 			// The reply, from the endpoint: un-NATed, to the client.
@@ -434,19 +459,26 @@ func TestServiceChangeMovesNewConnectionsOnly(t *testing.T) {
 	}
 }
 
-// TestServiceVerdicts: a port with no endpoint drops new connections (kube-proxy rejects; not done yet).
+// TestServiceVerdicts: a port with no endpoint anywhere sends new
+// connections to the agent, which rejects them (service_reject.go); a
+// port whose endpoints are all elsewhere under a Local policy drops them.
 func TestServiceVerdicts(t *testing.T) {
 	p, sw := serviceNode(t)
-	svc := bigService(nil)
-	svc.Ports[0].Internal = proxy.Reject
-	if _, err := p.UpdateServices(context.Background(), []*proxy.Service{svc}, nil); err != nil {
-		t.Fatal(err)
-	}
-	var ct conntrack
-	k := fromDB(6, 40000, 443)
-	k.SetIPDst(netip.MustParseAddr("10.96.0.20"))
-	if out, _ := ct.walk(t, sw.pl, k); out != "drop" {
-		t.Fatalf("no endpoint: %s", out)
+	for _, c := range []struct {
+		verdict proxy.Verdict
+		want    string // the actions' start
+	}{{proxy.Reject, "userspace"}, {proxy.Drop, "drop"}} {
+		svc := bigService(nil)
+		svc.Ports[0].Internal = c.verdict
+		if _, err := p.UpdateServices(context.Background(), []*proxy.Service{svc}, nil); err != nil {
+			t.Fatal(err)
+		}
+		var ct conntrack
+		k := fromDB(6, 40000, 443)
+		k.SetIPDst(netip.MustParseAddr("10.96.0.20"))
+		if out, _ := ct.walk(t, sw.pl, k); !strings.HasPrefix(out, c.want) {
+			t.Fatalf("%s: %s, want %s", c.verdict, out, c.want)
+		}
 	}
 }
 
