@@ -306,6 +306,12 @@ func newMetrics(a *Agent) *metrics {
 				_, t := a.ipam.Stats()
 				return float64(t)
 			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "nagare_agent_service_rejects_total",
+			Help: "New connections to a Service without endpoints answered with ICMP port unreachable."},
+			func() float64 { return float64(a.rejecter.Sent.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "nagare_agent_service_rejects_limited_total",
+			Help: "Service rejects not answered: their ingress port was over its budget (100/s, burst 20)."},
+			func() float64 { return float64(a.rejecter.Limited.Load()) }),
 		&flowCollector{a: a, desc: prometheus.NewDesc("nagare_agent_flows", "OpenFlow flows per pipeline table.", []string{"table", "stage"}, nil)},
 	)
 	return m

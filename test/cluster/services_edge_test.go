@@ -1,10 +1,15 @@
 package cluster
 
 import (
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nagare-net/nagare/internal/nscluster"
+	"github.com/nagare-net/nagare/internal/nstest"
 	"github.com/nagare-net/nagare/pkg/agent/config"
 )
 
@@ -14,13 +19,19 @@ import (
 //   - multi (10.96.0.12): TCP 80 and UDP 80, both to port 80 of srv1 (on
 //     node 1) and srv2 (node 2), which answer on TCP 80 and UDP 80: both
 //     protocols reach them, in either order (Kubernetes' conformance spec
-//     "should serve endpoints on same port and different protocols").
+//     "should serve endpoints on same port and different protocols"), and
+//     a burst of datagrams on a new UDP connection all get through.
+//   - empty (10.96.0.13): TCP 80 and UDP 53 without endpoints: a client is
+//     refused at once (ICMP port unreachable, as kube-proxy), over TCP and
+//     UDP; a client flooding it does not keep another pod's refusal away.
 func TestServicesEdges(t *testing.T) {
 	cc := config.Default()
 	cc.Services = append(cc.Services,
 		config.Service{Name: "multi", ClusterIP: "10.96.0.12",
-			Ports: []config.ServicePort{{Name: "tcp-port", Protocol: "TCP", Port: 80}, {Name: "udp-port", Protocol: "UDP", Port: 80}},
-			Endpoints: []string{"default/srv1", "10.77.2.2"}})
+			Ports:     []config.ServicePort{{Name: "tcp-port", Protocol: "TCP", Port: 80}, {Name: "udp-port", Protocol: "UDP", Port: 80}},
+			Endpoints: []string{"default/srv1", "10.77.2.2"}},
+		config.Service{Name: "empty", ClusterIP: "10.96.0.13",
+			Ports: []config.ServicePort{{Name: "tcp", Protocol: "TCP", Port: 80}, {Name: "udp", Protocol: "UDP", Port: 53}}})
 	c := newCluster(t, cc)
 	ctx := ctxT(t, 3*time.Minute)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
@@ -81,4 +92,82 @@ func TestServicesEdges(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("reject-no-endpoints", func(t *testing.T) {
+		for i := 0; i < 4; i++ {
+			start := time.Now()
+			_, err := tcpName(t, podNS(cli), "10.96.0.13:80")
+			if took := time.Since(start); !errors.Is(err, syscall.ECONNREFUSED) || took > time.Second {
+				t.Fatalf("TCP to a Service without endpoints: %v after %v, want connection refused at once", err, took)
+			}
+			if err := udpRefused(t, podNS(cli), "10.96.0.13:53"); err != nil {
+				t.Fatalf("UDP to a Service without endpoints: %v", err)
+			}
+		}
+	})
+	t.Run("reject-flood-is-per-port", func(t *testing.T) {
+		// cli floods the empty Service with UDP from many sockets, far
+		// over its budget; cli2, another pod on the same node, is still
+		// refused at once.
+		cli2 := add(n1, "cli2")
+		stop, refused, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			var c net.Conn
+			podNS(cli).In(t, func() { c, _ = net.Dial("udp4", "10.96.0.13:53") })
+			if c == nil {
+				return
+			}
+			defer c.Close()
+			seen := false
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// A connected socket: a write after an answered one
+				// reports the ICMP error, so the flood is known to reach
+				// the rejecter before cli2 tries.
+				if _, err := c.Write([]byte("flood")); errors.Is(err, syscall.ECONNREFUSED) && !seen {
+					seen = true
+					close(refused)
+				}
+			}
+		}()
+		defer func() { close(stop); <-done }()
+		select {
+		case <-refused:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the flood was never refused")
+		}
+		for i := 0; i < 4; i++ {
+			start := time.Now()
+			_, err := tcpName(t, podNS(cli2), "10.96.0.13:80")
+			if took := time.Since(start); !errors.Is(err, syscall.ECONNREFUSED) || took > time.Second {
+				t.Fatalf("cli2 while cli floods: %v after %v, want connection refused at once", err, took)
+			}
+		}
+	})
+}
+
+// udpRefused sends a datagram from a connected socket in ns to addr and
+// wants the kernel to report the ICMP port unreachable as ECONNREFUSED.
+func udpRefused(t *testing.T, ns nstest.NS, addr string) error {
+	var c net.Conn
+	var err error
+	ns.In(t, func() { c, err = net.Dial("udp4", addr) })
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("anyone?")); err != nil {
+		return err
+	}
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	_, err = c.Read(make([]byte, 64))
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("read: %v, want connection refused", err)
+	}
+	return nil
 }
