@@ -312,9 +312,47 @@ func newMetrics(a *Agent) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "nagare_agent_service_rejects_limited_total",
 			Help: "Service rejects not answered: their ingress port was over its budget (100/s, burst 20)."},
 			func() float64 { return float64(a.rejecter.Limited.Load()) }),
+		&serviceCollector{a: a,
+			frontend: prometheus.NewDesc("nagare_agent_service_frontend_connections_total",
+				"New connections to a Service frontend (its ServiceLB flow's packets), by what was done with them.",
+				[]string{"namespace", "service", "protocol", "frontend", "verdict"}, nil),
+			endpoint: prometheus.NewDesc("nagare_agent_service_endpoint_connections_total",
+				"New connections sent to a Service endpoint (its EndpointDNAT flow's packets).",
+				[]string{"namespace", "service", "protocol", "endpoint"}, nil)},
 		&flowCollector{a: a, desc: prometheus.NewDesc("nagare_agent_flows", "OpenFlow flows per pipeline table.", []string{"table", "stage"}, nil)},
 	)
 	return m
+}
+
+// serviceCollector reads the Services' connection counters from the
+// switch's flow counters at scrape time (pipeline/service_stats.go).
+type serviceCollector struct {
+	a                  *Agent
+	frontend, endpoint *prometheus.Desc
+}
+
+func (c *serviceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.frontend; ch <- c.endpoint }
+
+func (c *serviceCollector) Collect(ch chan<- prometheus.Metric) {
+	pl, err := c.a.connected()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	scs, err := pl.ServiceCounters(ctx)
+	if err != nil {
+		return
+	}
+	for _, s := range scs {
+		if s.Frontend != "" {
+			ch <- prometheus.MustNewConstMetric(c.frontend, prometheus.CounterValue, float64(s.Connections),
+				s.Service.Namespace, s.Service.Name, s.Protocol, s.Frontend, s.Verdict)
+		} else {
+			ch <- prometheus.MustNewConstMetric(c.endpoint, prometheus.CounterValue, float64(s.Connections),
+				s.Service.Namespace, s.Service.Name, s.Protocol, s.Endpoint)
+		}
+	}
 }
 
 // flowCollector reads the flows per table from the switch at scrape time.

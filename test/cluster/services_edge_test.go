@@ -4,12 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nagare-net/nagare/internal/nscluster"
 	"github.com/nagare-net/nagare/internal/nstest"
+	"github.com/nagare-net/nagare/pkg/agent"
 	"github.com/nagare-net/nagare/pkg/agent/config"
 )
 
@@ -199,6 +202,38 @@ func TestServicesEdges(t *testing.T) {
 			t.Fatalf("cli2 while cli floods: %d of 4 refusals late", late)
 		}
 	})
+	t.Run("per-service-metrics", func(t *testing.T) {
+		// What the subtests above did from node 1, in node 1's agent's
+		// metrics: 16+ UDP and 8+ TCP connections to multi (8 bursts, 8
+		// exchanges; 8 connections), all on its two endpoints; 4+ TCP
+		// and 4+ UDP connections to empty, rejected, and answered.
+		m, err := agent.FetchMetrics(ctx, n1.AgentSocket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name   string
+			labels []string
+			min    float64
+		}{
+			{"nagare_agent_service_frontend_connections_total", []string{`service="multi"`, `protocol="UDP"`, `frontend="10.96.0.12:80"`, `verdict="forward"`}, 16},
+			{"nagare_agent_service_frontend_connections_total", []string{`service="multi"`, `protocol="TCP"`, `frontend="10.96.0.12:80"`, `verdict="forward"`}, 8},
+			{"nagare_agent_service_frontend_connections_total", []string{`service="empty"`, `protocol="TCP"`, `verdict="reject"`}, 4},
+			{"nagare_agent_service_frontend_connections_total", []string{`service="empty"`, `protocol="UDP"`, `verdict="reject"`}, 4},
+			{"nagare_agent_service_rejects_total", nil, 8},
+		} {
+			if v := metricSum(m, c.name, c.labels...); v < c.min {
+				t.Errorf("%s%v = %v, want at least %v", c.name, c.labels, v, c.min)
+			}
+		}
+		for _, proto := range []string{"TCP", "UDP"} {
+			fe := metricSum(m, "nagare_agent_service_frontend_connections_total", `service="multi"`, `protocol="`+proto+`"`)
+			ep := metricSum(m, "nagare_agent_service_endpoint_connections_total", `service="multi"`, `protocol="`+proto+`"`)
+			if fe != ep {
+				t.Errorf("multi %s: %v connections to the frontend, %v to the endpoints", proto, fe, ep)
+			}
+		}
+	})
 	t.Run("agent-restart-keeps-service-connections", func(t *testing.T) {
 		lv := startLivenessVia(t, podNS(cli), podNS(srv2), "10.96.0.14", "10.77.2.2", 9300)
 		lv.waitTraffic(t)
@@ -244,4 +279,26 @@ func udpRefused(t *testing.T, ns nstest.NS, addr string) error {
 		return fmt.Errorf("read: %v, want connection refused", err)
 	}
 	return nil
+}
+
+// metricSum adds the values of the Prometheus text lines of metric name
+// that carry every one of labels (`key="value"`).
+func metricSum(text, name string, labels ...string) float64 {
+	var sum float64
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		ok := true
+		for _, lb := range labels {
+			ok = ok && strings.Contains(l, lb)
+		}
+		if i := strings.LastIndexByte(l, ' '); ok && i > 0 {
+			v, err := strconv.ParseFloat(l[i+1:], 64)
+			if err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
 }
