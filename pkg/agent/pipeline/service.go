@@ -182,6 +182,9 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 				}
 				seen[ap] = true
 				ps.flows = append(ps.flows, endpointDNAT(c, proto, gid, e))
+				if p.hairpinEndpoint(e) {
+					ps.flows = append(ps.flows, endpointDNATHairpin(c, proto, gid, e)) // service_hairpin.go
+				}
 			}
 		}
 	}

@@ -418,8 +418,8 @@ func TestServiceChangeMovesNewConnectionsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.GroupsModified != 2 || res.GroupsAdded != 0 || res.FlowsDeleted != 2 || res.FlowsAdded != 0 {
-		t.Fatalf("%+v: want both groups modified in place and the gone endpoint's two flows deleted", res)
+	if res.GroupsModified != 2 || res.GroupsAdded != 0 || res.FlowsDeleted != 4 || res.FlowsAdded != 0 {
+		t.Fatalf("%+v: want both groups modified in place and the gone endpoint's four flows (two plain, two hairpin) deleted", res)
 	}
 	if len(res.StaleUDP) != 1 || res.StaleUDP[0] != (StaleEndpoint{CtZone, 17, netip.MustParseAddr("10.77.1.2"), 5353}) {
 		t.Fatalf("stale UDP %v", res.StaleUDP)
