@@ -50,19 +50,9 @@ func TestServicesEdges(t *testing.T) {
 	c := newCluster(t, cc)
 	ctx := ctxT(t, 3*time.Minute)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
-	add := func(n *nscluster.Node, name string) *nscluster.Pod {
-		p, err := n.AddPod(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	srv1, srv2 := add(n1, "srv1"), add(n2, "srv2")
-	if srv1.IP.String() != "10.77.1.2" || srv2.IP.String() != "10.77.2.2" {
-		t.Fatalf("endpoint pods got %s and %s, the cluster file names 10.77.1.2 and 10.77.2.2", srv1.IP, srv2.IP)
-	}
+	add := func(n *nscluster.Node, name string) *nscluster.Pod { return addPod(ctx, t, n, name) }
+	srv1, srv2 := endpointPods(ctx, t, n1, n2)
 	for _, s := range []*nscluster.Pod{srv1, srv2} {
-		serveName(t, podNS(s), s.Name)
 		serveNameOn(t, podNS(s), s.Name, 80, 80)
 	}
 	cli := add(n1, "cli1")
