@@ -78,8 +78,9 @@ type EndpointStatus struct {
 	State    string `json:"state"`    // ready, serving-terminating, terminating, not-ready
 	Internal bool   `json:"internal"` // ClusterIP traffic goes to it
 	External bool   `json:"external"` // NodePort, LoadBalancer, external IP traffic goes to it
-	// Connections through this endpoint: nil until the switch's connection
-	// tracking exists and the agent reads it.
+	// Connections sent to this endpoint since its EndpointDNAT flow was
+	// programmed (that flow's packet count: a connection's first packet);
+	// nil when the switch could not be asked.
 	Connections *int `json:"connections,omitempty"`
 }
 
@@ -172,14 +173,32 @@ func (a *Agent) Snapshot(ctx context.Context) Status {
 	sort.Slice(st.Pods, func(i, j int) bool { return st.Pods[i].IP < st.Pods[j].IP })
 	sort.Slice(st.Remotes, func(i, j int) bool { return st.Remotes[i].Name < st.Remotes[j].Name })
 	st.IPAM.Used, st.IPAM.Total = a.ipam.Stats()
+	var conns map[string]int // service/protocol/endpoint → connections
 	if ready && pl != nil {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		st.Tables, _ = pl.TableCounts(tctx)
+		if scs, err := pl.ServiceCounters(tctx); err == nil {
+			conns = map[string]int{}
+			for _, c := range scs {
+				if c.Endpoint != "" {
+					conns[c.Service.String()+"/"+c.Protocol+"/"+c.Endpoint] += int(c.Connections)
+				}
+			}
+		}
 		cancel()
 	}
 	if a.services != nil {
 		for _, s := range a.services.Services() {
-			st.Services = append(st.Services, serviceStatus(s))
+			ss := serviceStatus(s)
+			for i := range ss.Ports {
+				for j := range ss.Ports[i].Endpoints {
+					e := &ss.Ports[i].Endpoints[j]
+					if n, ok := conns[ss.Service+"/"+ss.Ports[i].Protocol+"/"+e.Address]; ok && (e.Internal || e.External) {
+						e.Connections = &n
+					}
+				}
+			}
+			st.Services = append(st.Services, ss)
 		}
 		for _, p := range a.services.Problems() {
 			st.ServiceProblems = append(st.ServiceProblems, p.String())

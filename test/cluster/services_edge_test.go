@@ -238,6 +238,24 @@ func TestServicesEdges(t *testing.T) {
 				t.Errorf("%s%v = %v, want at least %v", c.name, c.labels, v, c.min)
 			}
 		}
+		// The same counts per endpoint in the status (nagarectl agent services, CONNS).
+		st, err := n1.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		statusConns := 0
+		for _, s := range st.Services {
+			for _, p := range s.Ports {
+				for _, e := range p.Endpoints {
+					if s.Service == "default/multi" && e.Connections != nil {
+						statusConns += *e.Connections
+					}
+				}
+			}
+		}
+		if want := metricSum(m, "nagare_agent_service_endpoint_connections_total", `service="multi"`); float64(statusConns) < want || statusConns < 24 {
+			t.Errorf("status: %d connections on multi's endpoints, metrics %v, want at least 24", statusConns, want)
+		}
 		for _, proto := range []string{"TCP", "UDP"} {
 			fe := metricSum(m, "nagare_agent_service_frontend_connections_total", `service="multi"`, `protocol="`+proto+`"`)
 			ep := metricSum(m, "nagare_agent_service_endpoint_connections_total", `service="multi"`, `protocol="`+proto+`"`)
