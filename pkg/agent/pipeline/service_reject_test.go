@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -92,5 +93,29 @@ func TestRejecterPerPortLimit(t *testing.T) {
 	other.Cookie = cookiePod | 42
 	if r.answer(other, now.Add(time.Second)) != nil || r.Ignored.Load() != 1 {
 		t.Fatal("a PACKET_IN of another flow was answered")
+	}
+}
+
+// TestRejecterServesConn: a reject PACKET_IN on the agent's OpenFlow
+// connection is answered with a PACKET_OUT of the ICMP error to its port.
+func TestRejecterServesConn(t *testing.T) {
+	p, sw := serviceNode(t)
+	sw.packetOuts = make(chan *openflow.PacketOut, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var r Rejecter
+	go r.Serve(ctx, p.conn)
+	if err := sw.packetIn(&openflow.PacketIn{BufferID: openflow.NoBuffer, TableID: TableServiceLB.ID, Cookie: cookieService | 7,
+		Match: match(inPort(6)), Data: synFrame()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case po := <-sw.packetOuts:
+		want, _ := rejectReply(synFrame())
+		if a, ok := po.Actions[0].(openflow.ActionOutput); !ok || a.Port != 6 || !bytes.Equal(po.Data, want) {
+			t.Fatalf("packet out %+v", po)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no PACKET_OUT for the reject")
 	}
 }

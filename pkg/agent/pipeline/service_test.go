@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,12 +27,30 @@ import (
 type fakeSwitch struct {
 	pl   *ofproto.Pipeline
 	msgs int // FLOW_MODs and GROUP_MODs received
+
+	wmu        sync.Mutex
+	nc         net.Conn
+	packetOuts chan *openflow.PacketOut // PACKET_OUTs received, if made
+}
+
+// packetIn sends pi to the controller, as the switch's slow path does.
+func (s *fakeSwitch) packetIn(pi *openflow.PacketIn) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return openflow.WriteMessage(s.nc, pi)
 }
 
 func (s *fakeSwitch) serve(nc net.Conn) {
 	defer nc.Close()
+	s.wmu.Lock()
+	s.nc = nc
+	s.wmu.Unlock()
 	r := openflow.NewReader(nc)
-	send := func(m openflow.Message) { _ = openflow.WriteMessage(nc, m) }
+	send := func(m openflow.Message) {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		_ = openflow.WriteMessage(nc, m)
+	}
 	for {
 		m, raw, err := r.ReadMessage()
 		if err != nil {
@@ -59,6 +78,10 @@ func (s *fakeSwitch) serve(nc net.Conn) {
 			s.msgs++
 			if err := s.pl.GroupMod(m); err != nil {
 				fail(err)
+			}
+		case *openflow.PacketOut:
+			if s.packetOuts != nil {
+				s.packetOuts <- m
 			}
 		case *openflow.MultipartRequest:
 			var body openflow.MultipartBody
