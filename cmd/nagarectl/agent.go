@@ -124,8 +124,9 @@ func printNodes(w io.Writer, st *agent.Status) {
 // printServices prints the desired service state: per Service port its
 // frontends and verdicts (forward; reject or drop when no endpoint is
 // usable), then one row per endpoint. USE says which traffic goes to the endpoint (int: ClusterIP,
-// ext: NodePort, LoadBalancer, external IPs). CONNS stays "-" until the
-// switch tracks connections and the agent reads them.
+// ext: NodePort, LoadBalancer, external IPs). CONNS: connections sent to
+// the endpoint since its flow was programmed ("-": not in use, or the
+// switch was not asked).
 func printServices(w io.Writer, st *agent.Status) {
 	fmt.Fprintln(w, "SERVICE\tTYPE\tPORT\tFRONTENDS\tVERDICT INT/EXT\tENDPOINT\tSTATE\tUSE\tNODE\tPOD\tCONNS")
 	for _, s := range st.Services {

@@ -151,8 +151,9 @@ type Agent struct {
 	sw controlnet.Endpoint // where the switch is
 	vf *vf.VF              // DPU mode: VF links and direct forward
 
-	services       *proxy.Tracker // the desired service state (services.go)
-	unresolvedPods atomic.Value   // cluster-file endpoint pods not on this node, last logged
+	services       *proxy.Tracker    // the desired service state (services.go)
+	rejecter       pipeline.Rejecter // answers Service reject PACKET_INs on every switch connection
+	unresolvedPods atomic.Value      // cluster-file endpoint pods not on this node, last logged
 }
 
 // New checks the configuration; Run does the work.
@@ -333,6 +334,7 @@ func (a *Agent) switchLoop(ctx context.Context) {
 			continue
 		}
 		backoff = 100 * time.Millisecond
+		go a.rejecter.Serve(ctx, conn)
 		select {
 		case <-ctx.Done():
 			return

@@ -78,8 +78,9 @@ type EndpointStatus struct {
 	State    string `json:"state"`    // ready, serving-terminating, terminating, not-ready
 	Internal bool   `json:"internal"` // ClusterIP traffic goes to it
 	External bool   `json:"external"` // NodePort, LoadBalancer, external IP traffic goes to it
-	// Connections through this endpoint: nil until the switch's connection
-	// tracking exists and the agent reads it.
+	// Connections sent to this endpoint since its EndpointDNAT flow was
+	// programmed (that flow's packet count: a connection's first packet);
+	// nil when the switch could not be asked.
 	Connections *int `json:"connections,omitempty"`
 }
 
@@ -172,14 +173,32 @@ func (a *Agent) Snapshot(ctx context.Context) Status {
 	sort.Slice(st.Pods, func(i, j int) bool { return st.Pods[i].IP < st.Pods[j].IP })
 	sort.Slice(st.Remotes, func(i, j int) bool { return st.Remotes[i].Name < st.Remotes[j].Name })
 	st.IPAM.Used, st.IPAM.Total = a.ipam.Stats()
+	var conns map[string]int // service/protocol/endpoint → connections
 	if ready && pl != nil {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		st.Tables, _ = pl.TableCounts(tctx)
+		if scs, err := pl.ServiceCounters(tctx); err == nil {
+			conns = map[string]int{}
+			for _, c := range scs {
+				if c.Endpoint != "" {
+					conns[c.Service.String()+"/"+c.Protocol+"/"+c.Endpoint] += int(c.Connections)
+				}
+			}
+		}
 		cancel()
 	}
 	if a.services != nil {
 		for _, s := range a.services.Services() {
-			st.Services = append(st.Services, serviceStatus(s))
+			ss := serviceStatus(s)
+			for i := range ss.Ports {
+				for j := range ss.Ports[i].Endpoints {
+					e := &ss.Ports[i].Endpoints[j]
+					if n, ok := conns[ss.Service+"/"+ss.Ports[i].Protocol+"/"+e.Address]; ok && (e.Internal || e.External) {
+						e.Connections = &n
+					}
+				}
+			}
+			st.Services = append(st.Services, ss)
 		}
 		for _, p := range a.services.Problems() {
 			st.ServiceProblems = append(st.ServiceProblems, p.String())
@@ -306,9 +325,53 @@ func newMetrics(a *Agent) *metrics {
 				_, t := a.ipam.Stats()
 				return float64(t)
 			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "nagare_agent_service_rejects_total",
+			Help: "New connections to a Service without endpoints answered with ICMP port unreachable."},
+			func() float64 { return float64(a.rejecter.Sent.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "nagare_agent_service_rejects_limited_total",
+			Help: "Service rejects not answered: their ingress port was over its budget (100/s, burst 20)."},
+			func() float64 { return float64(a.rejecter.Limited.Load()) }),
+		&serviceCollector{a: a,
+			frontend: prometheus.NewDesc("nagare_agent_service_frontend_connections_total",
+				"New connections to a Service frontend (its ServiceLB flow's packets), by what was done with them.",
+				[]string{"namespace", "service", "protocol", "frontend", "verdict"}, nil),
+			endpoint: prometheus.NewDesc("nagare_agent_service_endpoint_connections_total",
+				"New connections sent to a Service endpoint (its EndpointDNAT flow's packets).",
+				[]string{"namespace", "service", "protocol", "endpoint"}, nil)},
 		&flowCollector{a: a, desc: prometheus.NewDesc("nagare_agent_flows", "OpenFlow flows per pipeline table.", []string{"table", "stage"}, nil)},
 	)
 	return m
+}
+
+// serviceCollector reads the Services' connection counters from the
+// switch's flow counters at scrape time (pipeline/service_stats.go).
+type serviceCollector struct {
+	a                  *Agent
+	frontend, endpoint *prometheus.Desc
+}
+
+func (c *serviceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.frontend; ch <- c.endpoint }
+
+func (c *serviceCollector) Collect(ch chan<- prometheus.Metric) {
+	pl, err := c.a.connected()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	scs, err := pl.ServiceCounters(ctx)
+	if err != nil {
+		return
+	}
+	for _, s := range scs {
+		if s.Frontend != "" {
+			ch <- prometheus.MustNewConstMetric(c.frontend, prometheus.CounterValue, float64(s.Connections),
+				s.Service.Namespace, s.Service.Name, s.Protocol, s.Frontend, s.Verdict)
+		} else {
+			ch <- prometheus.MustNewConstMetric(c.endpoint, prometheus.CounterValue, float64(s.Connections),
+				s.Service.Namespace, s.Service.Name, s.Protocol, s.Endpoint)
+		}
+	}
 }
 
 // flowCollector reads the flows per table from the switch at scrape time.

@@ -31,21 +31,9 @@ func TestServicesClusterIP(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 
-	// The endpoints first (the first address of each pod CIDR: 10.77.1.2, 10.77.2.2), then a client on each node.
-	add := func(n *nscluster.Node, name string) *nscluster.Pod {
-		p, err := n.AddPod(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	srv1, srv2 := add(n1, "srv1"), add(n2, "srv2")
-	if srv1.IP.String() != "10.77.1.2" || srv2.IP.String() != "10.77.2.2" {
-		t.Fatalf("endpoint pods got %s and %s, the cluster file names 10.77.1.2 and 10.77.2.2", srv1.IP, srv2.IP)
-	}
-	for _, s := range []*nscluster.Pod{srv1, srv2} {
-		serveName(t, podNS(s), s.Name)
-	}
+	// The endpoints first, then a client on each node.
+	add := func(n *nscluster.Node, name string) *nscluster.Pod { return addPod(ctx, t, n, name) }
+	srv1, _ := endpointPods(ctx, t, n1, n2)
 	clients := []*nscluster.Pod{add(n1, "cli1"), add(n2, "cli2")}
 
 	t.Run("pod-to-pod-tcp", func(t *testing.T) {
@@ -181,14 +169,42 @@ func TestServicesClusterIP(t *testing.T) {
 	})
 }
 
+// addPod adds pod name on n.
+func addPod(ctx context.Context, t *testing.T, n *nscluster.Node, name string) *nscluster.Pod {
+	t.Helper()
+	p, err := n.AddPod(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// endpointPods adds srv1 on n1 and srv2 on n2, the first address of each
+// pod CIDR (10.77.1.2 and 10.77.2.2, as the test cluster files name
+// them), answering their names on TCP 8080 and UDP 5353.
+func endpointPods(ctx context.Context, t *testing.T, n1, n2 *nscluster.Node) (srv1, srv2 *nscluster.Pod) {
+	t.Helper()
+	srv1, srv2 = addPod(ctx, t, n1, "srv1"), addPod(ctx, t, n2, "srv2")
+	if srv1.IP.String() != "10.77.1.2" || srv2.IP.String() != "10.77.2.2" {
+		t.Fatalf("endpoint pods got %s and %s, the cluster file names 10.77.1.2 and 10.77.2.2", srv1.IP, srv2.IP)
+	}
+	for _, s := range []*nscluster.Pod{srv1, srv2} {
+		serveName(t, podNS(s), s.Name)
+	}
+	return srv1, srv2
+}
+
 // serveName answers on TCP 8080 and UDP 5353 in ns with name.
-func serveName(t *testing.T, ns nstest.NS, name string) {
+func serveName(t *testing.T, ns nstest.NS, name string) { serveNameOn(t, ns, name, 8080, 5353) }
+
+// serveNameOn answers on TCP tcpPort and UDP udpPort in ns with name.
+func serveNameOn(t *testing.T, ns nstest.NS, name string, tcpPort, udpPort int) {
 	var ln net.Listener
 	var pc net.PacketConn
 	var err1, err2 error
 	ns.In(t, func() {
-		ln, err1 = net.Listen("tcp4", "0.0.0.0:8080")
-		pc, err2 = net.ListenPacket("udp4", "0.0.0.0:5353")
+		ln, err1 = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", tcpPort))
+		pc, err2 = net.ListenPacket("udp4", fmt.Sprintf("0.0.0.0:%d", udpPort))
 	})
 	if err1 != nil || err2 != nil {
 		t.Fatal(err1, err2)

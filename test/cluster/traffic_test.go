@@ -59,23 +59,29 @@ type liveness struct {
 
 func startLiveness(t *testing.T, client, server nstest.NS, serverIP string, port int) *liveness {
 	t.Helper()
+	return startLivenessVia(t, client, server, serverIP, serverIP, port)
+}
+
+// startLivenessVia is startLiveness with the client dialing dialIP (a
+// Service's ClusterIP whose only endpoint, on the same ports, is the
+// server at serverIP).
+func startLivenessVia(t *testing.T, client, server nstest.NS, dialIP, serverIP string, port int) *liveness {
+	t.Helper()
 	lv := &liveness{t: t, stop: make(chan struct{})}
-	udpAddr := net.JoinHostPort(serverIP, fmt.Sprint(port))
-	nstest.UDPEcho(t, server, udpAddr)
+	nstest.UDPEcho(t, server, net.JoinHostPort(serverIP, fmt.Sprint(port)))
 	var uc net.Conn
 	var err error
-	client.In(t, func() { uc, err = net.Dial("udp4", udpAddr) })
+	client.In(t, func() { uc, err = net.Dial("udp4", net.JoinHostPort(dialIP, fmt.Sprint(port))) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	tcpAddr := net.JoinHostPort(serverIP, fmt.Sprint(port+1))
 	var l net.Listener
-	server.In(t, func() { l, err = net.Listen("tcp4", tcpAddr) })
+	server.In(t, func() { l, err = net.Listen("tcp4", net.JoinHostPort(serverIP, fmt.Sprint(port+1))) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	var tc net.Conn
-	client.In(t, func() { tc, err = net.DialTimeout("tcp4", tcpAddr, 5*time.Second) })
+	client.In(t, func() { tc, err = net.DialTimeout("tcp4", net.JoinHostPort(dialIP, fmt.Sprint(port+1)), 5*time.Second) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ func (p *Pipeline) nodeFlows() []*openflow.FlowMod {
 	fs := tableDefaults(c)
 	fs = append(fs, podConnectivityFlows(c)...)
 	fs = append(fs, conntrackFlows(c)...)
+	fs = append(fs, hairpinFlows(c, p.node)...)
 	fs = append(fs, tunnelFlows(c)...)
 	return append(fs, gatewayFlows(c, p.node)...)
 }

@@ -30,6 +30,8 @@ type Conn struct {
 	done chan struct{}
 	err  error // why the connection ended
 
+	packetIns chan *openflow.PacketIn // PACKET_INs for the agent's packet-in handlers
+
 	leaseUntil time.Time // Lease: the switch answered an echo sent before this minus the timeout
 	leaseErr   error
 }
@@ -52,7 +54,8 @@ func Dial(ctx context.Context, target string) (*Conn, error) {
 // Open speaks OpenFlow on a connection made elsewhere (a TLS connection
 // over a DPU's control network): the handshake, then the reader.
 func Open(ctx context.Context, nc net.Conn, name string) (*Conn, error) {
-	c := &Conn{c: nc, bw: bufio.NewWriter(nc), wait: map[uint32]chan openflow.Message{}, done: make(chan struct{})}
+	c := &Conn{c: nc, bw: bufio.NewWriter(nc), wait: map[uint32]chan openflow.Message{}, done: make(chan struct{}),
+		packetIns: make(chan *openflow.PacketIn, packetInQueue)}
 	if err := c.handshake(ctx); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("openflow handshake with %s: %w", name, err)
@@ -206,6 +209,15 @@ func (c *Conn) readLoop() {
 				return
 			}
 			continue
+		case *openflow.PacketIn:
+			// Never wait for the handler: a full queue drops the packet
+			// (the switch already paces PACKET_INs per ingress port; this
+			// keeps a slow handler from stalling barriers and replies).
+			select {
+			case c.packetIns <- m:
+			default:
+			}
+			continue
 		}
 		xid := m.Hdr().Xid
 		c.mu.Lock()
@@ -224,6 +236,14 @@ func (c *Conn) readLoop() {
 		}
 	}
 }
+
+// packetInQueue is how many PACKET_INs wait for the agent's handler.
+const packetInQueue = 256
+
+// PacketIns are the PACKET_INs the switch sent on this connection (closed
+// never; read it until Done). Only what the agent's own flows send to the
+// controller arrives here: Service rejects (service_reject.go).
+func (c *Conn) PacketIns() <-chan *openflow.PacketIn { return c.packetIns }
 
 // Done is closed when the connection has ended (the switch went away).
 func (c *Conn) Done() <-chan struct{} { return c.done }

@@ -14,8 +14,8 @@ import (
 func TestDesired(t *testing.T) {
 	p := withAffinityService(representativePipeline())
 	fs := p.Desired()
-	if want := 21 + 2*7 + 2*6 + 6 + 4; len(fs) != want {
-		t.Fatalf("%d flows, want %d (21 node-wide, 7 per pod, 6 per remote node, 6 for the Service, 4 for the affinity one)", len(fs), want)
+	if want := 25 + 2*7 + 2*6 + 8 + 5; len(fs) != want {
+		t.Fatalf("%d flows, want %d (25 node-wide, 7 per pod, 6 per remote node, 8 for the Service (2 of them hairpin), 5 for the affinity one (1 hairpin))", len(fs), want)
 	}
 	declared := map[uint8]bool{}
 	for _, tb := range Tables() {
@@ -49,7 +49,7 @@ func TestDesired(t *testing.T) {
 			t.Errorf("table %s has no default flow", tb.Name)
 		}
 	}
-	for obj, want := range map[uint64]int{localObject(): 21, serviceObject(representativeService().Key): 6, serviceObject(affinityService().Key): 4, podObject("3f2a9c/eth0"): 7, podObject("7b01de/eth0"): 7, nodeObject("node2"): 6, nodeObject("node3"): 6} {
+	for obj, want := range map[uint64]int{localObject(): 25, serviceObject(representativeService().Key): 8, serviceObject(affinityService().Key): 5, podObject("3f2a9c/eth0"): 7, podObject("7b01de/eth0"): 7, nodeObject("node2"): 6, nodeObject("node3"): 6} {
 		if objects[obj] != want {
 			t.Errorf("cookie %#x: %d flows, want %d", obj, objects[obj], want)
 		}

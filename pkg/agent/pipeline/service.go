@@ -23,6 +23,7 @@ import (
 //	ConntrackState from a pod, +inv+trk → drop; else → ServiceLB
 //	ServiceLB      +new+trk, proto, nw_dst=frontend, tp_dst=port
 //	                 → load the port's tag into reg5, group:<port's group>
+//	               no endpoint anywhere → controller (the agent rejects: service_reject.go)
 //	               other +new+trk → ct(commit, zone=CtZone, table=L3Forwarding)
 //	               else → L3 forwarding
 //	group          one bucket per endpoint: reg3=IP, reg4[0..15]=port,
@@ -191,11 +192,15 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 			}
 			owner := fmt.Sprintf("%s/%s/%d/%s", s.Key, port.Protocol, port.Port, class)
 			if verdict != proxy.Forward || len(eps) == 0 {
-				// Reject (no endpoint anywhere) should answer with a TCP RST
-				// or ICMP port unreachable as kube-proxy does; not done yet:
-				// such connections are dropped, as the Drop verdict's are.
+				// Reject (no endpoint anywhere): answered with ICMP port
+				// unreachable by the agent (service_reject.go); Drop (Local
+				// policy, endpoints only elsewhere): dropped, as kube-proxy.
 				for _, f := range fes {
-					ps.addFlow(serviceLBDrop(c, proto, f), "", "")
+					if verdict == proxy.Drop {
+						ps.addFlow(serviceLBDrop(c, proto, f), "", "")
+					} else {
+						ps.addFlow(serviceLBReject(c, proto, f), "", "")
+					}
 				}
 				continue
 			}
@@ -221,13 +226,16 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 				// Service's affinity changed (its flow learns or not).
 				if i, ok := old.dnatFlow(k); ok && old.svc.Affinity == s.Affinity {
 					ps.addFlow(old.flows[i], old.ids[i], old.values[i])
-					continue
+				} else {
+					dnat := endpointDNAT(c, proto, gid, e)
+					if s.Affinity.ClientIP {
+						withAffinityLearn(dnat, s, proto, gid, e)
+					}
+					ps.addFlow(dnat, "", "")
 				}
-				dnat := endpointDNAT(c, proto, gid, e)
-				if s.Affinity.ClientIP {
-					withAffinityLearn(dnat, s, proto, gid, e)
+				if p.hairpinEndpoint(e) {
+					ps.addFlow(endpointDNATHairpin(c, proto, gid, e), "", "") // service_hairpin.go
 				}
-				ps.addFlow(dnat, "", "")
 			}
 		}
 	}
@@ -307,7 +315,7 @@ func serviceLB(c uint64, proto uint8, f proxy.Frontend, gid uint32) *openflow.Fl
 		apply(openflow.ActionNXRegLoad{Dst: regField(regServiceTag, 0, 32), Value: uint64(gid)}, openflow.ActionGroup{GroupID: gid}))
 }
 
-// serviceLBDrop drops new connections to a frontend with no usable endpoint (Reject and Drop verdicts).
+// serviceLBDrop drops new connections to a frontend whose endpoints are all on other nodes under a Local policy (the Drop verdict).
 func serviceLBDrop(c uint64, proto uint8, f proxy.Frontend) *openflow.FlowMod {
 	return flow(TableServiceLB, prioSpecific, c, frontendMatch(proto, f))
 }
@@ -338,8 +346,20 @@ func conntrackFlows(c uint64) []*openflow.FlowMod {
 // the node, from other nodes) and routes it: the tracker then knows its
 // replies (a TCP SYN-ACK of a connection it never saw is invalid, and
 // ConntrackState drops invalid packets), as Antrea's ConntrackCommit does.
+//
+// Not a packet ConntrackZone's nat just translated (+dnat): that is a
+// Service connection's later packet before its first reply (a UDP
+// client's second datagram, a retransmitted SYN), still +new to the
+// tracker, and already committed. Committed again by its translated tuple
+// it would be a second connection whose reply tuple is the first's: the
+// fast path refuses it and drops the packet (Open vSwitch finds the
+// packet's connection from the first ct and commits nothing new). A
+// UDP client that sends several datagrams before the first answer (nc
+// -u: the conformance spec "same port and different protocols") lost all
+// but the first.
 func conntrackCommitOthers(c uint64) *openflow.FlowMod {
-	return flow(TableServiceLB, prioKind, c, match(ethType(etherIPv4), ctNew()),
+	return flow(TableServiceLB, prioKind, c, match(ethType(etherIPv4),
+		openflow.CtState(openflow.CtStateNew|openflow.CtStateTrk, openflow.CtStateNew|openflow.CtStateTrk|openflow.CtStateDNAT)),
 		apply(openflow.ActionNXCT{Flags: openflow.NXCTFlagCommit, Zone: CtZone, Table: TableL3.ID}))
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,12 +28,30 @@ import (
 type fakeSwitch struct {
 	pl   *ofproto.Pipeline
 	msgs int // FLOW_MODs and GROUP_MODs received
+
+	wmu        sync.Mutex
+	nc         net.Conn
+	packetOuts chan *openflow.PacketOut // PACKET_OUTs received, if made
+}
+
+// packetIn sends pi to the controller, as the switch's slow path does.
+func (s *fakeSwitch) packetIn(pi *openflow.PacketIn) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return openflow.WriteMessage(s.nc, pi)
 }
 
 func (s *fakeSwitch) serve(nc net.Conn) {
 	defer nc.Close()
+	s.wmu.Lock()
+	s.nc = nc
+	s.wmu.Unlock()
 	r := openflow.NewReader(nc)
-	send := func(m openflow.Message) { _ = openflow.WriteMessage(nc, m) }
+	send := func(m openflow.Message) {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		_ = openflow.WriteMessage(nc, m)
+	}
 	for {
 		m, raw, err := r.ReadMessage()
 		if err != nil {
@@ -60,6 +79,10 @@ func (s *fakeSwitch) serve(nc net.Conn) {
 			s.msgs++
 			if err := s.pl.GroupMod(m); err != nil {
 				fail(err)
+			}
+		case *openflow.PacketOut:
+			if s.packetOuts != nil {
+				s.packetOuts <- m
 			}
 		case *openflow.MultipartRequest:
 			var body openflow.MultipartBody
@@ -112,7 +135,8 @@ type conntrack struct {
 	reply map[tuple]*ctConn
 	// credit: count each pass's packet as the switch's upcall does, which
 	// applies what learn actions learned (session affinity).
-	credit bool
+	credit  bool
+	dropped int // commits refused: their reply tuple was taken
 }
 
 type tuple struct {
@@ -122,11 +146,12 @@ type tuple struct {
 }
 
 type ctConn struct {
-	orig     tuple
-	dnatTo   netip.AddrPort
-	mark     uint32
-	vip      netip.AddrPort
-	replyTup tuple
+	orig      tuple
+	seenReply bool
+	dnatTo    netip.AddrPort
+	mark      uint32
+	vip       netip.AddrPort
+	replyTup  tuple
 }
 
 func keyTuple(k dp.Key) tuple {
@@ -141,7 +166,14 @@ func (c *conntrack) ct(k dp.Key, a dp.CT) dp.Key {
 	tp := keyTuple(k)
 	k.CtZone = a.Zone
 	if conn, ok := c.orig[tp]; ok {
-		k.CtState = dp.CtTrk | dp.CtEst | dp.CtDNAT
+		// As the fast path (and Open vSwitch): +new until a reply was seen.
+		k.CtState = dp.CtTrk | dp.CtNew
+		if conn.seenReply {
+			k.CtState = dp.CtTrk | dp.CtEst
+		}
+		if conn.dnatTo != netip.AddrPortFrom(tp.dst, tp.dport) {
+			k.CtState |= dp.CtDNAT
+		}
 		k.CtMark = conn.mark
 		if a.NAT != nil {
 			k.SetIPDst(conn.dnatTo.Addr())
@@ -150,6 +182,7 @@ func (c *conntrack) ct(k dp.Key, a dp.CT) dp.Key {
 		return k
 	}
 	if conn, ok := c.reply[tp]; ok {
+		conn.seenReply = true
 		k.CtState = dp.CtTrk | dp.CtEst | dp.CtRpl | dp.CtDNAT
 		k.CtMark = conn.mark
 		if a.NAT != nil {
@@ -170,6 +203,14 @@ func (c *conntrack) ct(k dp.Key, a dp.CT) dp.Key {
 			conn.dnatTo = netip.AddrPortFrom(tp.dst, tp.dport)
 		}
 		conn.replyTup = tuple{conn.dnatTo.Addr(), tp.src, conn.dnatTo.Port(), tp.sport, tp.proto}
+		if _, clash := c.reply[conn.replyTup]; clash {
+			// The fast path's ct_commit: the reply tuple is another
+			// connection's (a DNATed packet committed again by its
+			// translated tuple): the packet is dropped.
+			c.dropped++
+			k.CtState = dp.CtTrk | dp.CtInv
+			return k
+		}
 		c.orig[tp], c.reply[conn.replyTup] = conn, conn
 	}
 	return k
@@ -195,7 +236,11 @@ func (c *conntrack) walk(t testing.TB, pl *ofproto.Pipeline, k dp.Key) (string, 
 				if !ok {
 					t.Fatalf("pass %d: recirculation without ct: %s", pass, dp.FormatActions(tr.Actions))
 				}
+				before := c.dropped
 				k = c.ct(k, ct)
+				if c.dropped > before {
+					return "drop(ct commit: reply tuple taken)", k
+				}
 				k.RecircID = rc.ID
 				continue
 			}
@@ -250,9 +295,12 @@ func TestServiceClusterIPWalk(t *testing.T) {
 			}
 			hits[dst.String()]++
 
-			// The next packet of the connection: established, same endpoint.
+			// The next packet of the connection, before any reply (a UDP
+			// client's second datagram, a TCP SYN retransmitted): still
+			// +new to the tracker, but translated as the first: the same
+			// endpoint, not committed again.
 			out2, k2 := ct.walk(t, sw.pl, fromDB(tc.proto, sport, tc.vport))
-			if out2 != out || k2.IPDst != k.IPDst || k2.CtState&dp.CtEst == 0 {
+			if out2 != out || k2.IPDst != k.IPDst || k2.CtState&dp.CtDNAT == 0 {
 				t.Fatalf("%s sport %d established: %s to %v, first %s", tc.protoStr, sport, out2, k2.IPDst, out)
 			}
 			// The reply, from the endpoint: un-NATed, to the client.
@@ -400,8 +448,8 @@ func TestServiceChangeMovesNewConnectionsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.GroupsModified != 2 || res.GroupsAdded != 0 || res.FlowsDeleted != 2 || res.FlowsAdded != 0 {
-		t.Fatalf("%+v: want both groups modified in place and the gone endpoint's two flows deleted", res)
+	if res.GroupsModified != 2 || res.GroupsAdded != 0 || res.FlowsDeleted != 4 || res.FlowsAdded != 0 {
+		t.Fatalf("%+v: want both groups modified in place and the gone endpoint's four flows (two plain, two hairpin) deleted", res)
 	}
 	if len(res.StaleUDP) != 1 || res.StaleUDP[0] != (StaleEndpoint{CtZone, 17, netip.MustParseAddr("10.77.1.2"), 5353}) {
 		t.Fatalf("stale UDP %v", res.StaleUDP)
@@ -441,19 +489,26 @@ func TestServiceChangeMovesNewConnectionsOnly(t *testing.T) {
 	}
 }
 
-// TestServiceVerdicts: a port with no endpoint drops new connections (kube-proxy rejects; not done yet).
+// TestServiceVerdicts: a port with no endpoint anywhere sends new
+// connections to the agent, which rejects them (service_reject.go); a
+// port whose endpoints are all elsewhere under a Local policy drops them.
 func TestServiceVerdicts(t *testing.T) {
 	p, sw := serviceNode(t)
-	svc := bigService(nil)
-	svc.Ports[0].Internal = proxy.Reject
-	if _, err := p.UpdateServices(context.Background(), []*proxy.Service{svc}, nil); err != nil {
-		t.Fatal(err)
-	}
-	var ct conntrack
-	k := fromDB(6, 40000, 443)
-	k.SetIPDst(netip.MustParseAddr("10.96.0.20"))
-	if out, _ := ct.walk(t, sw.pl, k); out != "drop" {
-		t.Fatalf("no endpoint: %s", out)
+	for _, c := range []struct {
+		verdict proxy.Verdict
+		want    string // the actions' start
+	}{{proxy.Reject, "userspace"}, {proxy.Drop, "drop"}} {
+		svc := bigService(nil)
+		svc.Ports[0].Internal = c.verdict
+		if _, err := p.UpdateServices(context.Background(), []*proxy.Service{svc}, nil); err != nil {
+			t.Fatal(err)
+		}
+		var ct conntrack
+		k := fromDB(6, 40000, 443)
+		k.SetIPDst(netip.MustParseAddr("10.96.0.20"))
+		if out, _ := ct.walk(t, sw.pl, k); !strings.HasPrefix(out, c.want) {
+			t.Fatalf("%s: %s, want %s", c.verdict, out, c.want)
+		}
 	}
 }
 
