@@ -81,7 +81,21 @@ type programmedService struct {
 	// finds each endpoint's EndpointDNAT flow: a change of one endpoint
 	// in a 5000-endpoint Service builds and encodes one flow, not 5000.
 	ids, values []string
-	dnat        map[dnatKey]int // index in flows
+	dnat        map[dnatKey]int   // index in flows
+	groupValues map[uint32]string // groupValue of groups, by id, once compared
+}
+
+// groupValue is groupValue of g, one of ps's groups, kept once computed.
+func (ps *programmedService) groupValue(g *openflow.GroupMod) string {
+	if v, ok := ps.groupValues[g.GroupID]; ok {
+		return v
+	}
+	if ps.groupValues == nil {
+		ps.groupValues = map[uint32]string{}
+	}
+	v := groupValue(g.GroupType, g.Buckets)
+	ps.groupValues[g.GroupID] = v
+	return v
 }
 
 // dnatKey is everything an EndpointDNAT flow depends on besides the
@@ -170,8 +184,13 @@ func tpDstField(proto uint8) openflow.Field {
 // serviceFlows computes a Service's flows and groups, allocating group ids.
 func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 	c := serviceObject(s.Key)
-	ps := &programmedService{svc: s, dnat: map[dnatKey]int{}}
 	old := p.services[s.Key] // its EndpointDNAT flows are reused
+	ps := &programmedService{svc: s}
+	if old != nil {
+		ps.dnat = make(map[dnatKey]int, len(old.dnat))
+	} else {
+		ps.dnat = map[dnatKey]int{}
+	}
 	for _, port := range s.Ports {
 		proto := ipProto(port.Protocol)
 		for _, external := range []bool{false, true} {
@@ -205,7 +224,7 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 			for _, f := range fes {
 				ps.addFlow(serviceLB(c, proto, f, gid), "", "")
 			}
-			seen := map[netip.AddrPort]bool{}
+			seen := make(map[netip.AddrPort]bool, len(eps))
 			for _, e := range eps {
 				ap := netip.AddrPortFrom(e.Addr, e.Port)
 				if seen[ap] || !e.Addr.Is4() {
@@ -498,13 +517,14 @@ func (p *Pipeline) UpdateServices(ctx context.Context, updated []*proxy.Service,
 		old := p.services[s.Key]
 		now := p.serviceFlows(s)
 		oldGroups := map[uint32]*openflow.GroupMod{}
-		oldFlows := map[string]string{} // flowID → flowValue
+		var oldFlows map[string]string // flowID → flowValue
 		if old != nil {
 			res.StaleUDP = append(res.StaleUDP, staleUDP(old.svc, s)...)
 			for _, g := range old.groups {
 				oldGroups[g.GroupID] = g
 			}
 			ids, values := old.keys()
+			oldFlows = make(map[string]string, len(ids))
 			for i, id := range ids {
 				oldFlows[id] = values[i]
 			}
@@ -517,15 +537,15 @@ func (p *Pipeline) UpdateServices(ctx context.Context, updated []*proxy.Service,
 			case !ok:
 				groupAdds = append(groupAdds, g)
 				res.GroupsAdded++
-			case groupValue(o.GroupType, o.Buckets) != groupValue(g.GroupType, g.Buckets):
+			case old.groupValue(o) != now.groupValue(g):
 				m := *g
 				m.Command = openflow.GroupModify
 				groupAdds = append(groupAdds, &m)
 				res.GroupsModified++
 			}
 		}
-		nowFlows := map[string]bool{}
 		ids, values := now.keys()
+		nowFlows := make(map[string]bool, len(ids))
 		for i, f := range now.flows {
 			id := ids[i]
 			nowFlows[id] = true
