@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"github.com/nagare-net/nagare/pkg/agent/proxy"
@@ -83,6 +84,36 @@ type programmedService struct {
 	ids, values []string
 	dnat        map[dnatKey]int   // index in flows
 	groupValues map[uint32]string // groupValue of groups, by id, once compared
+	// groupEps are the endpoints of each endpoint select group, by id: a
+	// group whose endpoints did not change is kept, with its encoding.
+	groupEps map[uint32][]netip.AddrPort
+}
+
+// endpointGroup is the select group id over eps: old's if it had the same
+// endpoints there.
+func (ps *programmedService) endpointGroup(old *programmedService, id uint32, eps []proxy.Endpoint) *openflow.GroupMod {
+	aps := make([]netip.AddrPort, len(eps))
+	for i, e := range eps {
+		aps[i] = netip.AddrPortFrom(e.Addr, e.Port)
+	}
+	if ps.groupEps == nil {
+		ps.groupEps = map[uint32][]netip.AddrPort{}
+	}
+	ps.groupEps[id] = aps
+	if old != nil && slices.Equal(old.groupEps[id], aps) {
+		for _, g := range old.groups {
+			if g.GroupID == id {
+				if v, ok := old.groupValues[id]; ok {
+					if ps.groupValues == nil {
+						ps.groupValues = map[uint32]string{}
+					}
+					ps.groupValues[id] = v
+				}
+				return g
+			}
+		}
+	}
+	return selectGroup(id, endpointBuckets(eps))
 }
 
 // groupValue is groupValue of g, one of ps's groups, kept once computed.
@@ -220,7 +251,7 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 			}
 			gid := p.groupIDs.alloc(owner)
 			ps.owners = append(ps.owners, owner)
-			ps.groups = append(ps.groups, p.endpointGroups(owner, gid, eps, &ps.owners)...)
+			ps.groups = append(ps.groups, p.endpointGroups(ps, old, owner, gid, eps)...)
 			for _, f := range fes {
 				ps.addFlow(serviceLB(c, proto, f, gid), "", "")
 			}
@@ -253,9 +284,10 @@ func (ps *programmedService) dnatFlow(k dnatKey) (int, bool) {
 	return i, ok
 }
 
-// endpointGroups builds the select group gid over eps: one group, or
-// children of at most maxBucketsPerGroup behind gid (children first).
-func (p *Pipeline) endpointGroups(owner string, gid uint32, eps []proxy.Endpoint, owners *[]string) []*openflow.GroupMod {
+// endpointGroups builds the select group gid over eps for ps: one group,
+// or children of at most maxBucketsPerGroup behind gid (children first);
+// groups whose endpoints are those they had in old are old's.
+func (p *Pipeline) endpointGroups(ps, old *programmedService, owner string, gid uint32, eps []proxy.Endpoint) []*openflow.GroupMod {
 	var v4 []proxy.Endpoint
 	for _, e := range eps {
 		if e.Addr.Is4() {
@@ -263,7 +295,7 @@ func (p *Pipeline) endpointGroups(owner string, gid uint32, eps []proxy.Endpoint
 		}
 	}
 	if len(v4) <= maxBucketsPerGroup {
-		return []*openflow.GroupMod{selectGroup(gid, endpointBuckets(v4))}
+		return []*openflow.GroupMod{ps.endpointGroup(old, gid, v4)}
 	}
 	n := (len(v4) + maxBucketsPerGroup - 1) / maxBucketsPerGroup
 	var out []*openflow.GroupMod
@@ -272,8 +304,8 @@ func (p *Pipeline) endpointGroups(owner string, gid uint32, eps []proxy.Endpoint
 		part := v4[i*len(v4)/n : (i+1)*len(v4)/n] // near-equal sizes
 		childOwner := fmt.Sprintf("%s#%d", owner, i)
 		child := p.groupIDs.alloc(childOwner)
-		*owners = append(*owners, childOwner)
-		out = append(out, selectGroup(child, endpointBuckets(part)))
+		ps.owners = append(ps.owners, childOwner)
+		out = append(out, ps.endpointGroup(old, child, part))
 		parent = append(parent, openflow.Bucket{Weight: uint16(len(part)), WatchPort: openflow.PortAny, WatchGroup: openflow.GroupAny,
 			Actions: openflow.Actions{openflow.ActionGroup{GroupID: child}}})
 	}
