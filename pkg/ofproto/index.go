@@ -127,8 +127,12 @@ func (p *Pipeline) selectIndexed(tableID uint8, cm *compiledMatch, strict bool, 
 	inTable := func(r *rule) bool { return tableID == openflow.TableAll || r.table == tableID }
 	if strict {
 		id := cm.id(priority)
-		for _, t := range p.tables {
-			if r := t.byMatch[id]; r != nil && inTable(r) {
+		tables := p.tables
+		if tableID != openflow.TableAll {
+			tables = tables[tableID : tableID+1]
+		}
+		for _, t := range tables {
+			if r := t.byMatch[id]; r != nil {
 				rs = append(rs, r)
 			}
 		}

@@ -58,7 +58,7 @@ func BenchmarkRevalidation(b *testing.B) {
 // UDP ports, which is wider than the rule needs: revalidation keeps them).
 func benchSwitch(b *testing.B, n, room int) *Switch {
 	b.Helper()
-	sw := idleSwitch(b, func(c *Config) { c.MaxFlows, c.FlowLimit = n+room+1024, n+room+1024 })
+	sw := idleSwitch(b, func(c *Config) { c.MaxFlows, c.FlowLimit, c.PortFlowLimit = n+room+1024, n+room+1024, -1 })
 	addFlow(b, sw, "table=0,priority=10,udp,actions=output:2")
 	keys := make([]flow.Key, n)
 	for i := range keys {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"github.com/nagare-net/nagare/pkg/agent/proxy"
@@ -82,7 +83,51 @@ type programmedService struct {
 	// finds each endpoint's EndpointDNAT flow: a change of one endpoint
 	// in a 5000-endpoint Service builds and encodes one flow, not 5000.
 	ids, values []string
-	dnat        map[dnatKey]int // index in flows
+	dnat        map[dnatKey]int   // index in flows
+	groupValues map[uint32]string // groupValue of groups, by id, once compared
+	// groupEps are the endpoints of each endpoint select group, by id: a
+	// group whose endpoints did not change is kept, with its encoding.
+	groupEps map[uint32][]netip.AddrPort
+}
+
+// endpointGroup is the select group id over eps: old's if it had the same
+// endpoints there.
+func (ps *programmedService) endpointGroup(old *programmedService, id uint32, eps []proxy.Endpoint) *openflow.GroupMod {
+	aps := make([]netip.AddrPort, len(eps))
+	for i, e := range eps {
+		aps[i] = netip.AddrPortFrom(e.Addr, e.Port)
+	}
+	if ps.groupEps == nil {
+		ps.groupEps = map[uint32][]netip.AddrPort{}
+	}
+	ps.groupEps[id] = aps
+	if old != nil && slices.Equal(old.groupEps[id], aps) {
+		for _, g := range old.groups {
+			if g.GroupID == id {
+				if v, ok := old.groupValues[id]; ok {
+					if ps.groupValues == nil {
+						ps.groupValues = map[uint32]string{}
+					}
+					ps.groupValues[id] = v
+				}
+				return g
+			}
+		}
+	}
+	return selectGroup(id, endpointBuckets(eps))
+}
+
+// groupValue is groupValue of g, one of ps's groups, kept once computed.
+func (ps *programmedService) groupValue(g *openflow.GroupMod) string {
+	if v, ok := ps.groupValues[g.GroupID]; ok {
+		return v
+	}
+	if ps.groupValues == nil {
+		ps.groupValues = map[uint32]string{}
+	}
+	v := groupValue(g.GroupType, g.Buckets)
+	ps.groupValues[g.GroupID] = v
+	return v
 }
 
 // dnatKey is everything an EndpointDNAT flow depends on besides the
@@ -171,8 +216,13 @@ func tpDstField(proto uint8) openflow.Field {
 // serviceFlows computes a Service's flows and groups, allocating group ids.
 func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 	c := serviceObject(s.Key)
-	ps := &programmedService{svc: s, dnat: map[dnatKey]int{}}
 	old := p.services[s.Key] // its EndpointDNAT flows are reused
+	ps := &programmedService{svc: s}
+	if old != nil {
+		ps.dnat = make(map[dnatKey]int, len(old.dnat))
+	} else {
+		ps.dnat = map[dnatKey]int{}
+	}
 	for _, port := range s.Ports {
 		proto := ipProto(port.Protocol)
 		for _, external := range []bool{false, true} {
@@ -206,14 +256,14 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 			}
 			gid := p.groupIDs.alloc(owner)
 			ps.owners = append(ps.owners, owner)
-			ps.groups = append(ps.groups, p.endpointGroups(owner, gid, eps, &ps.owners)...)
+			ps.groups = append(ps.groups, p.endpointGroups(ps, old, owner, gid, eps)...)
 			for _, f := range fes {
 				ps.addFlow(serviceLB(c, proto, f, gid), "", "")
 				if s.Affinity.ClientIP {
 					ps.addFlow(serviceLBAffinity(c, proto, f, gid), "", "")
 				}
 			}
-			seen := map[netip.AddrPort]bool{}
+			seen := make(map[netip.AddrPort]bool, len(eps))
 			for _, e := range eps {
 				ap := netip.AddrPortFrom(e.Addr, e.Port)
 				if seen[ap] || !e.Addr.Is4() {
@@ -251,9 +301,10 @@ func (ps *programmedService) dnatFlow(k dnatKey) (int, bool) {
 	return i, ok
 }
 
-// endpointGroups builds the select group gid over eps: one group, or
-// children of at most maxBucketsPerGroup behind gid (children first).
-func (p *Pipeline) endpointGroups(owner string, gid uint32, eps []proxy.Endpoint, owners *[]string) []*openflow.GroupMod {
+// endpointGroups builds the select group gid over eps for ps: one group,
+// or children of at most maxBucketsPerGroup behind gid (children first);
+// groups whose endpoints are those they had in old are old's.
+func (p *Pipeline) endpointGroups(ps, old *programmedService, owner string, gid uint32, eps []proxy.Endpoint) []*openflow.GroupMod {
 	var v4 []proxy.Endpoint
 	for _, e := range eps {
 		if e.Addr.Is4() {
@@ -261,7 +312,7 @@ func (p *Pipeline) endpointGroups(owner string, gid uint32, eps []proxy.Endpoint
 		}
 	}
 	if len(v4) <= maxBucketsPerGroup {
-		return []*openflow.GroupMod{selectGroup(gid, endpointBuckets(v4))}
+		return []*openflow.GroupMod{ps.endpointGroup(old, gid, v4)}
 	}
 	n := (len(v4) + maxBucketsPerGroup - 1) / maxBucketsPerGroup
 	var out []*openflow.GroupMod
@@ -270,8 +321,8 @@ func (p *Pipeline) endpointGroups(owner string, gid uint32, eps []proxy.Endpoint
 		part := v4[i*len(v4)/n : (i+1)*len(v4)/n] // near-equal sizes
 		childOwner := fmt.Sprintf("%s#%d", owner, i)
 		child := p.groupIDs.alloc(childOwner)
-		*owners = append(*owners, childOwner)
-		out = append(out, selectGroup(child, endpointBuckets(part)))
+		ps.owners = append(ps.owners, childOwner)
+		out = append(out, ps.endpointGroup(old, child, part))
 		parent = append(parent, openflow.Bucket{Weight: uint16(len(part)), WatchPort: openflow.PortAny, WatchGroup: openflow.GroupAny,
 			Actions: openflow.Actions{openflow.ActionGroup{GroupID: child}}})
 	}
@@ -527,13 +578,14 @@ func (p *Pipeline) UpdateServices(ctx context.Context, updated []*proxy.Service,
 		old := p.services[s.Key]
 		now := p.serviceFlows(s)
 		oldGroups := map[uint32]*openflow.GroupMod{}
-		oldFlows := map[string]string{} // flowID → flowValue
+		var oldFlows map[string]string // flowID → flowValue
 		if old != nil {
 			res.StaleUDP = append(res.StaleUDP, staleUDP(old.svc, s)...)
 			for _, g := range old.groups {
 				oldGroups[g.GroupID] = g
 			}
 			ids, values := old.keys()
+			oldFlows = make(map[string]string, len(ids))
 			for i, id := range ids {
 				oldFlows[id] = values[i]
 			}
@@ -546,15 +598,15 @@ func (p *Pipeline) UpdateServices(ctx context.Context, updated []*proxy.Service,
 			case !ok:
 				groupAdds = append(groupAdds, g)
 				res.GroupsAdded++
-			case groupValue(o.GroupType, o.Buckets) != groupValue(g.GroupType, g.Buckets):
+			case old.groupValue(o) != now.groupValue(g):
 				m := *g
 				m.Command = openflow.GroupModify
 				groupAdds = append(groupAdds, &m)
 				res.GroupsModified++
 			}
 		}
-		nowFlows := map[string]bool{}
 		ids, values := now.keys()
+		nowFlows := make(map[string]bool, len(ids))
 		for i, f := range now.flows {
 			id := ids[i]
 			nowFlows[id] = true

@@ -20,42 +20,18 @@ import (
 // socket (docs/agent.md says how to start one); NAGARE_SERVICES sets how
 // many (default 10000), each with one TCP port and 3 endpoints.
 func TestProgramServicesIntoSwitch(t *testing.T) {
-	target := os.Getenv("NAGARE_OF")
-	if target == "" {
-		t.Skip("NAGARE_OF=unix:PATH of a running nagare-switch not set")
-	}
 	n := 10000
 	if s := os.Getenv("NAGARE_SERVICES"); s != "" {
 		fmt.Sscan(s, &n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	c, err := Dial(ctx, target)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, c, svcs := programScaleServices(ctx, t, n)
 	defer c.Close()
-	p := representativePipeline()
-	p.SetConn(c)
-	p.SetServices(nil)
-	if _, err := p.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	svcs := make([]*proxy.Service, n)
-	for i := range svcs {
-		svcs[i] = scaleService(i, 3, 0)
-	}
-	start := time.Now()
-	res, err := p.UpdateServices(ctx, svcs, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := time.Since(start)
-	t.Logf("%d Services (%d flows, %d groups) programmed in %v (to the barrier)", n, res.FlowsAdded, res.GroupsAdded, all)
 
 	// One Service's endpoint changes: only its group and two flows move.
-	start = time.Now()
-	res, err = p.UpdateServices(ctx, []*proxy.Service{scaleService(n/2, 3, 1)}, nil)
+	start := time.Now()
+	res, err := p.UpdateServices(ctx, []*proxy.Service{scaleService(n/2, 3, 1)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +62,37 @@ func TestProgramServicesIntoSwitch(t *testing.T) {
 	t.Logf("%d Services deleted in %v", n, time.Since(start))
 }
 
+// programScaleServices connects to the switch NAGARE_OF names (or skips),
+// syncs the representative node and programs n scaleServices, timing it.
+func programScaleServices(ctx context.Context, t *testing.T, n int) (*Pipeline, *Conn, []*proxy.Service) {
+	t.Helper()
+	target := os.Getenv("NAGARE_OF")
+	if target == "" {
+		t.Skip("NAGARE_OF=unix:PATH of a running nagare-switch not set")
+	}
+	c, err := Dial(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := representativePipeline()
+	p.SetConn(c)
+	p.SetServices(nil)
+	if _, err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	svcs := make([]*proxy.Service, n)
+	for i := range svcs {
+		svcs[i] = scaleService(i, 3, 0)
+	}
+	start := time.Now()
+	res, err := p.UpdateServices(ctx, svcs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d Services (%d flows, %d groups) programmed in %v (to the barrier)", n, res.FlowsAdded, res.GroupsAdded, time.Since(start))
+	return p, c, svcs
+}
+
 // scaleService is Service i: ClusterIP 10.96.x.y, TCP 80, eps endpoints
 // on node2's subnet (shifted by shift).
 func scaleService(i, eps, shift int) *proxy.Service {
@@ -112,10 +119,6 @@ func scaleService(i, eps, shift int) *proxy.Service {
 // about time. Runs only when NAGARE_OF names a running switch's socket
 // (docs/agent.md, Services: the commands).
 func TestServiceChangeLatency(t *testing.T) {
-	target := os.Getenv("NAGARE_OF")
-	if target == "" {
-		t.Skip("NAGARE_OF=unix:PATH of a running nagare-switch not set")
-	}
 	n, changes, big := 10000, 200, 5000
 	for env, v := range map[string]*int{"NAGARE_SERVICES": &n, "NAGARE_CHANGES": &changes, "NAGARE_BIG_ENDPOINTS": &big} {
 		if s := os.Getenv(env); s != "" {
@@ -127,27 +130,11 @@ func TestServiceChangeLatency(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	c, err := Dial(ctx, target)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, c, svcs := programScaleServices(ctx, t, n)
 	defer c.Close()
-	p := representativePipeline()
-	p.SetConn(c)
-	p.SetServices(nil)
-	if _, err := p.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	svcs := make([]*proxy.Service, n)
-	for i := range svcs {
-		svcs[i] = scaleService(i, 3, 0)
-	}
-	start := time.Now()
-	res, err := p.UpdateServices(ctx, svcs, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d Services (%d flows, %d groups) programmed in %v (to the barrier)", n, res.FlowsAdded, res.GroupsAdded, time.Since(start))
+	var res ServiceResult
+	var err error
+	var start time.Time
 
 	// On a shared machine wall time is mostly waiting for a CPU: the CPU
 	// each side spent per change is printed too (the switch's when
