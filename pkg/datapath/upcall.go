@@ -180,6 +180,16 @@ func (r *UpcallReader) ReadBatch(ups []Upcall) (int, error) {
 				break
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
+				if lingering && time.Now().Before(r.lingerUntil) {
+					// Stale: cilium's reader keeps the error of a wait
+					// that timed out but found a record, and returns it
+					// the next time the ring is empty, without waiting.
+					// Taken for "nothing more came", it would end the
+					// linger early, and records submitted without a
+					// wakeup would wait for the next one (a lost
+					// PACKET_IN until the client retransmits).
+					continue
+				}
 				r.lingerUntil = time.Time{} // nothing more came: wait for a wakeup
 				continue
 			}
@@ -203,6 +213,9 @@ func (r *UpcallReader) ReadWaiting(ups []Upcall) (int, error) {
 	n := 0
 	for n < len(ups) && r.waiting() {
 		if err := r.r.ReadInto(&r.rec); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue // a stale deadline of an earlier wait (ReadBatch): the record is still there
+			}
 			return n, err
 		}
 		if err := ups[n].UnmarshalBinary(r.rec.RawSample); err != nil {
