@@ -62,6 +62,9 @@ type Sample struct {
 	// FlowSetup and Revalidation are the flow-setup kinds' results.
 	FlowSetup    *FlowSetupResult    `json:"flow_setup,omitempty"`
 	Revalidation *RevalidationResult `json:"revalidation,omitempty"`
+	// ConnRate and Scale are the Service kinds' results (services.go).
+	ConnRate *ConnRateResult `json:"conn_rate,omitempty"`
+	Scale    []ScaleStep     `json:"scale,omitempty"`
 	// Isolation is the switch's cache after the sample's load step.
 	Isolation *IsolationResult `json:"isolation,omitempty"`
 	CPU       *CPUUsage        `json:"cpu,omitempty"`
@@ -325,6 +328,8 @@ type planeRun struct {
 	bar    *progressbar.ProgressBar
 	topo   *Topology
 	bgBusy float64
+	// svcIP is each Service measurement's ClusterIP (services.go).
+	svcIP map[string]string
 }
 
 // backgroundWindow is how long the VM's load is sampled before each data
@@ -437,6 +442,7 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 	if testHookBuilt != nil {
 		testHookBuilt(t)
 	}
+	t.Services = r.s.usesServices()
 	if err := r.dp.Setup(ctx, t); err != nil {
 		return r.failAll(fmt.Errorf("%s setup: %w", r.dp.Name(), err)), nil
 	}
@@ -455,6 +461,11 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 	for _, p := range t.Pairs {
 		if err := r.waitConnected(ctx, p[0], p[1]); err != nil {
 			return r.failAll(err), nil
+		}
+	}
+	if t.Services {
+		if err := r.setupServices(ctx); err != nil {
+			return r.failAll(fmt.Errorf("Services: %w", err)), nil
 		}
 	}
 
