@@ -66,7 +66,7 @@ type Options struct {
 	// what listens there: the lab's Kubernetes API server on the node's
 	// loopback (--kubernetes).
 	AgentInNodeNetns bool
-	Logf                  func(format string, args ...any)
+	Logf             func(format string, args ...any)
 	// DPU builds every node in DPU mode (docs/dpu.md): a DPU domain
 	// namespace <node>-dpu owns the uplink and external links and runs the
 	// switch (pinned to DPUCPUs), reached by the agent over the control

@@ -12,6 +12,7 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // Reports of the Service measurements: their cells and titles, the
@@ -245,6 +246,8 @@ func (res *Result) servicePlots(dir string, find rowFinder) error {
 				return err
 			}
 			l.Color, pts.Color = planeColor(pi.Name), planeColor(pi.Name)
+			l.Width, pts.Radius = vg.Points(3), vg.Points(4)
+			pts.Shape = draw.CircleGlyph{}
 			p.Add(l, pts)
 			leg.Add(pi.Name, l, pts)
 			lines++
