@@ -137,3 +137,6 @@ func (p *kubeProxyPlane) Teardown(_ context.Context, t *Topology) error {
 // Processes: kube-proxy only programs the kernel; packets never reach it.
 // Its CPU is in host CPU like the rest.
 func (*kubeProxyPlane) Processes() []int { return nil }
+
+// NodePortAddress is br0's address: the node's own, as a pod reaches it.
+func (*kubeProxyPlane) NodePortAddress(*Topology, *Node) (string, error) { return bridgeGateway, nil }

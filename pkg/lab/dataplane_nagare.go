@@ -314,3 +314,11 @@ func dpuCPUs() string { return "0" }
 func (*nagarePlane) UplinkSupport() error {
 	return notAvailable("the agent's pipeline has no uplink port towards a plain tester namespace (pods get IPAM addresses and are routed through its gateway); nagare-switch runs the same fast path with uplink ports")
 }
+
+// NodePortAddress: not yet. TODO(nodeport): nagare's NodePort from
+// outside the node is being built on branch nodeport; once it lands,
+// return the node's address here (and reach it from where the lab's
+// NodePort client sits) so seed3-containers' NodePort cell fills in.
+func (p *nagarePlane) NodePortAddress(*Topology, *Node) (string, error) {
+	return "", notAvailable("not yet: nagare's NodePort (from outside the node) is being built on branch nodeport")
+}

@@ -55,8 +55,8 @@ func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 		ip = "127.0.0.1"
 	}
 	target := ip // where the client sends: the server, or its Service
-	if m.Via == ViaClusterIP {
-		target = r.svcIP[m.Name]
+	if st, ok := r.svc[m.Name]; ok {
+		target = st.host
 	}
 	idx := r.measurementIndex(m.Name)
 	srvCPU := strconv.Itoa(r.s.CPUs.Server)
@@ -125,7 +125,11 @@ func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 			continue
 		}
 		r.bar.Describe(fmt.Sprintf("rep %d/%d %-18s %s %s %s", r.rep, r.s.Reps, r.dp.Name(), m.Name, tc.placement, tc.load.Name))
-		s, err := r.runClient(ctx, tc, client, target, port, extra)
+		cport := port
+		if st, ok := r.svc[m.Name]; ok {
+			cport = st.port // a NodePort's differs from the server's
+		}
+		s, err := r.runClient(ctx, tc, client, target, cport, extra)
 		if err != nil {
 			fail(tc, err)
 			continue

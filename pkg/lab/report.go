@@ -313,7 +313,11 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 				}
 			}
 			if len(na) > 0 {
-				fmt.Fprintf(w, "\nNot applicable (data plane scope): %s.\n", strings.Join(na, ", "))
+				why := "data plane scope"
+				if m.throughService() {
+					why = "no Service proxy, or data plane scope"
+				}
+				fmt.Fprintf(w, "\nNot applicable (%s): %s.\n", why, strings.Join(na, ", "))
 			}
 		}
 	}

@@ -204,7 +204,8 @@ func Run(ctx context.Context, s *Scenario, opts Options) (*Result, error) {
 			return nil, err
 		}
 		info := PlaneInfo{Name: name, Description: dp.Description(), Scope: dp.Scope().String()}
-		tests := applicableTests(s, dp.Scope())
+		tests, notYet := serviceTests(s, dp, applicableTests(s, dp.Scope()))
+		res.Samples = append(res.Samples, notYet...)
 		// A plane without uplink ports is skipped for that, whether it
 		// could run here or not.
 		if s.HasUplinks() {
@@ -328,8 +329,8 @@ type planeRun struct {
 	bar    *progressbar.ProgressBar
 	topo   *Topology
 	bgBusy float64
-	// svcIP is each Service measurement's ClusterIP (services.go).
-	svcIP map[string]string
+	// svc is where each measurement through a Service sends (services.go).
+	svc map[string]serviceTarget
 }
 
 // backgroundWindow is how long the VM's load is sampled before each data
@@ -442,7 +443,9 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 	if testHookBuilt != nil {
 		testHookBuilt(t)
 	}
-	t.Services = r.s.usesServices()
+	for _, tc := range r.tests {
+		t.Services = t.Services || tc.m.throughService()
+	}
 	if err := r.dp.Setup(ctx, t); err != nil {
 		return r.failAll(fmt.Errorf("%s setup: %w", r.dp.Name(), err)), nil
 	}

@@ -191,9 +191,10 @@ type MeasurementSpec struct {
 	With []FlowSpec `yaml:"with"`
 	// Via is where the client sends: "pod" (default) the server pod's
 	// address, "clusterip" a Service's ClusterIP whose endpoint is the
-	// server pod (services.go).
+	// server pod, "nodeport" that Service's NodePort on the node's
+	// address (services.go).
 	Via string `yaml:"via"`
-	// Baseline (via clusterip) names the pod-to-pod measurement this one
+	// Baseline (via clusterip or nodeport) names the pod-to-pod measurement this one
 	// is compared with in the report.
 	Baseline string `yaml:"baseline"`
 	// Streams (tcp) is iperf3's parallel streams (-P), default 1.
@@ -499,7 +500,7 @@ func (s *Scenario) Validate() error {
 		}
 		validateServices(m, where, bad)
 		if m.Baseline != "" && !slices.ContainsFunc(s.Measurements, func(b MeasurementSpec) bool {
-			return b.Name == m.Baseline && b.Kind == m.Kind && b.Via != ViaClusterIP
+			return b.Name == m.Baseline && b.Kind == m.Kind && !b.throughService()
 		}) {
 			bad("%s: baseline %q is not a pod-to-pod measurement of the same kind", where, m.Baseline)
 		}

@@ -45,7 +45,55 @@ const (
 const (
 	ViaPod       = "pod"
 	ViaClusterIP = "clusterip"
+	// ViaNodePort sends to the node's address and the Service's
+	// NodePort (a NodePort Service), from the client pod.
+	ViaNodePort = "nodeport"
 )
+
+// ServicePlane is a data plane with a Service proxy fed by the run's API
+// server (Topology.KubeAPI). Other planes are not applicable to the
+// measurements through Services.
+type ServicePlane interface {
+	// NodePortAddress is the node's address a pod sends NodePort
+	// traffic to, or an error (wrapping ErrNotAvailable) saying why this
+	// plane has no NodePort in the lab yet; its NodePort tests are then
+	// skipped with that reason.
+	NodePortAddress(t *Topology, n *Node) (string, error)
+}
+
+// throughService says whether m needs a Service proxy.
+func (m MeasurementSpec) throughService() bool {
+	return m.Via == ViaClusterIP || m.Via == ViaNodePort || m.Kind == KindServiceScale
+}
+
+// serviceTests keeps, of a data plane's tests, those it can run: tests
+// through Services need a ServicePlane (others are not applicable), and
+// NodePort tests one with NodePorts (others get skipped samples, with
+// the plane's reason).
+func serviceTests(s *Scenario, dp DataPlane, tests []test) (keep []test, skipped []Sample) {
+	sp, isSP := dp.(ServicePlane)
+	for _, tc := range tests {
+		switch {
+		case !tc.m.throughService():
+		case !isSP:
+			continue
+		case tc.m.Via == ViaNodePort:
+			if _, err := sp.NodePortAddress(nil, nil); err != nil {
+				skipped = append(skipped, newSample(s, dp.Name(), tc, 0, StatusSkipped, err.Error()))
+				continue
+			}
+		}
+		keep = append(keep, tc)
+	}
+	return keep, skipped
+}
+
+// serviceTarget is where a measurement through a Service sends: the
+// measured port's address, and the probe port's.
+type serviceTarget struct {
+	host, port string
+	probe      string // host:port
+}
 
 // Ports of the Service measurements, in the server pod.
 const (
@@ -64,7 +112,7 @@ const defaultConns = 16
 // usesServices says whether the scenario measures through Services.
 func (s *Scenario) usesServices() bool {
 	for _, m := range s.Measurements {
-		if m.Via == ViaClusterIP || m.Kind == KindServiceScale {
+		if m.throughService() {
 			return true
 		}
 	}
@@ -74,12 +122,15 @@ func (s *Scenario) usesServices() bool {
 // validateServices checks a measurement's Service fields.
 func validateServices(m MeasurementSpec, where string, bad func(string, ...any)) {
 	switch m.Via {
-	case "", ViaPod, ViaClusterIP:
+	case "", ViaPod, ViaClusterIP, ViaNodePort:
 	default:
-		bad("%s: via %q, want pod or clusterip", where, m.Via)
+		bad("%s: via %q, want pod, clusterip or nodeport", where, m.Via)
 	}
-	if m.Via == ViaClusterIP && m.Client == m.Server {
-		bad("%s: via clusterip needs a client other than the server", where)
+	if (m.Via == ViaClusterIP || m.Via == ViaNodePort) && m.Client == m.Server {
+		bad("%s: via %s needs a client other than the server", where, m.Via)
+	}
+	if m.Via != "" && m.Via != ViaPod && m.Kind != KindRTT && m.Kind != KindTCP && m.Kind != KindConnRate {
+		bad("%s: via %s: for rtt, tcp and conn-rate", where, m.Via)
 	}
 	if m.Streams != 0 && (m.Kind != KindTCP || m.Streams < 1 || m.Streams > 128) {
 		bad("%s: streams %d: for tcp, 1-128", where, m.Streams)
@@ -99,8 +150,8 @@ func validateServices(m MeasurementSpec, where string, bad func(string, ...any))
 	} else if len(m.Services) > 0 {
 		bad("%s: services: for service-scale only", where)
 	}
-	if m.Baseline != "" && m.Via != ViaClusterIP {
-		bad("%s: baseline is for via clusterip measurements", where)
+	if m.Baseline != "" && m.Via != ViaClusterIP && m.Via != ViaNodePort {
+		bad("%s: baseline is for measurements through a Service (via clusterip or nodeport)", where)
 	}
 }
 
@@ -134,9 +185,9 @@ func (r *planeRun) servicePorts(m MeasurementSpec) []corev1.ServicePort {
 
 // serviceObjects are a ClusterIP Service (address left to the API
 // server) and its EndpointSlice: one ready endpoint, the server pod.
-func serviceObjects(name, endpoint string, ports []corev1.ServicePort) (*corev1.Service, *discoveryv1.EndpointSlice) {
+func serviceObjects(name, endpoint string, typ corev1.ServiceType, ports []corev1.ServicePort) (*corev1.Service, *discoveryv1.EndpointSlice) {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: ports}}
+		Spec: corev1.ServiceSpec{Type: typ, Ports: ports}}
 	es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-lab", Namespace: metav1.NamespaceDefault,
 		Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "nagare-lab"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
@@ -148,17 +199,17 @@ func serviceObjects(name, endpoint string, ports []corev1.ServicePort) (*corev1.
 }
 
 // createService makes a Service and its EndpointSlice and returns the
-// ClusterIP the API server gave it.
-func (a *kubeAPI) createService(ctx context.Context, name, endpoint string, ports []corev1.ServicePort) (string, error) {
-	svc, es := serviceObjects(name, endpoint, ports)
+// Service as the API server completed it (ClusterIP, NodePorts).
+func (a *kubeAPI) createService(ctx context.Context, name, endpoint string, typ corev1.ServiceType, ports []corev1.ServicePort) (*corev1.Service, error) {
+	svc, es := serviceObjects(name, endpoint, typ, ports)
 	got, err := a.Client.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{})
 	if err != nil {
-		return "", fmt.Errorf("service %s: %w", name, err)
+		return nil, fmt.Errorf("service %s: %w", name, err)
 	}
 	if _, err := a.Client.DiscoveryV1().EndpointSlices(es.Namespace).Create(ctx, es, metav1.CreateOptions{}); err != nil {
-		return "", fmt.Errorf("endpointslice of %s: %w", name, err)
+		return nil, fmt.Errorf("endpointslice of %s: %w", name, err)
 	}
-	return got.Spec.ClusterIP, nil
+	return got, nil
 }
 
 // deleteService removes a Service and its EndpointSlice.
@@ -176,20 +227,21 @@ func (a *kubeAPI) deleteService(ctx context.Context, name string) error {
 
 // setupServices starts the probe listener in every server pod and makes
 // each measurement's Service, then waits until every one answers
-// through its ClusterIP from its client: the data plane's proxy has them.
+// through it from its client: the data plane's proxy has them.
 func (r *planeRun) setupServices(ctx context.Context) error {
 	t := r.topo
-	if t.kubeAPI == nil {
-		return fmt.Errorf("%s runs no Service proxy (the Services scenario compares nagare, kube-proxy-iptables and kube-proxy-nftables)", r.dp.Name())
+	sp, ok := r.dp.(ServicePlane)
+	if !ok || t.kubeAPI == nil {
+		return fmt.Errorf("%s runs no Service proxy", r.dp.Name())
 	}
-	r.svcIP = map[string]string{}
+	r.svc = map[string]serviceTarget{}
 	listening := map[string]bool{}
 	for _, tc := range r.tests {
 		m := tc.m
-		if m.Via != ViaClusterIP && m.Kind != KindServiceScale {
+		if !m.throughService() {
 			continue
 		}
-		if _, done := r.svcIP[m.Name]; done {
+		if _, done := r.svc[m.Name]; done {
 			continue
 		}
 		server := t.Pod(m.Server)
@@ -200,15 +252,34 @@ func (r *planeRun) setupServices(ctx context.Context) error {
 			listening[server.Name] = true
 		}
 		name := labServiceName(m.Name)
-		ip, err := t.kubeAPI.createService(ctx, name, server.IP, r.servicePorts(m))
+		typ := corev1.ServiceTypeClusterIP
+		if m.Via == ViaNodePort {
+			typ = corev1.ServiceTypeNodePort
+		}
+		ports := r.servicePorts(m)
+		svc, err := t.kubeAPI.createService(ctx, name, server.IP, typ, ports)
 		if err != nil {
 			return err
 		}
-		r.svcIP[m.Name] = ip
-		r.sh.logf("# Service default/%s: ClusterIP %s → %s (%s)", name, ip, server.Name, server.IP)
+		st := serviceTarget{host: svc.Spec.ClusterIP, port: strconv.Itoa(int(ports[0].Port))}
+		st.probe = net.JoinHostPort(st.host, strconv.Itoa(probePort))
+		if m.Via == ViaNodePort {
+			if st.host, err = sp.NodePortAddress(t, server.Node); err != nil {
+				return err
+			}
+			for _, p := range svc.Spec.Ports {
+				if p.Name == "probe" {
+					st.probe = net.JoinHostPort(st.host, strconv.Itoa(int(p.NodePort)))
+				} else {
+					st.port = strconv.Itoa(int(p.NodePort))
+				}
+			}
+		}
+		r.svc[m.Name] = st
+		r.sh.logf("# Service default/%s (%s): %s:%s → %s (%s)", name, typ, st.host, st.port, server.Name, server.IP)
 		start := time.Now()
-		if err := waitServing(ctx, t.Pod(m.Client), []string{ip}, 120*time.Second); err != nil {
-			return fmt.Errorf("service %s (%s) from %s: %w", name, ip, m.Client, err)
+		if err := waitServing(ctx, t.Pod(m.Client), []string{st.probe}, 120*time.Second); err != nil {
+			return fmt.Errorf("service %s (%s) from %s: %w", name, st.probe, m.Client, err)
 		}
 		r.sh.logf("#   answers from %s after %s", m.Client, time.Since(start).Round(time.Millisecond))
 	}
@@ -242,20 +313,20 @@ func startProbeListener(t *Topology, pod *Pod) error {
 
 func netnsPath(name string) string { return filepath.Join("/var/run/netns", name) }
 
-// waitServing connects from pod to every ip's probe port until each
+// waitServing connects from pod to every address (host:port) until each
 // connect succeeds (a refused or unanswered one is retried), for at
 // most timeout.
-func waitServing(ctx context.Context, pod *Pod, ips []string, timeout time.Duration) error {
+func waitServing(ctx context.Context, pod *Pod, addrs []string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	left := append([]string(nil), ips...)
+	left := append([]string(nil), addrs...)
 	var last error
 	err := ns.WithNetNSPath(netnsPath(pod.NS), func(ns.NetNS) error {
 		for len(left) > 0 {
 			var still []string
-			for _, ip := range left {
-				c, err := (&net.Dialer{Timeout: 200 * time.Millisecond}).DialContext(ctx, "tcp", net.JoinHostPort(ip, strconv.Itoa(probePort)))
+			for _, addr := range left {
+				c, err := (&net.Dialer{Timeout: 200 * time.Millisecond}).DialContext(ctx, "tcp", addr)
 				if err != nil {
-					still, last = append(still, ip), err
+					still, last = append(still, addr), err
 					continue
 				}
 				c.Close()
@@ -268,7 +339,7 @@ func waitServing(ctx context.Context, pod *Pod, ips []string, timeout time.Durat
 				return ctx.Err()
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%d of %d not answering after %s (last: %v)", len(left), len(ips), timeout, last)
+				return fmt.Errorf("%d of %d not answering after %s (last: %v)", len(left), len(addrs), timeout, last)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -442,7 +513,7 @@ func (r *planeRun) serviceScale(ctx context.Context, m MeasurementSpec) ([]Scale
 	t := r.topo
 	api := t.kubeAPI
 	client, server := t.Pod(m.Client), t.Pod(m.Server)
-	target := net.JoinHostPort(r.svcIP[m.Name], strconv.Itoa(probePort))
+	target := r.svc[m.Name].probe
 	fillers := 0 // fill-00001 .. fill-<fillers> exist
 	ports := []corev1.ServicePort{{Name: "probe", Protocol: corev1.ProtocolTCP, Port: probePort, TargetPort: intstr.FromInt32(probePort)}}
 	var steps []ScaleStep
@@ -456,8 +527,10 @@ func (r *planeRun) serviceScale(ctx context.Context, m MeasurementSpec) ([]Scale
 		var err error
 		if want > fillers {
 			err = parallel(ctx, fillers+1, want, func(i int) error {
-				ip, err := api.createService(ctx, fillerName(i), server.IP, ports)
-				ips[i] = ip
+				svc, err := api.createService(ctx, fillerName(i), server.IP, corev1.ServiceTypeClusterIP, ports)
+				if err == nil {
+					ips[i] = net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(probePort))
+				}
 				return err
 			})
 		} else if want < fillers {

@@ -41,6 +41,8 @@ func addServiceValues(s Sample, add func(col string, v float64)) {
 		}
 		if st.ProgrammedSeconds > 0 {
 			add(scaleColumn("programmed s", st.Services), st.ProgrammedSeconds)
+			// What the proxy adds once the API server has everything.
+			add(scaleColumn("lag s", st.Services), st.ProgrammedSeconds-st.APISeconds)
 		}
 	}
 }
@@ -58,7 +60,8 @@ func measurementColumns(m MeasurementSpec) []column {
 				column{fmt.Sprintf("p99 @%d", n), scaleColumn("first p99", n), 1, false},
 				column{fmt.Sprintf("failed @%d", n), scaleColumn("failed", n), 0, false},
 				column{fmt.Sprintf("API s @%d", n), scaleColumn("api s", n), 1, false},
-				column{fmt.Sprintf("programmed s @%d", n), scaleColumn("programmed s", n), 1, false})
+				column{fmt.Sprintf("programmed s @%d", n), scaleColumn("programmed s", n), 1, false},
+				column{fmt.Sprintf("after last write s @%d", n), scaleColumn("lag s", n), 2, false})
 		}
 		return append(cols, column{"bg busy %", "bg busy", 0, false})
 	}
@@ -80,7 +83,8 @@ func serviceWhat(m MeasurementSpec) string {
 			counts[i] = strconv.Itoa(n)
 		}
 		return fmt.Sprintf("Services programmed in turn: %s (each step adds or removes Services pointing at the server; "+
-			"API s = writing them, programmed s = first write until the last written and 8 others answer through their ClusterIPs); "+
+			"API s = writing them, programmed s = first write until the last written and 8 others answer through their ClusterIPs, "+
+			"after last write = programmed − API: what the proxy adds once the API server has every object); "+
 			"first RTT = connect() time of new TCP connections to the measured ClusterIP (up to %d per step)",
 			strings.Join(counts, " → "), firstPacketConnects)
 	}
@@ -89,8 +93,11 @@ func serviceWhat(m MeasurementSpec) string {
 
 // viaSuffix says where the client sends, for titles.
 func viaSuffix(m MeasurementSpec) string {
-	if m.Via == ViaClusterIP {
+	switch m.Via {
+	case ViaClusterIP:
 		return ", through a ClusterIP (its one endpoint the server)"
+	case ViaNodePort:
+		return ", through a NodePort on the node's address (its one endpoint the server)"
 	}
 	return ""
 }
@@ -141,7 +148,7 @@ func (res *Result) writeServices(w io.Writer, rows []*Row) {
 		metrics = append(metrics, metric{func(dp string) (float64, float64) { return cell(m, dp, col), cell(base, dp, col) }, prec})
 	}
 	for _, m := range s.Measurements {
-		if m.Kind == KindConnRate && m.Via == ViaClusterIP {
+		if m.Kind == KindConnRate && m.Via != "" && m.Via != ViaPod {
 			for _, kp := range kubeProxyPlanes {
 				hdr = append(hdr, fmt.Sprintf("%s conn/s (× %s)", m.Name, kp))
 				metrics = append(metrics, metric{func(dp string) (float64, float64) { return cell(m, dp, "conn/s"), cell(m, kp, "conn/s") }, 0})
@@ -160,6 +167,10 @@ func (res *Result) writeServices(w io.Writer, rows []*Row) {
 			metrics = append(metrics, metric{func(dp string) (float64, float64) {
 				return cell(m, dp, scaleColumn("programmed s", hi)), cell(m, "kube-proxy-nftables", scaleColumn("programmed s", hi))
 			}, 1})
+			hdr = append(hdr, fmt.Sprintf("%s s after the last write @%d (× kube-proxy-nftables)", m.Name, hi))
+			metrics = append(metrics, metric{func(dp string) (float64, float64) {
+				return cell(m, dp, scaleColumn("lag s", hi)), cell(m, "kube-proxy-nftables", scaleColumn("lag s", hi))
+			}, 2})
 		}
 	}
 	if len(metrics) == 0 {
