@@ -64,7 +64,8 @@ func (p *kubeProxyPlane) Setup(ctx context.Context, t *Topology) error {
 		return fmt.Errorf("%s: one node only (the Linux bridge pod network does not cross nodes)", p.Name())
 	}
 	n := nodes[0]
-	if err := addBridge(ctx, t, n); err != nil {
+	// The linux-bridge plane, then br0 as the pods' gateway.
+	if err := (&bridgePlane{}).Setup(ctx, t); err != nil {
 		return err
 	}
 	for _, c := range [][]string{
@@ -76,12 +77,6 @@ func (p *kubeProxyPlane) Setup(ctx context.Context, t *Topology) error {
 		}
 	}
 	for _, pod := range t.NodePods(n) {
-		if err := t.AddPodLink(ctx, pod, PodLinkOptions{}); err != nil {
-			return err
-		}
-		if err := t.IP(ctx, n.NS, "link", "set", pod.HostIf, "master", "br0"); err != nil {
-			return err
-		}
 		if err := t.IP(ctx, pod.NS, "route", "add", "default", "via", bridgeGateway); err != nil {
 			return err
 		}
