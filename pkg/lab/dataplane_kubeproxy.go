@@ -85,11 +85,10 @@ func (p *kubeProxyPlane) Setup(ctx context.Context, t *Topology) error {
 	if err != nil {
 		return err
 	}
-	addr := n.UnderlayIP
-	if addr == "" {
-		addr = bridgeGateway
-	}
-	if err := api.CreateNode(ctx, n.Name, kubeProxyPodCIDR, addr); err != nil {
+	// br0's address is the Node's: kube-proxy's nftables mode takes
+	// NodePorts on the Node's primary address only (its default
+	// --nodeport-addresses), iptables mode on every local one.
+	if err := api.CreateNode(ctx, n.Name, kubeProxyPodCIDR, bridgeGateway); err != nil {
 		return err
 	}
 	bin, err := kubeBinary("kube-proxy")
@@ -133,5 +132,5 @@ func (p *kubeProxyPlane) Teardown(_ context.Context, t *Topology) error {
 // Its CPU is in host CPU like the rest.
 func (*kubeProxyPlane) Processes() []int { return nil }
 
-// NodePortAddress is br0's address: the node's own, as a pod reaches it.
+// NodePortAddress is br0's address: the Node object's, as a pod reaches it.
 func (*kubeProxyPlane) NodePortAddress(*Topology, *Node) (string, error) { return bridgeGateway, nil }
