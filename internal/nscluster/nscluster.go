@@ -61,7 +61,12 @@ type Options struct {
 	PinRoot string
 	// AgentArgs and SwitchArgs are extra flags for every node's processes.
 	AgentArgs, SwitchArgs []string
-	Logf                  func(format string, args ...any)
+	// AgentInNodeNetns runs every agent inside its node's network
+	// namespace (nsenter --net) rather than beside it, so that it reaches
+	// what listens there: the lab's Kubernetes API server on the node's
+	// loopback (--kubernetes).
+	AgentInNodeNetns bool
+	Logf             func(format string, args ...any)
 	// DPU builds every node in DPU mode (docs/dpu.md): a DPU domain
 	// namespace <node>-dpu owns the uplink and external links and runs the
 	// switch (pinned to DPUCPUs), reached by the agent over the control
@@ -515,6 +520,9 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	args := append([]string{n.c.opt.Bin.Agent, "--node-name", n.Config.Name, "--cluster-file", n.c.ClusterFile(),
 		"--netns", n.NS, "--switch", "unix:" + n.SwitchSocket(), "--cni-socket", n.CNISocket(),
 		"--agent-socket", n.AgentSocket(), "--state-dir", n.StateDir()}, n.c.opt.AgentArgs...)
+	if n.c.opt.AgentInNodeNetns {
+		args = append([]string{"nsenter", "--net=" + n.NetnsPath(), "--"}, args...)
+	}
 	if n.DPUNS != "" {
 		args = append(args, "--mode", "dpu", "--dpu-netns", n.DPUNS, "--dpu-switch", "ssl:"+DPUControlAddr+":"+DPUControlPort,
 			"--pki-dir", n.PKIDir(), "--dpu-cpus", n.c.DPUCPUs(), "--bpffs", filepath.Join(n.c.opt.PinRoot, "agent-"+n.Config.Name))

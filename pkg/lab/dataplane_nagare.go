@@ -177,6 +177,11 @@ func (p *nagarePlane) Setup(ctx context.Context, t *Topology) error {
 		t.Sh.logf("# DPU mode: each node's %s moves into <node>-dpu, whose switch runs on CPU %s; direct forward %v", opt.DPUUplink, dpuCPUs(), p.df)
 		opt.DPUCPUs = dpuCPUs()
 	}
+	if t.Services {
+		if err := p.kubernetesServices(ctx, t, cc, &opt); err != nil {
+			return err
+		}
+	}
 	c, err := nscluster.Adopt(opt, nodeNS)
 	if err != nil {
 		return err
@@ -209,6 +214,31 @@ func (p *nagarePlane) Setup(ctx context.Context, t *Topology) error {
 		}
 		t.Sh.logf("#   → %s (MAC %s, host end %s)", pod.IP, pod.MAC, pod.HostIf)
 	}
+	return nil
+}
+
+// kubernetesServices makes the agents take their Services from the run's
+// API server (nagare-agent --kubernetes), the objects kube-proxy reads in
+// the peer planes: each agent runs in its node's namespace, where the API
+// server listens, and finds its node in a Node object made here (pod
+// CIDR, underlay address). The lab's pods have no Pod objects: the
+// agents' check for leaked allocations, which would take them for gone,
+// is put off past any run.
+func (p *nagarePlane) kubernetesServices(ctx context.Context, t *Topology, cc *config.Cluster, opt *nscluster.Options) error {
+	if p.dpu {
+		return fmt.Errorf("%s: Services are measured on nagare in host mode only", p.Name())
+	}
+	api, err := t.KubeAPI(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range cc.Nodes {
+		if err := api.CreateNode(ctx, n.Name, n.PodCIDR.String(), n.Underlay.String()); err != nil {
+			return err
+		}
+	}
+	opt.AgentInNodeNetns = true
+	opt.AgentArgs = append(opt.AgentArgs, "--kubernetes", "--kubeconfig", api.Kubeconfig, "--gc-interval", "24h")
 	return nil
 }
 
@@ -283,4 +313,12 @@ func dpuCPUs() string { return "0" }
 // offloaded) stands for it in scenarios with uplinks.
 func (*nagarePlane) UplinkSupport() error {
 	return notAvailable("the agent's pipeline has no uplink port towards a plain tester namespace (pods get IPAM addresses and are routed through its gateway); nagare-switch runs the same fast path with uplink ports")
+}
+
+// NodePortAddress: not yet. TODO(nodeport): nagare's NodePort from
+// outside the node is being built on branch nodeport; once it lands,
+// return the node's address here (and reach it from where the lab's
+// NodePort client sits) so seed3-containers' NodePort cell fills in.
+func (p *nagarePlane) NodePortAddress(*Topology, *Node) (string, error) {
+	return "", notAvailable("not yet: nagare's NodePort (from outside the node) is being built on branch nodeport")
 }

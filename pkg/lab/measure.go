@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -44,11 +45,18 @@ func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 	if isFlowSetupKind(m.Kind) {
 		return r.runFlowSetup(ctx, tests) // no server process: flowsetup.go
 	}
+	if m.Kind == KindServiceScale {
+		return r.runServiceScale(ctx, tests) // the probe listener serves: services.go
+	}
 	t := r.topo
 	client, server := t.Pod(m.Client), t.Pod(m.Server)
 	ip := server.IP
 	if client == server {
 		ip = "127.0.0.1"
+	}
+	target := ip // where the client sends: the server, or its Service
+	if st, ok := r.svc[m.Name]; ok {
+		target = st.host
 	}
 	idx := r.measurementIndex(m.Name)
 	srvCPU := strconv.Itoa(r.s.CPUs.Server)
@@ -69,10 +77,17 @@ func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 		out = append(out, r.sample(tc, StatusFailed, err.Error()))
 		r.bar.Add(1)
 	}
-	args := append([]string{"ip", "netns", "exec", server.NS, "taskset", "-c", srvCPU}, srvArgs...)
-	srv, err := r.sh.Start(t.Cleanup, ready, args...)
-	if err == nil {
-		err = srv.WaitReady(ctx, 10*time.Second)
+	var srv *Proc
+	var err error
+	if m.Kind == KindConnRate {
+		port = strconv.Itoa(httpPort)
+		srv, err = r.startNginx(ctx, server, srvCPU)
+	} else {
+		args := append([]string{"ip", "netns", "exec", server.NS, "taskset", "-c", srvCPU}, srvArgs...)
+		srv, err = r.sh.Start(t.Cleanup, ready, args...)
+		if err == nil {
+			err = srv.WaitReady(ctx, 10*time.Second)
+		}
 	}
 	if err != nil {
 		for _, tc := range tests {
@@ -110,7 +125,11 @@ func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 			continue
 		}
 		r.bar.Describe(fmt.Sprintf("rep %d/%d %-18s %s %s %s", r.rep, r.s.Reps, r.dp.Name(), m.Name, tc.placement, tc.load.Name))
-		s, err := r.runClient(ctx, tc, client, ip, port, extra)
+		cport := port
+		if st, ok := r.svc[m.Name]; ok {
+			cport = st.port // a NodePort's differs from the server's
+		}
+		s, err := r.runClient(ctx, tc, client, target, cport, extra)
 		if err != nil {
 			fail(tc, err)
 			continue
@@ -149,6 +168,9 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port
 		if m.Reverse {
 			a = append(a, "-R")
 		}
+		if m.Streams > 1 {
+			a = append(a, "-P", strconv.Itoa(m.Streams))
+		}
 		return a
 	}
 	args := []string{"ip", "netns", "exec", client.NS, "taskset", "-c", strconv.Itoa(cpu)}
@@ -157,6 +179,14 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port
 		args = append(args, "sockperf", "ping-pong", "-i", ip, "-p", port, "-m", strconv.Itoa(m.Size), "-t", secs)
 	case KindTCP, KindUDPPPS:
 		args = append(args, iperfArgs(ip, port)...)
+	case KindConnRate:
+		conns := m.Conns
+		if conns == 0 {
+			conns = defaultConns
+		}
+		// One request per connection: the client asks the server to close.
+		args = append(args, "wrk", "-t1", "-c"+strconv.Itoa(conns), "-d"+secs+"s", "--latency",
+			"-H", "Connection: close", "http://"+net.JoinHostPort(ip, port)+"/")
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(m.Duration)+30*time.Second)
 	defer cancel()
@@ -243,6 +273,12 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port
 			v.Retransmits += w.Retransmits
 		}
 		smp.TCP = &v
+	case KindConnRate:
+		v, err := ParseWrk(output)
+		if err != nil {
+			return smp, err
+		}
+		smp.ConnRate = &v
 	case KindUDPPPS:
 		v, err := ParseIperfUDP(output)
 		if err != nil {

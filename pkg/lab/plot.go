@@ -172,6 +172,9 @@ func (res *Result) WritePlots(dir string) error {
 	if err := res.flowSetupPlots(dir); err != nil {
 		return err
 	}
+	if err := res.servicePlots(dir, find); err != nil {
+		return err
+	}
 	if err := res.vsPods(dir, find); err != nil {
 		return err
 	}

@@ -97,6 +97,7 @@ func (res *Result) Rows() []*Row {
 			}
 		}
 		addFlowSetupValues(s, add)
+		addServiceValues(s, add)
 		if r := s.Isolation; r != nil {
 			add("flows", float64(r.Flows))
 			add("masks", float64(r.Masks))
@@ -225,7 +226,13 @@ func (res *Result) measurementTitle(m MeasurementSpec, placement string) string 
 		what = fmt.Sprintf("UDP %d B flood packet rate (iperf3 -b 0)", m.Size)
 	case KindFlowSetup, KindRevalidation:
 		what = flowSetupWhat(m)
+	case KindConnRate, KindServiceScale:
+		what = serviceWhat(m)
 	}
+	if m.Streams > 1 {
+		what = strings.Replace(what, "1 stream", fmt.Sprintf("%d streams", m.Streams), 1)
+	}
+	what += viaSuffix(m)
 	cpus := fmt.Sprintf("client CPU %d, server CPU %d, switch unpinned", s.CPUs.Client, s.CPUs.Server)
 	if placement == SameCore {
 		cpus = fmt.Sprintf("client, server and switch on CPU %d", s.CPUs.Server)
@@ -257,7 +264,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	for _, m := range s.Measurements {
 		for _, pl := range m.Placements {
 			fmt.Fprintf(w, "\n### %s\n\n", res.measurementTitle(m, pl))
-			cols := columnsFor(m.Kind)
+			cols := measurementColumns(m)
 			hdr := []string{}
 			if multiLoad {
 				hdr = append(hdr, "load")
@@ -306,7 +313,11 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 				}
 			}
 			if len(na) > 0 {
-				fmt.Fprintf(w, "\nNot applicable (data plane scope): %s.\n", strings.Join(na, ", "))
+				why := "data plane scope"
+				if m.throughService() {
+					why = "no Service proxy, or data plane scope"
+				}
+				fmt.Fprintf(w, "\nNot applicable (%s): %s.\n", why, strings.Join(na, ", "))
 			}
 		}
 	}
@@ -316,6 +327,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	res.writeCost(w, rows)
 	res.writePaper(w, rows)
 	res.writeFlowSetupVsOVS(w, rows)
+	res.writeServices(w, rows)
 	res.writeIsolation(w, rows)
 	var failures []string
 	for _, row := range rows {
@@ -421,11 +433,13 @@ func (res *Result) writeCost(w io.Writer, rows []*Row) {
 	var hdr []string
 	cells := map[string][]string{} // data plane -> cells
 	for _, m := range s.Measurements {
-		if isFlowSetupKind(m.Kind) {
-			continue // their own table compares the switches (flowsetup_report.go)
+		if isFlowSetupKind(m.Kind) || m.Kind == KindServiceScale {
+			continue // their own tables compare them (flowsetup_report.go, services_report.go)
 		}
 		col, unit, prec := "p50", "p50 µs", 1
 		switch m.Kind {
+		case KindConnRate:
+			col, unit, prec = "conn/s", "conn/s", 0
 		case KindTCP:
 			col, unit, prec = "gbps", "Gbit/s", 2
 		case KindUDPPPS:
@@ -482,7 +496,7 @@ func (res *Result) writeCost(w io.Writer, rows []*Row) {
 var csvHeader = append([]string{"dataplane", "measurement", "kind", "client", "server", "scope", "placement", "load", "rep", "status", "error",
 	"start", "rtt_min_us", "rtt_avg_us", "rtt_p50_us", "rtt_p90_us", "rtt_p99_us", "rtt_p99_9_us", "rtt_max_us", "trans_per_s",
 	"tcp_gbps", "tcp_retransmits", "udp_rx_pps", "udp_tx_pps", "udp_loss_pct",
-	"background_busy_pct", "window_s", "switch_procs", "switch_cpu_s", "host_cpu_s", "host_busy_per_cpu", "softirqs_per_cpu", "net_rx_softirqs", "interrupts_per_cpu"}, flowSetupCSVHeader...)
+	"background_busy_pct", "window_s", "switch_procs", "switch_cpu_s", "host_cpu_s", "host_busy_per_cpu", "softirqs_per_cpu", "net_rx_softirqs", "interrupts_per_cpu"}, append(flowSetupCSVHeader, servicesCSVHeader...)...)
 
 // WriteCSV writes one line per sample (per repetition, unaggregated).
 func (res *Result) WriteCSV(w io.Writer) error {
@@ -521,7 +535,8 @@ func (res *Result) WriteCSV(w io.Writer) error {
 		} else {
 			rec = append(rec, "", strconv.Itoa(s.SwitchProcs), "", "", "", "", "", "")
 		}
-		cw.Write(append(rec, flowSetupCSV(s)...))
+		rec = append(rec, flowSetupCSV(s)...)
+		cw.Write(append(rec, servicesCSV(s)...))
 	}
 	cw.Flush()
 	return cw.Error()

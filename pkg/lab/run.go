@@ -62,6 +62,9 @@ type Sample struct {
 	// FlowSetup and Revalidation are the flow-setup kinds' results.
 	FlowSetup    *FlowSetupResult    `json:"flow_setup,omitempty"`
 	Revalidation *RevalidationResult `json:"revalidation,omitempty"`
+	// ConnRate and Scale are the Service kinds' results (services.go).
+	ConnRate *ConnRateResult `json:"conn_rate,omitempty"`
+	Scale    []ScaleStep     `json:"scale,omitempty"`
 	// Isolation is the switch's cache after the sample's load step.
 	Isolation *IsolationResult `json:"isolation,omitempty"`
 	CPU       *CPUUsage        `json:"cpu,omitempty"`
@@ -201,7 +204,8 @@ func Run(ctx context.Context, s *Scenario, opts Options) (*Result, error) {
 			return nil, err
 		}
 		info := PlaneInfo{Name: name, Description: dp.Description(), Scope: dp.Scope().String()}
-		tests := applicableTests(s, dp.Scope())
+		tests, notYet := serviceTests(s, dp, applicableTests(s, dp.Scope()))
+		res.Samples = append(res.Samples, notYet...)
 		// A plane without uplink ports is skipped for that, whether it
 		// could run here or not.
 		if s.HasUplinks() {
@@ -325,6 +329,8 @@ type planeRun struct {
 	bar    *progressbar.ProgressBar
 	topo   *Topology
 	bgBusy float64
+	// svc is where each measurement through a Service sends (services.go).
+	svc map[string]serviceTarget
 }
 
 // backgroundWindow is how long the VM's load is sampled before each data
@@ -437,6 +443,9 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 	if testHookBuilt != nil {
 		testHookBuilt(t)
 	}
+	for _, tc := range r.tests {
+		t.Services = t.Services || tc.m.throughService()
+	}
 	if err := r.dp.Setup(ctx, t); err != nil {
 		return r.failAll(fmt.Errorf("%s setup: %w", r.dp.Name(), err)), nil
 	}
@@ -455,6 +464,11 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 	for _, p := range t.Pairs {
 		if err := r.waitConnected(ctx, p[0], p[1]); err != nil {
 			return r.failAll(err), nil
+		}
+	}
+	if t.Services {
+		if err := r.setupServices(ctx); err != nil {
+			return r.failAll(fmt.Errorf("Services: %w", err)), nil
 		}
 	}
 

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -188,6 +189,20 @@ type MeasurementSpec struct {
 	// overcommit (udp-pps: each flow's throughput and loss are reported),
 	// seed 004's VMs split over two uplinks (tcp: summed, as Also).
 	With []FlowSpec `yaml:"with"`
+	// Via is where the client sends: "pod" (default) the server pod's
+	// address, "clusterip" a Service's ClusterIP whose endpoint is the
+	// server pod, "nodeport" that Service's NodePort on the node's
+	// address (services.go).
+	Via string `yaml:"via"`
+	// Baseline (via clusterip or nodeport) names the pod-to-pod measurement this one
+	// is compared with in the report.
+	Baseline string `yaml:"baseline"`
+	// Streams (tcp) is iperf3's parallel streams (-P), default 1.
+	Streams int `yaml:"streams"`
+	// Conns (conn-rate) is wrk's open connections (-c), default 16.
+	Conns int `yaml:"conns"`
+	// Services (service-scale) are the Service counts to step through.
+	Services []int `yaml:"services"`
 }
 
 // FlowSpec is one more flow of a multi-flow measurement.
@@ -479,8 +494,15 @@ func (s *Scenario) Validate() error {
 		case KindRTT, KindTCP, KindUDPPPS:
 		case KindFlowSetup, KindRevalidation:
 			validateFlowSetup(m, where, bad)
+		case KindConnRate, KindServiceScale:
 		default:
-			bad("%s: unknown kind %q (want rtt, tcp, udp-pps, flow-setup or revalidation)", where, m.Kind)
+			bad("%s: unknown kind %q (want rtt, tcp, udp-pps, flow-setup, revalidation, conn-rate or service-scale)", where, m.Kind)
+		}
+		validateServices(m, where, bad)
+		if m.Baseline != "" && !slices.ContainsFunc(s.Measurements, func(b MeasurementSpec) bool {
+			return b.Name == m.Baseline && b.Kind == m.Kind && !b.throughService()
+		}) {
+			bad("%s: baseline %q is not a pod-to-pod measurement of the same kind", where, m.Baseline)
 		}
 		for _, role := range []struct{ name, pod string }{{"client", m.Client}, {"server", m.Server}} {
 			if _, ok := pods[role.pod]; !ok {
@@ -531,7 +553,7 @@ func (s *Scenario) Validate() error {
 		case m.Kind == KindUDPPPS && (m.Size < 16 || m.Size > 8192):
 			// Past the pod MTU the datagram is fragmented: seed 001's 8192 B case.
 			bad("%s: size %d, want 16-8192 bytes", where, m.Size)
-		case m.Kind != KindTCP && m.Kind != KindUDPPPS && (m.Size < 16 || m.Size > 1400):
+		case m.Kind != KindTCP && m.Kind != KindUDPPPS && m.Kind != KindConnRate && m.Kind != KindServiceScale && (m.Size < 16 || m.Size > 1400):
 			bad("%s: size %d, want 16-1400 bytes", where, m.Size)
 		}
 	}

@@ -11,19 +11,24 @@ import (
 // toolPackages names the Debian package that provides each tool the lab
 // runs, for the "install it with" messages.
 var toolPackages = map[string]string{
-	"ip":           "iproute2",
-	"ethtool":      "ethtool",
-	"ping":         "iputils-ping",
-	"taskset":      "util-linux",
-	"sysctl":       "procps",
-	"sockperf":     "sockperf",
-	"iperf3":       "iperf3",
-	"stress-ng":    "stress-ng",
-	"ovs-vswitchd": "openvswitch-switch",
-	"ovsdb-server": "openvswitch-switch",
-	"ovsdb-tool":   "openvswitch-common",
-	"ovs-vsctl":    "openvswitch-switch",
-	"ovs-appctl":   "openvswitch-common",
+	"ip":               "iproute2",
+	"ethtool":          "ethtool",
+	"ping":             "iputils-ping",
+	"taskset":          "util-linux",
+	"sysctl":           "procps",
+	"sockperf":         "sockperf",
+	"iperf3":           "iperf3",
+	"stress-ng":        "stress-ng",
+	"ovs-vswitchd":     "openvswitch-switch",
+	"ovsdb-server":     "openvswitch-switch",
+	"ovsdb-tool":       "openvswitch-common",
+	"ovs-vsctl":        "openvswitch-switch",
+	"ovs-appctl":       "openvswitch-common",
+	"wrk":              "wrk",
+	"nginx":            "nginx-light",
+	"etcd":             "etcd-server",
+	"nft":              "nftables",
+	"iptables-restore": "iptables",
 }
 
 // geteuid is os.Geteuid, replaceable in tests.
@@ -55,9 +60,13 @@ func MissingTools(tools ...string) []string {
 func (s *Scenario) requiredTools() []string {
 	tools := []string{"ip", "ethtool", "ping", "taskset", "sysctl"}
 	for _, m := range s.Measurements {
-		if m.Kind == KindRTT {
+		switch m.Kind {
+		case KindRTT:
 			tools = append(tools, "sockperf")
-		} else {
+		case KindConnRate:
+			tools = append(tools, "wrk", "nginx")
+		case KindServiceScale:
+		default:
 			tools = append(tools, "iperf3")
 		}
 	}

@@ -43,6 +43,11 @@ type Topology struct {
 	Sh *Shell
 	// TempDir is a scratch directory of this run (removed by Cleanup).
 	TempDir string
+	// Services says the scenario measures through Services: the data
+	// plane must run a Service proxy fed by the run's Kubernetes API
+	// server (KubeAPI).
+	Services bool
+	kubeAPI  *kubeAPI
 }
 
 // Node is a node network namespace.
