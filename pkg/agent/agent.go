@@ -153,6 +153,7 @@ type Agent struct {
 
 	services       *proxy.Tracker // the desired service state (services.go)
 	unresolvedPods atomic.Value   // cluster-file endpoint pods not on this node, last logged
+	nodePorts      nodePortState  // the NodePort sets last written (nodeports.go)
 }
 
 // New checks the configuration; Run does the work.
@@ -286,6 +287,9 @@ func (a *Agent) setupNode() error {
 		if err := a.net.EnsureServiceRoute(c.ServiceCIDR, pipeline.RemoteGatewayMAC); err != nil {
 			return fmt.Errorf("service route: %w", err)
 		}
+	}
+	if err := a.setupNodePorts(); err != nil {
+		return fmt.Errorf("nodeport steering: %w", err)
 	}
 	ext := a.node.ExternalInterface
 	if ext == "" {
