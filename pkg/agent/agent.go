@@ -392,6 +392,7 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 		// the informers may not have synced yet; then the same gap.)
 		a.services.Take()
 		a.pl.SetServices(a.services.Services())
+		a.syncNodePorts() // that Take's NodePorts, which serviceLoop will not see
 	}
 	if old != nil {
 		old.Close()
