@@ -16,13 +16,15 @@ import (
 // arrives there (from outside, or from the node itself) is DNATed by the
 // agent's nftables table (pkg/agent/nodeport) to nodeport.Address, which
 // is routed into the switch like the service CIDR, and is one more
-// NodePort frontend.
+// NodePort frontend. LoadBalancer ingress IPs and external IPs are routed
+// into the switch each (a /32), where they are frontends themselves.
 
 // nodePortState is what the agent last wrote into the NodePort sets.
 type nodePortState struct {
-	mu   sync.Mutex
-	last []nodeport.Port
-	ok   bool // the table exists (setupNodePorts succeeded)
+	mu     sync.Mutex
+	last   []nodeport.Port
+	ok     bool                // the table exists (setupNodePorts succeeded)
+	routed map[netip.Addr]bool // LoadBalancer / external IPs routed into the switch
 }
 
 // setupNodePorts routes nodeport.Address into the switch and makes the
@@ -60,19 +62,27 @@ func (a *Agent) nodePortAddresses() []netip.Addr {
 	return append(out, nodeport.Address)
 }
 
-// wantNodePorts lists the NodePorts of the programmed Services, sorted.
-func wantNodePorts(svcs []*proxy.Service) []nodeport.Port {
+// wantNodePorts lists the NodePorts of the programmed Services, and their
+// LoadBalancer ingress and external IPs' ports unless an address is one
+// of own (the node's stack answers for those: not steered), sorted.
+func wantNodePorts(svcs []*proxy.Service, own []netip.Addr) []nodeport.Port {
 	seen := map[nodeport.Port]bool{}
 	var out []nodeport.Port
+	add := func(np nodeport.Port) {
+		if !seen[np] {
+			seen[np] = true
+			out = append(out, np)
+		}
+	}
 	for _, s := range svcs {
 		for _, p := range s.Ports {
-			if p.NodePort == 0 {
-				continue
+			if p.NodePort != 0 {
+				add(nodeport.Port{Proto: p.Protocol.Number(), Port: p.NodePort, Local: s.ExternalLocal})
 			}
-			np := nodeport.Port{Proto: p.Protocol.Number(), Port: p.NodePort, Local: s.ExternalLocal}
-			if !seen[np] {
-				seen[np] = true
-				out = append(out, np)
+			for _, f := range p.Frontends {
+				if (f.Kind == proxy.FrontendLoadBalancer || f.Kind == proxy.FrontendExternalIP) && f.Addr.Is4() && !slices.Contains(own, f.Addr) {
+					add(nodeport.Port{Addr: f.Addr, Proto: p.Protocol.Number(), Port: f.Port, Local: s.ExternalLocal})
+				}
 			}
 		}
 	}
@@ -80,18 +90,43 @@ func wantNodePorts(svcs []*proxy.Service) []nodeport.Port {
 	return out
 }
 
-// syncNodePorts writes the NodePort sets if they changed (one atomic batch).
+// syncNodePorts writes the NodePort sets if they changed (one atomic
+// batch) and routes the LoadBalancer / external IPs into the switch.
 func (a *Agent) syncNodePorts() {
-	want := wantNodePorts(a.services.Services())
+	want := wantNodePorts(a.services.Services(), a.nodePortAddresses())
 	a.nodePorts.mu.Lock()
 	defer a.nodePorts.mu.Unlock()
 	if !a.nodePorts.ok || nodeport.Equal(want, a.nodePorts.last) {
 		return
 	}
+	// The sets before the routes: a route without its address in the
+	// external set would let Cluster traffic into the switch unmasqueraded.
 	if err := nodeport.Update(a.nodeNetns(), want); err != nil {
 		a.log.Error("nodeport: updating the NodePort sets", "err", err, "nodeports", len(want))
 		return
 	}
 	a.nodePorts.last = want
-	a.log.Info("nodeport: NodePorts steered into the switch", "nodeports", len(want))
+	routes := map[netip.Addr]bool{}
+	for _, p := range want {
+		if p.Addr.IsValid() {
+			routes[p.Addr] = true
+		}
+	}
+	for addr := range routes {
+		if !a.nodePorts.routed[addr] {
+			if err := a.net.EnsureServiceRoute(netip.PrefixFrom(addr, 32), pipeline.RemoteGatewayMAC); err != nil {
+				a.log.Error("nodeport: routing a LoadBalancer / external IP into the switch", "addr", addr, "err", err)
+				delete(routes, addr)
+			}
+		}
+	}
+	for addr := range a.nodePorts.routed {
+		if !routes[addr] {
+			if err := a.net.DelServiceRoute(netip.PrefixFrom(addr, 32)); err != nil {
+				a.log.Error("nodeport: removing a LoadBalancer / external IP's route", "addr", addr, "err", err)
+			}
+		}
+	}
+	a.nodePorts.routed = routes
+	a.log.Info("nodeport: NodePorts and external addresses steered into the switch", "entries", len(want), "routed", len(routes))
 }

@@ -30,7 +30,11 @@ func TestServicesNodePort(t *testing.T) {
 	}
 	cc.Services = append(cc.Services,
 		config.Service{Name: "np-cluster", Type: "NodePort", ClusterIP: "10.96.0.20", Ports: port(30090), Endpoints: []string{"10.77.1.2", "10.77.2.2"}},
-		config.Service{Name: "np-local", Type: "NodePort", ClusterIP: "10.96.0.21", ExternalTrafficPolicy: "Local", Ports: port(30091), Endpoints: []string{"10.77.1.2", "10.77.2.2"}})
+		config.Service{Name: "np-local", Type: "NodePort", ClusterIP: "10.96.0.21", ExternalTrafficPolicy: "Local", Ports: port(30091), Endpoints: []string{"10.77.1.2", "10.77.2.2"}},
+		config.Service{Name: "lb-cluster", Type: "LoadBalancer", ClusterIP: "10.96.0.22", LoadBalancerIPs: []string{"203.0.113.9"},
+			Ports: port(30092), Endpoints: []string{"10.77.1.2", "10.77.2.2"}},
+		config.Service{Name: "lb-local", Type: "LoadBalancer", ClusterIP: "10.96.0.23", ExternalIPs: []string{"203.0.113.10"}, ExternalTrafficPolicy: "Local",
+			Ports: port(30093), Endpoints: []string{"10.77.1.2", "10.77.2.2"}})
 	c := newCluster(t, cc)
 	ctx := ctxT(t, 3*time.Minute)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
@@ -51,6 +55,9 @@ func TestServicesNodePort(t *testing.T) {
 	ext := nstest.NS{Name: c.External, Path: "/var/run/netns/" + c.External}
 	gw1, gw2 := n1.Config.Gateway().String(), n2.Config.Gateway().String()
 	ul1, ul2 := n1.Config.Underlay.String(), n2.Config.Underlay.String()
+	// The external host's router sends the balancer's addresses to node 1
+	// (TEST-NET-3: these namespaces are the whole network).
+	ext.IP(t, "route", "add", "203.0.113.0/24", "via", n1.ExtAddr)
 
 	cases := []struct {
 		name      string
@@ -69,6 +76,9 @@ func TestServicesNodePort(t *testing.T) {
 		{"external host to node 2, Cluster", ext, n2.ExtAddr + ":30090", []string{"srv1", "srv2"}, gw2},
 		{"external host to node 1, Local", ext, n1.ExtAddr + ":30091", []string{"srv1"}, nscluster.ExternalHost},
 		{"external host to node 2, Local", ext, n2.ExtAddr + ":30091", []string{"srv2"}, nscluster.ExternalHost},
+		{"external host to a LoadBalancer IP, Cluster", ext, "203.0.113.9:80", []string{"srv1", "srv2"}, gw1},
+		{"external host to an external IP, Local", ext, "203.0.113.10:80", []string{"srv1"}, nscluster.ExternalHost},
+		{"pod to a LoadBalancer IP", podNS(cli), "203.0.113.9:80", []string{"srv1", "srv2"}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(strings.ReplaceAll(tc.name, " ", "-"), func(t *testing.T) {

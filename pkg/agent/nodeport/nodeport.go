@@ -14,11 +14,18 @@
 //	    type nat hook output priority dstnat;
 //	    ip daddr != 127.0.0.0/8 fib daddr type local meta l4proto . th dport @nodeports counter dnat to 169.254.0.252
 //	  }
+//	  set external  { type ipv4_addr . inet_proto . inet_service; }  # LoadBalancer / external IPs, Cluster policy
 //	  chain postrouting {                                  # Cluster policy: replies must come back here
 //	    type nat hook postrouting priority srcnat;
 //	    oifname "nagare-gw0" ip daddr 169.254.0.252 meta l4proto . th dport != @local counter masquerade
+//	    oifname "nagare-gw0" ip daddr . meta l4proto . th dport @external counter masquerade
 //	  }
 //	}
+//
+// LoadBalancer ingress IPs and external IPs are not the node's: the agent
+// routes each into the switch (a /32 like the service CIDR), whose
+// ServiceLB has them as frontends, so they need no DNAT; the external set
+// only masquerades those of Cluster policy, for the same reason as above.
 //
 // Why a virtual address: the node's addresses belong to its stack, which
 // answers or drops what arrives for them; the switch only sees what is
@@ -65,12 +72,15 @@ const TableName = "nagare-nodeport"
 var Address = netip.MustParseAddr("169.254.0.252")
 
 const (
-	setAll   = "nodeports"
-	setLocal = "local"
+	setAll      = "nodeports"
+	setLocal    = "local"
+	setExternal = "external"
 )
 
-// Port is one NodePort.
+// Port is one NodePort, or with Addr one LoadBalancer ingress or external
+// IP's Service port.
 type Port struct {
+	Addr  netip.Addr // zero for a NodePort
 	Proto uint8 // 6 TCP, 17 UDP, 132 SCTP
 	Port  uint16
 	// Local: externalTrafficPolicy Local (the client's address is kept).
@@ -137,10 +147,22 @@ func key(p Port) []byte {
 	return []byte{p.Proto, 0, 0, 0, byte(p.Port >> 8), byte(p.Port), 0, 0}
 }
 
-func elements(ports []Port, local bool) []nftables.SetElement {
+func externalSet(t *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: t, Name: setExternal, Concatenation: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)}
+}
+
+// elements are a set's elements: NodePorts for setAll, those of Local
+// policy for setLocal, addresses of Cluster policy for setExternal.
+func elements(ports []Port, set string) []nftables.SetElement {
 	var out []nftables.SetElement
 	for _, p := range ports {
-		if !local || p.Local {
+		switch {
+		case set == setExternal && p.Addr.Is4() && !p.Local:
+			a := p.Addr.As4()
+			out = append(out, nftables.SetElement{Key: append(a[:], key(p)...)})
+		case p.Addr.IsValid():
+		case set == setAll, set == setLocal && p.Local:
 			out = append(out, nftables.SetElement{Key: key(p)})
 		}
 	}
@@ -163,12 +185,12 @@ func Ensure(cfg Config, ports []Port) error {
 	c.AddTable(t)
 	c.DelTable(t)
 	c.AddTable(t)
-	all, local := portSet(t, setAll), portSet(t, setLocal)
-	for _, s := range []*nftables.Set{all, local} {
+	all, local, external := portSet(t, setAll), portSet(t, setLocal), externalSet(t)
+	for _, s := range []*nftables.Set{all, local, external} {
 		if err := c.AddSet(s, nil); err != nil {
 			return fmt.Errorf("nodeport: set %s: %w", s.Name, err)
 		}
-		if err := addElements(c, s, elements(ports, s == local)); err != nil {
+		if err := addElements(c, s, elements(ports, s.Name)); err != nil {
 			return err
 		}
 	}
@@ -181,6 +203,8 @@ func Ensure(cfg Config, ports []Port) error {
 	c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: concat(localDst(), lookup(all, false), dnat())})
 	c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: concat(notLoopback(), localDst(), lookup(all, false), dnat())})
 	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: concat(oifname(cfg.Gateway), daddr(Address), lookup(local, true),
+		[]expr.Any{&expr.Counter{}, &expr.Masq{}})})
+	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: concat(oifname(cfg.Gateway), lookupExternal(external),
 		[]expr.Any{&expr.Counter{}, &expr.Masq{}})})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nodeport: nftables: %w", err)
@@ -197,12 +221,9 @@ func Update(ns string, ports []Port) error {
 	}
 	defer done()
 	t := table()
-	for _, s := range []struct {
-		set   *nftables.Set
-		local bool
-	}{{portSet(t, setAll), false}, {portSet(t, setLocal), true}} {
-		c.FlushSet(s.set)
-		if err := addElements(c, s.set, elements(ports, s.local)); err != nil {
+	for _, s := range []*nftables.Set{portSet(t, setAll), portSet(t, setLocal), externalSet(t)} {
+		c.FlushSet(s)
+		if err := addElements(c, s, elements(ports, s.Name)); err != nil {
 			return err
 		}
 	}
@@ -282,6 +303,16 @@ func lookup(s *nftables.Set, invert bool) []expr.Any {
 	}
 }
 
+// lookupExternal: ip daddr . meta l4proto . th dport @set (registers 1, 9, 10).
+func lookupExternal(s *nftables.Set) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 9},
+		&expr.Payload{DestRegister: 10, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID},
+	}
+}
+
 // dnat: counter dnat to Address (the port is kept).
 func dnat() []expr.Any {
 	a := Address.As4()
@@ -356,9 +387,12 @@ func Ports(ns string) ([]Port, error) {
 	return all, nil
 }
 
-// SortPorts orders ports by protocol, then port.
+// SortPorts orders ports by address (NodePorts first), protocol, then port.
 func SortPorts(ps []Port) {
 	slices.SortFunc(ps, func(a, b Port) int {
+		if c := a.Addr.Compare(b.Addr); c != 0 {
+			return c
+		}
 		if a.Proto != b.Proto {
 			return int(a.Proto) - int(b.Proto)
 		}

@@ -3,6 +3,7 @@ package nodeport
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -80,8 +81,16 @@ func peer(t *testing.T, from, to nstest.NS, dst string) string {
 func TestNodePortSteering(t *testing.T) {
 	tp := newTopo(t)
 	ports := []Port{{Proto: 17, Port: 30080}, {Proto: 17, Port: 30081, Local: true}, {Proto: 6, Port: 30080}}
+	// A LoadBalancer IP of Cluster policy and one of Local, routed into
+	// "the switch" as the agent routes them.
+	lbCluster, lbLocal := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("198.51.100.2")
+	externals := []Port{{Addr: lbCluster, Proto: 17, Port: 80}, {Addr: lbLocal, Proto: 17, Port: 80, Local: true}}
+	tp.node.IP(t, "route", "add", "198.51.100.0/24", "dev", "gwtest", "src", gwIP)
+	tp.ext.IP(t, "route", "add", "198.51.100.0/24", "via", nodeIP)
+	tp.sw.IP(t, "addr", "add", lbCluster.String()+"/32", "dev", "e0")
+	tp.sw.IP(t, "addr", "add", lbLocal.String()+"/32", "dev", "e0")
 	for i := 0; i < 2; i++ { // twice: the second leaves one of each rule
-		if err := Ensure(Config{NetNS: tp.node.Path, Gateway: "gwtest"}, ports); err != nil {
+		if err := Ensure(Config{NetNS: tp.node.Path, Gateway: "gwtest"}, append(append([]Port(nil), ports...), externals...)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -102,6 +111,8 @@ func TestNodePortSteering(t *testing.T) {
 		"fib daddr type local meta l4proto . th dport @nodeports counter packets 0 bytes 0 dnat to 169.254.0.252",
 		"ip daddr != 127.0.0.0/8 fib daddr type local meta l4proto . th dport @nodeports counter packets 0 bytes 0 dnat to 169.254.0.252",
 		`oifname "gwtest" ip daddr 169.254.0.252 meta l4proto . th dport != @local counter packets 0 bytes 0 masquerade`,
+		`oifname "gwtest" ip daddr . meta l4proto . th dport @external counter packets 0 bytes 0 masquerade`,
+		"elements = { 198.51.100.1 . udp . 80 }",
 		"type inet_proto . inet_service",
 	} {
 		if !strings.Contains(string(listing), w) {
@@ -123,6 +134,8 @@ func TestNodePortSteering(t *testing.T) {
 		{"the node itself, Cluster", tp.node, nodeIP + ":30080", gwIP},
 		{"the node itself, Local", tp.node, nodeIP + ":30081", nodeIP},
 		{"outside, not a NodePort: stays with the node", tp.ext, nodeIP + ":30082", ""},
+		{"LoadBalancer IP, Cluster: masqueraded", tp.ext, lbCluster.String() + ":80", gwIP},
+		{"LoadBalancer IP, Local: the client's address kept", tp.ext, lbLocal.String() + ":80", extIP},
 	}
 	for _, c := range cases {
 		if got := peer(t, c.from, tp.sw, c.dst); got != c.wantPeer {
