@@ -81,7 +81,7 @@ const (
 // IP's Service port.
 type Port struct {
 	Addr  netip.Addr // zero for a NodePort
-	Proto uint8 // 6 TCP, 17 UDP, 132 SCTP
+	Proto uint8      // 6 TCP, 17 UDP, 132 SCTP
 	Port  uint16
 	// Local: externalTrafficPolicy Local (the client's address is kept).
 	Local bool
