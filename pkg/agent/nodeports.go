@@ -28,16 +28,28 @@ type nodePortState struct {
 }
 
 // setupNodePorts routes nodeport.Address into the switch and makes the
-// table, with no NodePort yet (serviceLoop fills it).
+// table. A restarted agent keeps what its predecessor wrote (read back
+// from the kernel) until its first sync: NodePorts stay steered meanwhile.
 func (a *Agent) setupNodePorts() error {
 	if err := a.net.EnsureServiceRoute(netip.PrefixFrom(nodeport.Address, 32), pipeline.RemoteGatewayMAC); err != nil {
 		return err
 	}
-	if err := nodeport.Ensure(nodeport.Config{NetNS: a.nodeNetns(), Gateway: a.cfg.Gateway}, nil); err != nil {
+	old, err := nodeport.Ports(a.nodeNetns())
+	if err != nil {
+		a.log.Warn("nodeport: reading the previous NodePort sets; starting empty", "err", err)
+		old = nil
+	}
+	if err := nodeport.Ensure(nodeport.Config{NetNS: a.nodeNetns(), Gateway: a.cfg.Gateway}, old); err != nil {
 		return err
 	}
 	a.nodePorts.mu.Lock()
-	a.nodePorts.ok, a.nodePorts.last = true, nil
+	a.nodePorts.ok, a.nodePorts.last = true, old
+	a.nodePorts.routed = map[netip.Addr]bool{}
+	for _, p := range old {
+		if p.Addr.IsValid() {
+			a.nodePorts.routed[p.Addr] = true // its route is there; removed if no Service has it any more
+		}
+	}
 	a.nodePorts.mu.Unlock()
 	return nil
 }

@@ -346,42 +346,56 @@ func Remove(ns string) error {
 	return nil
 }
 
-// Ports reads the NodePorts back from the kernel's sets, sorted (for
-// nagarectl and tests).
+// Ports reads the sets back from the kernel, sorted: every NodePort (with
+// its policy), and the LoadBalancer / external IPs' ports of Cluster
+// policy (Local ones have no element: nothing to masquerade). No table:
+// none. For the agent's restart (Ensure keeps them) and tests.
 func Ports(ns string) ([]Port, error) {
 	c, done, err := conn(ns)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	ts, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4)
+	if err != nil || !slices.ContainsFunc(ts, func(t *nftables.Table) bool { return t.Name == TableName }) {
+		return nil, err
+	}
 	t := table()
-	read := func(name string) ([]Port, error) {
+	read := func(name string) ([][]byte, error) {
 		s, err := c.GetSetByName(t, name)
 		if err != nil {
 			return nil, err
 		}
 		els, err := c.GetSetElements(s)
-		if err != nil {
-			return nil, err
-		}
-		var out []Port
+		var keys [][]byte
 		for _, e := range els {
-			if len(e.Key) >= 6 {
-				out = append(out, Port{Proto: e.Key[0], Port: uint16(e.Key[4])<<8 | uint16(e.Key[5])})
+			keys = append(keys, e.Key)
+		}
+		return keys, err
+	}
+	port := func(k []byte) Port { return Port{Proto: k[0], Port: uint16(k[4])<<8 | uint16(k[5])} }
+	var all []Port
+	local := map[Port]bool{}
+	for _, name := range []string{setAll, setLocal, setExternal} {
+		keys, err := read(name)
+		if err != nil {
+			return nil, fmt.Errorf("nodeport: set %s: %w", name, err)
+		}
+		for _, k := range keys {
+			switch {
+			case name == setExternal && len(k) >= 10:
+				p := port(k[4:])
+				p.Addr = netip.AddrFrom4([4]byte(k[:4]))
+				all = append(all, p)
+			case name == setLocal && len(k) >= 6:
+				local[port(k)] = true
+			case name == setAll && len(k) >= 6:
+				all = append(all, port(k))
 			}
 		}
-		return out, nil
-	}
-	all, err := read(setAll)
-	if err != nil {
-		return nil, err
-	}
-	local, err := read(setLocal)
-	if err != nil {
-		return nil, err
 	}
 	for i := range all {
-		all[i].Local = slices.ContainsFunc(local, func(p Port) bool { return p.Proto == all[i].Proto && p.Port == all[i].Port })
+		all[i].Local = !all[i].Addr.IsValid() && local[all[i]]
 	}
 	SortPorts(all)
 	return all, nil

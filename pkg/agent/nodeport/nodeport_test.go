@@ -98,7 +98,7 @@ func TestNodePortSteering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := append([]Port(nil), ports...)
+	want := append([]Port{externals[0]}, ports...) // the Local external IP has no element
 	SortPorts(want)
 	if !Equal(got, want) {
 		t.Fatalf("sets read back %v, want %v", got, want)
@@ -168,14 +168,18 @@ func TestNodePortSteering(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
-	// Counted in the kernel's own listing (google/nftables' element dump
-	// stops after its first batch of messages on a set this large).
+	// Counted in the kernel's own listing, and read back.
 	out, err := exec.Command("ip", "netns", "exec", tp.node.Name, "nft", "list", "set", "ip", TableName, setAll).CombinedOutput()
 	if err != nil {
 		t.Fatal(err, string(out))
 	}
 	if n := strings.Count(string(out), "tcp . ") + strings.Count(string(out), "udp . "); n != len(many) {
 		t.Fatalf("10000 ports: the kernel's set holds %d", n)
+	}
+	got, err = Ports(tp.node.Path)
+	SortPorts(many)
+	if err != nil || !Equal(got, many) {
+		t.Fatalf("10000 ports read back: %d, %v", len(got), err)
 	}
 	t.Logf("10000 NodePorts updated in %v", took)
 
@@ -187,6 +191,9 @@ func TestNodePortSteering(t *testing.T) {
 	}
 	if got := peer(t, tp.ext, tp.sw, nodeIP+":30082"); got != "" {
 		t.Errorf("after Remove, still steered (source %q)", got)
+	}
+	if got, err := Ports(tp.node.Path); err != nil || len(got) != 0 {
+		t.Errorf("after Remove: %v %v", got, err)
 	}
 }
 
