@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -141,4 +142,24 @@ func (a *Agent) syncNodePorts() {
 	}
 	a.nodePorts.routed = routes
 	a.log.Info("nodeport: NodePorts and external addresses steered into the switch", "entries", len(want), "routed", len(routes))
+}
+
+// nodePortSummary says what the NodePort table steers ("" before setup).
+func (a *Agent) nodePortSummary() string {
+	a.nodePorts.mu.Lock()
+	defer a.nodePorts.mu.Unlock()
+	if !a.nodePorts.ok {
+		return ""
+	}
+	var nodePorts, local int
+	for _, p := range a.nodePorts.last {
+		if !p.Addr.IsValid() {
+			nodePorts++
+			if p.Local {
+				local++
+			}
+		}
+	}
+	return fmt.Sprintf("%d NodePorts (%d Local) via %s, %d LoadBalancer / external IPs routed (table ip %s)",
+		nodePorts, local, nodeport.Address, len(a.nodePorts.routed), nodeport.TableName)
 }

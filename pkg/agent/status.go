@@ -40,6 +40,8 @@ type Status struct {
 	Remotes     []RemoteState         `json:"remotes"`
 	Tables      []pipeline.TableCount `json:"tables,omitempty"`
 	Masquerade  []string              `json:"masquerade,omitempty"`
+	// NodePorts says what the nagare-nodeport table steers into the switch.
+	NodePorts string `json:"nodePorts,omitempty"`
 	Mode        string                `json:"mode"`          // host or dpu
 	DPU         *DPUStatus            `json:"dpu,omitempty"` // DPU mode: control network, lease, direct forward
 	// Services is the desired service state (pkg/agent/proxy); not yet
@@ -186,6 +188,7 @@ func (a *Agent) Snapshot(ctx context.Context) Status {
 		}
 	}
 	st.Masquerade, _ = snat.Describe(a.nodeNetns())
+	st.NodePorts = a.nodePortSummary()
 	st.DPU = a.dpuStatus()
 	return st
 }
