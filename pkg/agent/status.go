@@ -41,9 +41,9 @@ type Status struct {
 	Tables      []pipeline.TableCount `json:"tables,omitempty"`
 	Masquerade  []string              `json:"masquerade,omitempty"`
 	// NodePorts says what the nagare-nodeport table steers into the switch.
-	NodePorts string `json:"nodePorts,omitempty"`
-	Mode        string                `json:"mode"`          // host or dpu
-	DPU         *DPUStatus            `json:"dpu,omitempty"` // DPU mode: control network, lease, direct forward
+	NodePorts string     `json:"nodePorts,omitempty"`
+	Mode      string     `json:"mode"`          // host or dpu
+	DPU       *DPUStatus `json:"dpu,omitempty"` // DPU mode: control network, lease, direct forward
 	// Services is the desired service state (pkg/agent/proxy); not yet
 	// programmed as flows.
 	Services []ServiceStatus `json:"services,omitempty"`
