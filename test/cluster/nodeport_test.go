@@ -22,7 +22,9 @@ import (
 // the endpoints on both nodes and the endpoint sees the node's gateway
 // address (masqueraded, so an endpoint on the other node answers through
 // this one); np-local (Local, 30091) uses only the endpoint on the node
-// that was addressed and the endpoint sees the client's own address.
+// that was addressed and the endpoint sees the client's own address —
+// except from a pod, whose connections use every endpoint (kube-proxy's
+// short-circuit of pod traffic to external frontends).
 func TestServicesNodePort(t *testing.T) {
 	cc := config.Default()
 	port := func(np int) []config.ServicePort {
@@ -68,6 +70,8 @@ func TestServicesNodePort(t *testing.T) {
 	}{
 		{"pod to its own node's address, Cluster", podNS(cli), ul1 + ":30090", []string{"srv1", "srv2"}, ""},
 		{"pod to the other node's address, Cluster", podNS(cli), ul2 + ":30090", []string{"srv1", "srv2"}, ""},
+		// kube-proxy's short-circuit: a pod's traffic to a Local NodePort uses every endpoint.
+		{"pod to the other node's address, Local", podNS(cli), ul2 + ":30091", []string{"srv1", "srv2"}, ""},
 		{"node itself, Cluster", nodeNS(n1), ul1 + ":30090", []string{"srv1", "srv2"}, gw1},
 		{"node itself, Local", nodeNS(n1), ul1 + ":30091", []string{"srv1"}, ul1},
 		{"other node over the underlay, Cluster", nodeNS(n2), ul1 + ":30090", []string{"srv1", "srv2"}, gw1},

@@ -138,6 +138,7 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 	ps := &programmedService{svc: s}
 	for _, port := range s.Ports {
 		proto := ipProto(port.Protocol)
+		var internalGID uint32 // the ClusterIP frontends' group, once made (service_nodeport.go)
 		for _, external := range []bool{false, true} {
 			var fes []proxy.Frontend
 			for _, f := range port.Frontends {
@@ -147,6 +148,9 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 			}
 			if len(fes) == 0 {
 				continue
+			}
+			if external { // before the verdict: a Local port without local endpoints is where pods need it most
+				ps.flows = append(ps.flows, podShortcuts(c, s, proto, fes, internalGID)...)
 			}
 			eps, verdict := port.EndpointsFor(fes[0])
 			class := "internal"
@@ -168,6 +172,9 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 			ps.groups = append(ps.groups, p.endpointGroups(owner, gid, eps, &ps.owners)...)
 			for _, f := range fes {
 				ps.flows = append(ps.flows, serviceLB(c, proto, f, gid))
+			}
+			if !external {
+				internalGID = gid
 			}
 			seen := map[netip.AddrPort]bool{}
 			for _, e := range eps {
