@@ -225,7 +225,8 @@ spec:
 // 10.250.0.1). agnhost's /clientip says whom the backend saw: with
 // Cluster the addressed node's gateway (masqueraded, so the other node's
 // backend answers through it), with Local the client itself, and only the
-// addressed node's backend answers.
+// addressed node's backend answers — but for a pod, whose traffic to a
+// Local NodePort goes to every backend.
 func (c *twoNode) nodePorts() {
 	t := c.t
 	c.apply(`apiVersion: v1
@@ -284,6 +285,8 @@ spec:
 	checks := []check{
 		{"client-1", n1.ip, 30090, []string{"backend-1", "backend-2"}, ""},
 		{"client-1", n2.ip, 30090, []string{"backend-1", "backend-2"}, ""},
+		// A pod's traffic to a Local NodePort uses every backend (kube-proxy's short-circuit).
+		{"client-2", n1.ip, 30091, []string{"backend-1", "backend-2"}, ""},
 		{"node:" + n1.name, n1.ip, 30090, []string{"backend-1", "backend-2"}, gateway[n1.ip]},
 		{"node:" + n1.name, n1.ip, 30091, []string{"backend-1"}, n1.ip},
 		{"outside", n1.ip, 30090, []string{"backend-1", "backend-2"}, gateway[n1.ip]},
