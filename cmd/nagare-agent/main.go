@@ -33,6 +33,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/agent/config"
 	"github.com/nagare-net/nagare/pkg/agent/k8s"
 	"github.com/nagare-net/nagare/pkg/agent/nodenet"
+	"github.com/nagare-net/nagare/pkg/agent/nodeport"
 	"github.com/nagare-net/nagare/pkg/agent/snat"
 )
 
@@ -160,21 +161,36 @@ func installCNI(args []string) error {
 	confDir := fs.String("conf-dir", "/etc/cni/net.d", "where the container runtime reads network configurations")
 	sock := fs.String("cni-socket", cniserver.DefaultSocket, "the agent's CNI socket, written into the conflist")
 	src := fs.String("plugin", "", "the nagare-cni binary to install (default: beside this program)")
+	portmap := fs.String("portmap", "", "the CNI portmap plugin, chained for hostPort (default: beside this program, if there; \"none\": not chained)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *src == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		*src = filepath.Join(filepath.Dir(exe), "nagare-cni")
-	}
-	if err := cniserver.Install(*src, *binDir, *confDir, cniserver.DefaultConflist(*sock)); err != nil {
+	exe, err := os.Executable()
+	if err != nil {
 		return err
 	}
-	fmt.Printf("installed %s into %s and the nagare conflist into %s\n", *src, *binDir, *confDir)
+	if *src == "" {
+		*src = filepath.Join(filepath.Dir(exe), "nagare-cni")
+	}
+	plugins := []string{*src}
+	if *portmap == "" {
+		if p := filepath.Join(filepath.Dir(exe), "portmap"); fileExists(p) {
+			*portmap = p
+		}
+	}
+	if *portmap != "" && *portmap != "none" {
+		plugins = append(plugins, *portmap)
+	}
+	if err := cniserver.Install(plugins, *binDir, *confDir, cniserver.DefaultConflist(*sock, len(plugins) > 1)); err != nil {
+		return err
+	}
+	fmt.Printf("installed %s into %s and the nagare conflist into %s\n", strings.Join(plugins, ", "), *binDir, *confDir)
 	return nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // cleanup removes what the agent made on the node (gateway, tunnel device,
@@ -192,5 +208,5 @@ func cleanup(args []string) error {
 		return err
 	}
 	defer n.Close()
-	return errors.Join(n.Remove(), snat.Remove(netnsPath(*netnsName)))
+	return errors.Join(n.Remove(), snat.Remove(netnsPath(*netnsName)), nodeport.Remove(netnsPath(*netnsName)))
 }

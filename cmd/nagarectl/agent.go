@@ -80,6 +80,9 @@ func runAgent(args []string, stdout, _ io.Writer) error {
 		for _, m := range st.Masquerade {
 			fmt.Fprintf(w, "masquerade: %s\n", m)
 		}
+		if st.NodePorts != "" {
+			fmt.Fprintf(w, "into the switch: %s\n", st.NodePorts)
+		}
 		printDPU(w, st)
 		fmt.Fprintln(w)
 		printPods(w, st)

@@ -154,6 +154,7 @@ type Agent struct {
 	services       *proxy.Tracker    // the desired service state (services.go)
 	rejecter       pipeline.Rejecter // answers Service reject PACKET_INs on every switch connection
 	unresolvedPods atomic.Value      // cluster-file endpoint pods not on this node, last logged
+	nodePorts      nodePortState     // the NodePort sets last written (nodeports.go)
 }
 
 // New checks the configuration; Run does the work.
@@ -288,6 +289,9 @@ func (a *Agent) setupNode() error {
 			return fmt.Errorf("service route: %w", err)
 		}
 	}
+	if err := a.setupNodePorts(); err != nil {
+		return fmt.Errorf("nodeport steering: %w", err)
+	}
 	ext := a.node.ExternalInterface
 	if ext == "" {
 		ext = c.ExternalInterface
@@ -390,6 +394,7 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 		// the informers may not have synced yet; then the same gap.)
 		a.services.Take()
 		a.pl.SetServices(a.services.Services())
+		a.syncNodePorts() // that Take's NodePorts, which serviceLoop will not see
 	}
 	if old != nil {
 		old.Close()

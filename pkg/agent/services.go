@@ -24,13 +24,10 @@ import (
 // milliseconds, and each Take should see them together.
 const serviceCoalesce = 100 * time.Millisecond
 
-// proxyNode is what the proxy needs of this node: its address (NodePort
-// frontends) and the pod network (no ClusterIP may lie in it).
+// proxyNode is what the proxy needs of this node: the NodePort frontends'
+// addresses (nodePortAddresses) and the pod network (no ClusterIP may lie in it).
 func (a *Agent) proxyNode() proxy.Node {
-	n := proxy.Node{Name: a.cfg.NodeName, PodNetwork: a.cfg.Cluster.PodNetwork()}
-	if a.node.Underlay.IsValid() {
-		n.Addresses = []netip.Addr{a.node.Underlay}
-	}
+	n := proxy.Node{Name: a.cfg.NodeName, PodNetwork: a.cfg.Cluster.PodNetwork(), Addresses: a.nodePortAddresses()}
 	if a.node.PodCIDR.IsValid() {
 		n.PodNetwork = append(n.PodNetwork, a.node.PodCIDR)
 	}
@@ -128,6 +125,7 @@ func (a *Agent) serviceLoop(ctx context.Context) {
 			continue
 		}
 		a.flushStaleUDP(ctx, res.StaleUDP)
+		a.syncNodePorts()
 		a.log.Info("services changed", "updated", len(ch.Updated), "deleted", len(ch.Deleted),
 			"flows_added", res.FlowsAdded, "flows_deleted", res.FlowsDeleted,
 			"groups_added", res.GroupsAdded, "groups_modified", res.GroupsModified, "groups_deleted", res.GroupsDeleted,

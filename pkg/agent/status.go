@@ -40,8 +40,10 @@ type Status struct {
 	Remotes     []RemoteState         `json:"remotes"`
 	Tables      []pipeline.TableCount `json:"tables,omitempty"`
 	Masquerade  []string              `json:"masquerade,omitempty"`
-	Mode        string                `json:"mode"`          // host or dpu
-	DPU         *DPUStatus            `json:"dpu,omitempty"` // DPU mode: control network, lease, direct forward
+	// NodePorts says what the nagare-nodeport table steers into the switch.
+	NodePorts string     `json:"nodePorts,omitempty"`
+	Mode      string     `json:"mode"`          // host or dpu
+	DPU       *DPUStatus `json:"dpu,omitempty"` // DPU mode: control network, lease, direct forward
 	// Services is the desired service state (pkg/agent/proxy); not yet
 	// programmed as flows.
 	Services []ServiceStatus `json:"services,omitempty"`
@@ -205,6 +207,7 @@ func (a *Agent) Snapshot(ctx context.Context) Status {
 		}
 	}
 	st.Masquerade, _ = snat.Describe(a.nodeNetns())
+	st.NodePorts = a.nodePortSummary()
 	st.DPU = a.dpuStatus()
 	return st
 }

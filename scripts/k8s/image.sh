@@ -12,8 +12,10 @@ OUT=${1:-bin/nagare-image.tar}
 REF=${NAGARE_IMAGE:-docker.io/library/nagare:dev}
 BIN=$(mktemp -d)
 trap 'rm -rf "$BIN"' EXIT
-# Static binaries: the image has no libc.
-CGO_ENABLED=0 go build -o "$BIN/" ./cmd/nagare-agent ./cmd/nagare-switch ./cmd/nagare-cni ./cmd/nagarectl
+# Static binaries: the image has no libc. portmap: the reference CNI plugin
+# (go.mod's containernetworking/plugins, a tool there), chained for hostPort.
+CGO_ENABLED=0 go build -o "$BIN/" ./cmd/nagare-agent ./cmd/nagare-switch ./cmd/nagare-cni ./cmd/nagarectl \
+	github.com/containernetworking/plugins/plugins/meta/portmap
 mkdir -p "$(dirname "$OUT")"
 go run ./scripts/k8s/mkimage -bin "$BIN" -ref "$REF" -o "$OUT"
 if [ -n "${2:-}" ]; then

@@ -214,6 +214,148 @@ spec:
 			t.Errorf("%s -> http://echo/: %q %v", client, out, err)
 		}
 	}
+	c.nodePorts()
+	c.endpointPodDeleted(clusterIP)
+}
+
+// nodePorts: two NodePort Services over the echo backends, one with
+// externalTrafficPolicy Cluster and one with Local, reached from a pod on
+// both nodes' addresses, from the node itself, and from outside the nodes
+// (the root namespace, on the underlay bridge: the control plane's
+// 10.250.0.1). agnhost's /clientip says whom the backend saw: with
+// Cluster the addressed node's gateway (masqueraded, so the other node's
+// backend answers through it), with Local the client itself, and only the
+// addressed node's backend answers — but for a pod, whose traffic to a
+// Local NodePort goes to every backend.
+func (c *twoNode) nodePorts() {
+	t := c.t
+	c.apply(`apiVersion: v1
+kind: Service
+metadata: {name: echo-np, namespace: default}
+spec:
+  type: NodePort
+  selector: {app: echo}
+  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP, nodePort: 30090}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo-np-local, namespace: default}
+spec:
+  type: NodePort
+  externalTrafficPolicy: Local
+  selector: {app: echo}
+  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP, nodePort: 30091}]
+`)
+	gateway := map[string]string{} // node IP -> its gateway address
+	for _, n := range c.nodes {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c.mustKubectl("get", "node", n.name, "-o", "jsonpath={.spec.podCIDR}")))
+		c.fatal(err)
+		gateway[n.ip] = p.Masked().Addr().Next().String()
+	}
+	curl := func(from, url string) (string, error) {
+		args := []string{"curl", "-sS", "--max-time", "3", url}
+		var out string
+		var err error
+		switch {
+		case from == "outside":
+			out, err = run(args...)
+		case strings.HasPrefix(from, "node:"):
+			for _, n := range c.nodes {
+				if n.name == from[len("node:"):] {
+					out, err = c.inNode(n, args...)
+				}
+			}
+		default:
+			out, err = c.exec(from, args...)
+		}
+		return strings.TrimSpace(out), err
+	}
+	// The first answers may take a moment: the agents program the new Services.
+	c.waitFor("NodePort 30090 from outside", time.Minute, func() error {
+		_, err := curl("outside", "http://"+c.nodes[0].ip+":30090/hostname")
+		return err
+	})
+	type check struct {
+		from, nodeIP string
+		port         int
+		backends     []string // all must answer, no other
+		client       string   // the client address the backend sees ("" = not checked)
+	}
+	n1, n2 := c.nodes[0], c.nodes[1]
+	checks := []check{
+		{"client-1", n1.ip, 30090, []string{"backend-1", "backend-2"}, ""},
+		{"client-1", n2.ip, 30090, []string{"backend-1", "backend-2"}, ""},
+		// A pod's traffic to a Local NodePort uses every backend (kube-proxy's short-circuit).
+		{"client-2", n1.ip, 30091, []string{"backend-1", "backend-2"}, ""},
+		{"node:" + n1.name, n1.ip, 30090, []string{"backend-1", "backend-2"}, gateway[n1.ip]},
+		{"node:" + n1.name, n1.ip, 30091, []string{"backend-1"}, n1.ip},
+		{"outside", n1.ip, 30090, []string{"backend-1", "backend-2"}, gateway[n1.ip]},
+		{"outside", n2.ip, 30090, []string{"backend-1", "backend-2"}, gateway[n2.ip]},
+		{"outside", n1.ip, 30091, []string{"backend-1"}, cpAddr},
+		{"outside", n2.ip, 30091, []string{"backend-2"}, cpAddr},
+	}
+	for _, ck := range checks {
+		base := fmt.Sprintf("http://%s:%d", ck.nodeIP, ck.port)
+		seen := map[string]int{}
+		for k := 0; k < 12; k++ {
+			out, err := curl(ck.from, base+"/hostname")
+			if err != nil {
+				t.Errorf("NodePort %s from %s: %v", base, ck.from, err)
+				break
+			}
+			seen[out]++
+		}
+		for _, b := range ck.backends {
+			if seen[b] == 0 || len(seen) != len(ck.backends) {
+				t.Errorf("NodePort %s from %s: answers by backend %v, want exactly %v", base, ck.from, seen, ck.backends)
+				break
+			}
+		}
+		if ck.client != "" {
+			for k := 0; k < 4; k++ {
+				out, err := curl(ck.from, base+"/clientip")
+				if host, _, _ := strings.Cut(out, ":"); err != nil || host != ck.client {
+					t.Errorf("NodePort %s from %s: the backend saw the client as %q (%v), want %s", base, ck.from, out, err, ck.client)
+					break
+				}
+			}
+		}
+		c.logf("NodePort %s from %s: backends %v, client seen as %s", base, ck.from, seen, ck.client)
+	}
+}
+
+// endpointPodDeleted: kubectl delete of one echo backend; once its
+// endpoint is gone from the slice, every new connection to the ClusterIP
+// goes to the one left.
+func (c *twoNode) endpointPodDeleted(clusterIP string) {
+	c.mustKubectl("delete", "pod", "backend-2", "--wait=true")
+	c.waitFor("one endpoint left for echo", time.Minute, func() error {
+		out, err := c.kubectl("get", "endpointslices", "-l", "kubernetes.io/service-name=echo", "-o", "jsonpath={.items[*].endpoints[*].addresses[*]}")
+		if err == nil && len(strings.Fields(out)) != 1 {
+			err = fmt.Errorf("endpoints %q", out)
+		}
+		return err
+	})
+	// The agents take the slice's change within their 100 ms coalescing
+	// window plus the programming; give them a few seconds, then every
+	// connection must land on backend-1.
+	c.waitFor("new connections only to backend-1", 30*time.Second, func() error {
+		for _, client := range []string{"client-1", "client-2"} {
+			seen := map[string]int{}
+			for k := 0; k < 12; k++ {
+				out, err := c.exec(client, "curl", "-sS", "--max-time", "3", "http://"+clusterIP+"/hostname")
+				if err != nil {
+					return fmt.Errorf("%s: %v", client, err)
+				}
+				seen[strings.TrimSpace(out)]++
+			}
+			if seen["backend-1"] != 12 {
+				return fmt.Errorf("%s after backend-2 was deleted: %v", client, seen)
+			}
+		}
+		return nil
+	})
+	c.logf("backend-2 deleted: all new connections from both clients go to backend-1")
 }
 
 // conformanceFocus is the [sig-network] conformance set (Services, DNS,

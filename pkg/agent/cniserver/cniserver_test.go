@@ -338,7 +338,7 @@ func TestSocketSecurity(t *testing.T) {
 
 func TestInstall(t *testing.T) {
 	bin, conf := t.TempDir(), t.TempDir()
-	if err := Install(filepath.Join(shimDir, "nagare-cni"), bin, conf, DefaultConflist("/run/x.sock")); err != nil {
+	if err := Install([]string{filepath.Join(shimDir, "nagare-cni")}, bin, conf, DefaultConflist("/run/x.sock", false)); err != nil {
 		t.Fatal(err)
 	}
 	st, err := os.Stat(filepath.Join(bin, "nagare-cni"))
@@ -352,6 +352,22 @@ func TestInstall(t *testing.T) {
 	cl, err := libcni.ConfListFromBytes(b)
 	if err != nil || cl.Name != "nagare" || cl.CNIVersion != ConflistVersion || len(cl.Plugins) != 1 || cl.Plugins[0].Network.Type != "nagare-cni" {
 		t.Fatalf("conflist %s: %v", b, err)
+	}
+	// With portmap chained: both binaries, portmap second with its capability.
+	pm := filepath.Join(t.TempDir(), "portmap")
+	if err := os.WriteFile(pm, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := Install([]string{filepath.Join(shimDir, "nagare-cni"), pm}, bin, conf, DefaultConflist("/run/x.sock", true)); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(filepath.Join(bin, "portmap")); err != nil || st.Mode().Perm() != 0o755 {
+		t.Fatalf("installed portmap: %v %v", st, err)
+	}
+	b, _ = os.ReadFile(filepath.Join(conf, ConflistName))
+	cl, err = libcni.ConfListFromBytes(b)
+	if err != nil || len(cl.Plugins) != 2 || cl.Plugins[1].Network.Type != "portmap" || !cl.Plugins[1].Network.Capabilities["portMappings"] {
+		t.Fatalf("conflist with portmap %s: %v", b, err)
 	}
 	left, _ := filepath.Glob(filepath.Join(bin, ".*tmp*"))
 	if len(left) > 0 {

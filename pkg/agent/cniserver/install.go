@@ -20,40 +20,57 @@ const ConflistName = "10-nagare.conflist"
 const ConflistVersion = "1.0.0"
 
 // DefaultConflist is the network configuration that sends a runtime's
-// calls to the agent at socket.
-func DefaultConflist(socket string) []byte {
+// calls to the agent at socket. With portmap, the reference CNI plugin
+// follows nagare-cni for pods' hostPorts (the runtime hands it the
+// portMappings capability): it DNATs hostIP:hostPort to the pod in the
+// node's own netfilter tables, and the node routes that into the switch
+// through the gateway like any node-to-pod packet; for a hostIP of
+// 127.0.0.1 it sets route_localnet on the gateway and masquerades.
+func DefaultConflist(socket string, portmap bool) []byte {
+	chained := ""
+	if portmap {
+		chained = `,
+    {"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}`
+	}
 	return []byte(fmt.Sprintf(`{
   "cniVersion": %q,
   "name": "nagare",
   "plugins": [
-    {"type": "nagare-cni", "socket": %q}
+    {"type": "nagare-cni", "socket": %q}%s
   ]
 }
-`, ConflistVersion, socket))
+`, ConflistVersion, socket, chained))
 }
 
-// Install copies the plugin binary into binDir and writes the conflist
-// into confDir, each atomically (a temporary file, synced, renamed): a
-// runtime never runs a half-written plugin or reads half a config.
-func Install(src, binDir, confDir string, conflist []byte) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return fmt.Errorf("install: %w", err)
-	}
-	defer in.Close()
-	bin := filepath.Join(binDir, "nagare-cni")
-	if err := atomicfile.Write(bin, 0o755, func(w io.Writer) error {
-		if _, err := io.Copy(w, in); err != nil {
-			return fmt.Errorf("install %s: %w", bin, err)
+// Install copies the plugin binaries (nagare-cni, and portmap if the
+// conflist chains it) into binDir under their own names and writes the
+// conflist into confDir, each atomically (a temporary file, synced,
+// renamed): a runtime never runs a half-written plugin or reads half a
+// config.
+func Install(plugins []string, binDir, confDir string, conflist []byte) error {
+	for _, src := range plugins {
+		if err := installBinary(src, filepath.Join(binDir, filepath.Base(src))); err != nil {
+			return err
 		}
-		return nil
-	}); err != nil {
-		return err
 	}
 	conf := filepath.Join(confDir, ConflistName)
 	return atomicfile.Write(conf, 0o644, func(w io.Writer) error {
 		if _, err := w.Write(conflist); err != nil {
 			return fmt.Errorf("install %s: %w", conf, err)
+		}
+		return nil
+	})
+}
+
+func installBinary(src, bin string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	defer in.Close()
+	return atomicfile.Write(bin, 0o755, func(w io.Writer) error {
+		if _, err := io.Copy(w, in); err != nil {
+			return fmt.Errorf("install %s: %w", bin, err)
 		}
 		return nil
 	})

@@ -307,3 +307,18 @@ func (n *Net) sysctls(kv map[string]string) error {
 func ipnet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
+
+// DelServiceRoute removes a route EnsureServiceRoute made (the next hop's
+// neighbour entry stays: the service CIDR's route uses it too); an absent
+// route is fine.
+func (n *Net) DelServiceRoute(cidr netip.Prefix) error {
+	gw, err := n.h.LinkByName(n.cfg.Gateway)
+	if err != nil {
+		return nil
+	}
+	rt := &netlink.Route{LinkIndex: gw.Attrs().Index, Dst: ipnet(cidr.Masked())}
+	if err := n.h.RouteDel(rt); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("route %s: %w", cidr, err)
+	}
+	return nil
+}

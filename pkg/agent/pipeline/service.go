@@ -225,6 +225,7 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 	}
 	for _, port := range s.Ports {
 		proto := ipProto(port.Protocol)
+		var internalGID uint32 // the ClusterIP frontends' group, once made (service_nodeport.go)
 		for _, external := range []bool{false, true} {
 			var fes []proxy.Frontend
 			for _, f := range port.Frontends {
@@ -234,6 +235,11 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 			}
 			if len(fes) == 0 {
 				continue
+			}
+			if external { // before the verdict: a Local port without local endpoints is where pods need it most
+				for _, f := range podShortcuts(c, s, proto, fes, internalGID) {
+					ps.addFlow(f, "", "")
+				}
 			}
 			eps, verdict := port.EndpointsFor(fes[0])
 			class := "internal"
@@ -262,6 +268,9 @@ func (p *Pipeline) serviceFlows(s *proxy.Service) *programmedService {
 				if s.Affinity.ClientIP {
 					ps.addFlow(serviceLBAffinity(c, proto, f, gid), "", "")
 				}
+			}
+			if !external {
+				internalGID = gid
 			}
 			seen := make(map[netip.AddrPort]bool, len(eps))
 			for _, e := range eps {

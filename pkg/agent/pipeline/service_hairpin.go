@@ -39,7 +39,7 @@ import (
 // translated to. Not 169.254.0.253: that is the node's next hop to the
 // Service range (nodenet.ServiceNextHop), whose replies come back to the
 // gateway address, not here.
-var HairpinSource = netip.MustParseAddr("169.254.0.252")
+var HairpinSource = netip.MustParseAddr("169.254.0.251")
 
 // HairpinCtZone is the zone of the hairpin SNAT (Antrea's SNAT zone).
 const HairpinCtZone uint16 = 65521

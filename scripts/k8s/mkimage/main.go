@@ -1,5 +1,5 @@
 // Command mkimage writes nagare's container image (nagare-agent,
-// nagare-switch, nagare-cni and nagarectl in /usr/local/bin) as an OCI
+// nagare-switch, nagare-cni, nagarectl and portmap in /usr/local/bin) as an OCI
 // image-layout tar; scripts/k8s/image.sh builds the binaries and runs it.
 //
 //	go run ./scripts/k8s/mkimage -bin DIR -ref docker.io/library/nagare:dev -o nagare.tar
@@ -14,8 +14,9 @@ import (
 	"github.com/nagare-net/nagare/internal/oci"
 )
 
-// Binaries is what the image holds (deploy/nagare.yaml runs them).
-var Binaries = []string{"nagare-agent", "nagare-switch", "nagare-cni", "nagarectl"}
+// Binaries is what the image holds (deploy/nagare.yaml runs them; portmap
+// is the reference CNI plugin install-cni chains after nagare-cni for hostPort).
+var Binaries = []string{"nagare-agent", "nagare-switch", "nagare-cni", "nagarectl", "portmap"}
 
 func main() {
 	bin := flag.String("bin", "bin", "directory with the static binaries")
