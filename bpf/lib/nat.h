@@ -40,9 +40,21 @@ static __always_inline __u32 ct_tuple_hash(const struct ct_tuple *t)
 	return (__u32)h;
 }
 
-/* ct_reap deletes the entry of t if it is stale (an expired connection,
- * a reply entry whose connection is gone or expired). Returns 1 when t
- * is free now, 0 when a live connection holds it. */
+/* ct_closed: a TCP connection both sides closed (TIME_WAIT, or CLOSE
+ * after a reset). Its tuples may be taken by a new connection, as Linux
+ * lets a SYN reopen a TIME_WAIT conntrack and NAT reuse such a tuple
+ * (nf_nat_used_tuple_harder): a client reuses its port for another
+ * destination at once, and when a Service translates that connection onto
+ * the same reply tuple (the pod reached directly a moment ago), refusing
+ * it would drop its SYNs for the 120 s of TIME_WAIT. */
+static __always_inline int ct_closed(const struct ct_entry *c)
+{
+	return c->tcp_state == TCP_CT_TIME_WAIT || c->tcp_state == TCP_CT_CLOSE;
+}
+
+/* ct_reap deletes the entry of t if it is stale (an expired or closed
+ * connection, a reply entry whose connection is gone, expired or closed).
+ * Returns 1 when t is free now, 0 when a live connection holds it. */
 static __always_inline int ct_reap(const struct ct_tuple *t, __u64 now)
 {
 	struct ct_entry *e = bpf_map_lookup_elem(&conntrack, t), *c;
@@ -51,7 +63,7 @@ static __always_inline int ct_reap(const struct ct_tuple *t, __u64 now)
 	if (!e)
 		return 1;
 	if (e->kind == CT_CONN) {
-		if (e->expires >= now)
+		if (e->expires >= now && !ct_closed(e))
 			return 0;
 		p = bpf_map_lookup_elem(&ct_ports, &e->in_port);
 		if (p)
@@ -61,8 +73,15 @@ static __always_inline int ct_reap(const struct ct_tuple *t, __u64 now)
 		return 1;
 	}
 	c = bpf_map_lookup_elem(&conntrack, &e->peer);
-	if (c && c->kind == CT_CONN && c->expires >= now)
-		return 0;
+	if (c && c->kind == CT_CONN && c->expires >= now) {
+		if (!ct_closed(c))
+			return 0;
+		/* The alias of a closed connection: both go. */
+		p = bpf_map_lookup_elem(&ct_ports, &c->in_port);
+		if (p)
+			__sync_fetch_and_add(&p->freed, 1);
+		bpf_map_delete_elem(&conntrack, &e->peer);
+	}
 	bpf_map_delete_elem(&conntrack, t);
 	return 1;
 }

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -212,6 +213,66 @@ func TestCTDNAT(t *testing.T) {
 	if u.Packet[14+20+6] != 0 || u.Packet[14+20+7] != 0 || u.Key.IPDst != [16]byte{10, 1, 0, 5} {
 		t.Fatalf("zero UDP checksum after DNAT: %x", u.Packet[:50])
 	}
+}
+
+// TestCTDNATOntoClosedTuple: a client reuses a source port for a Service
+// right after a connection to the endpoint itself from that port closed
+// (wrk with "Connection: close", pod to pod then through a ClusterIP).
+// The Service connection's reply tuple is the closed one's: it is
+// taken over (as Linux's NAT does for TIME_WAIT), where it was refused
+// for the 120 s of TIME_WAIT. A live connection still keeps its tuple.
+func TestCTDNATOntoClosedTuple(t *testing.T) {
+	c := newCTTest(t, nil)
+	cl, ep, vip := "10.0.0.1", "10.1.0.5", "10.96.0.10"
+	first := func(acts ...flow.Action) { // portIn's first pass, replaced
+		if _, err := c.Delete(flow.Key{InPort: portIn}, flow.Mask{InPort: 0xffffffff, RecircID: 0xffffffff}); err != nil && !errors.Is(err, ErrNoFlow) {
+			t.Fatal(err)
+		}
+		c.firstPass(portIn, acts...)
+	}
+	direct := func() { first(flow.CT{Zone: 1, Flags: flow.CTCommit}, flow.Recirc{ID: 1}) }
+	viaService := func() {
+		nat := &flow.NAT{Kind: flow.NATDst, AddrMin: netip.MustParseAddr(ep), PortMin: 80}
+		first(flow.CT{Zone: 1, Flags: flow.CTCommit, NAT: nat}, flow.Recirc{ID: 1})
+	}
+	c.firstPass(portOut, flow.CT{Zone: 1, NAT: &flow.NAT{}}, flow.Recirc{ID: 1})
+	open := func(sport uint16) {
+		direct()
+		c.second(tcpSeg(t, cl, ep, sport, 80, synF), "lo")
+		c.second(tcpSeg(t, ep, cl, 80, sport, synAckF), "dummy0")
+		c.second(tcpSeg(t, cl, ep, sport, 80, ackF), "lo")
+	}
+
+	// Live: the Service connection cannot take the reply tuple.
+	open(4000)
+	viaService()
+	if v := c.run(tcpSeg(t, cl, vip, 4000, 80, synF), "lo"); v.verdict != tcActShot || c.drops()[DropNATNoPort] != 1 {
+		t.Fatalf("a Service connection onto a live connection's reply tuple: verdict %d, drops %v", v.verdict, c.drops())
+	}
+
+	// Closed (TIME_WAIT): it can.
+	c.second(tcpSeg(t, cl, ep, 4000, 80, finF), "lo")
+	c.second(tcpSeg(t, ep, cl, 80, 4000, ackF), "dummy0")
+	c.second(tcpSeg(t, ep, cl, 80, 4000, finF), "dummy0")
+	if x := connOf(t, c, 4000); x.TCPState != "TIME_WAIT" {
+		t.Fatalf("direct connection: %v", x)
+	}
+	viaService()
+	u := c.second(tcpSeg(t, cl, vip, 4000, 80, synF), "lo")
+	wantState(t, "Service SYN onto a TIME_WAIT tuple", u.Key.CtState, trk|nw|flow.CtDNAT)
+	u = c.second(tcpSeg(t, ep, cl, 80, 4000, synAckF), "dummy0")
+	if u.Key.IPSrc != [16]byte{10, 96, 0, 10} {
+		t.Fatalf("reply not translated to the Service: %s", flow.Format(u.Key, flow.ExactMask()))
+	}
+	if cs := c.conns(); len(cs) != 1 || !cs[0].DNAT {
+		t.Fatalf("conntrack after the takeover: %v", cs)
+	}
+
+	// Reset (CLOSE) too.
+	open(4001)
+	c.second(tcpSeg(t, ep, cl, 80, 4001, rstF), "dummy0")
+	viaService()
+	wantState(t, "Service SYN onto a reset tuple", c.state(tcpSeg(t, cl, vip, 4001, 80, synF), "lo"), trk|nw|flow.CtDNAT)
 }
 
 // TestCTSNATPorts: SNAT keeps the source port while it is free, picks
