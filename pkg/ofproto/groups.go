@@ -280,13 +280,21 @@ func (x *xlate) bucket(gb *groupBody, i int) {
 // fields go into the megaflow mask; the choice is deterministic.
 func (x *xlate) selectBucket(gb *groupBody) int {
 	var total uint64
+	live, only := 0, -1
 	for i := range gb.buckets {
-		if x.p.bucketLive(&gb.buckets[i], 0) {
+		if x.p.bucketLive(&gb.buckets[i], 0) && gb.buckets[i].Weight > 0 {
 			total += uint64(gb.buckets[i].Weight)
+			live, only = live+1, i
 		}
 	}
 	if total == 0 {
 		return -1
+	}
+	if live == 1 {
+		// One choice: nothing to hash, so nothing un-wildcarded. A
+		// Service with one endpoint then caches one flow for all its new
+		// connections instead of one per connection (the 5-tuple).
+		return only
 	}
 	k := &x.cur
 	x.need(&maskEthType)
