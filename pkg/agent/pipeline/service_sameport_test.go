@@ -57,3 +57,41 @@ func TestServiceSamePortTwoProtocols(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceSamePortDropUDP: the conformance spec's next step, the UDP
+// port taken off the Service (and then off its endpoints): TCP keeps
+// reaching the endpoint after each update.
+func TestServiceSamePortDropUDP(t *testing.T) {
+	p, sw := serviceNode(t)
+	ctx := context.Background()
+	if _, err := p.UpdateServices(ctx, []*proxy.Service{sameportService()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var ct conntrack
+	sport := uint16(42000)
+	reach := func(step string) {
+		t.Helper()
+		sport++
+		k := fromDB(6, sport, 80)
+		k.SetIPDst(netip.MustParseAddr("10.96.0.30"))
+		out, k2 := ct.walk(t, sw.pl, k)
+		if dst := netip.AddrFrom4([4]byte(k2.IPDst[:4])); dst.String() != "10.77.1.2" || !strings.HasSuffix(out, "output:5") {
+			t.Fatalf("%s: TCP to %s:%d, actions %s", step, dst, k2.TpDst, out)
+		}
+	}
+	reach("both ports")
+	tcpOnly := sameportService()
+	tcpOnly.Ports = tcpOnly.Ports[:1]
+	res, err := p.UpdateServices(ctx, []*proxy.Service{tcpOnly}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("UDP port removed: %+v", res)
+	reach("UDP port removed")
+	for i := 0; i < 3; i++ { // the same state again, as a later EndpointSlice event
+		if _, err := p.UpdateServices(ctx, []*proxy.Service{tcpOnly}, nil); err != nil {
+			t.Fatal(err)
+		}
+		reach("again")
+	}
+}
