@@ -1,6 +1,7 @@
 package ofproto
 
 import (
+	"github.com/nagare-net/nagare/pkg/flow"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -257,6 +258,10 @@ func (x *xlate) group(id uint32) {
 		}
 		x.tracef(TraceGroup, x.tableID, "group:%d fast_failover, no live bucket: drop", id)
 	case openflow.GroupTypeSelect:
+		if !x.opts.SlowSelect && x.liveBuckets(gb) > 1 {
+			x.freezeSelect(id)
+			return
+		}
 		i := x.selectBucket(gb)
 		if i < 0 {
 			x.tracef(TraceGroup, x.tableID, "group:%d select, no live bucket: drop", id)
@@ -444,4 +449,70 @@ func (p *Pipeline) groupChange(ids ...uint32) *changeSet {
 		c.addGroup(id)
 	}
 	return c
+}
+
+// liveBuckets counts the buckets a select group can pick.
+func (x *xlate) liveBuckets(gb *groupBody) int {
+	n := 0
+	for i := range gb.buckets {
+		if gb.buckets[i].Weight > 0 && x.p.bucketLive(&gb.buckets[i], 0) {
+			n++
+		}
+	}
+	return n
+}
+
+// hashSlots is how many dp_hash values (a power of two) spread over n
+// buckets: 16 per bucket at least, so that weights are kept within about
+// 6 %, at most 2^16. A recirculated pass matches dp_hash on log2(slots)
+// bits: one cached flow per slot used.
+func hashSlots(n int) uint32 {
+	s := uint32(64)
+	for s < uint32(16*n) && s < 1<<16 {
+		s <<= 1
+	}
+	return s
+}
+
+// groupByHash runs a recirculated packet through select group id by its
+// dp_hash (freezeSelect): slot dp_hash mod slots, the slots spread over
+// the live buckets by weight.
+func (x *xlate) groupByHash(id uint32) {
+	g := x.p.groups[id]
+	if g == nil || g.body.typ != openflow.GroupTypeSelect {
+		x.tracef(TraceNote, x.tableID, "group:%d is not a select group any more: drop", id)
+		return
+	}
+	gb := g.body
+	x.rules = append(x.rules, RuleRef{kind: refGroup, body: gb})
+	var total uint64
+	live := 0
+	for i := range gb.buckets {
+		if gb.buckets[i].Weight > 0 && x.p.bucketLive(&gb.buckets[i], 0) {
+			total += uint64(gb.buckets[i].Weight)
+			live++
+		}
+	}
+	if total == 0 {
+		x.tracef(TraceGroup, x.tableID, "group:%d select, no live bucket: drop", id)
+		return
+	}
+	slots := hashSlots(live)
+	m := flow.Key{DpHash: slots - 1}
+	mw := keyWords(&m)
+	x.need(&mw)
+	slot := x.cur.DpHash & (slots - 1)
+	pick := uint64(slot) * total / uint64(slots)
+	for i := range gb.buckets {
+		b := &gb.buckets[i]
+		if b.Weight == 0 || !x.p.bucketLive(b, 0) {
+			continue
+		}
+		if pick < uint64(b.Weight) {
+			x.tracef(TraceGroup, x.tableID, "group:%d select by dp_hash slot %d of %d, bucket %d", id, slot, slots, i)
+			x.bucket(gb, i)
+			return
+		}
+		pick -= uint64(b.Weight)
+	}
 }

@@ -1,6 +1,7 @@
 package ofproto
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/nagare-net/nagare/pkg/flow"
@@ -191,5 +192,71 @@ func TestGroupModErrorsAndDelete(t *testing.T) {
 	}
 	if len(p.GroupDesc()) != 0 || len(p.Expire()) != 1 || flowCount(p) != 1 {
 		t.Fatal("GroupAll delete")
+	}
+}
+
+// TestGroupSelectByDpHash: without a trace, a select group of several
+// live buckets leaves the choice to the fast path: the first pass hashes
+// (dp_hash, basis = the group) and recirculates, with no 5-tuple in its
+// megaflow; the recirculated pass picks the bucket by dp_hash bits, in
+// proportion to the weights over the slots, and matches only those bits.
+// A pipeline that goes on after the group is translated the old way.
+func TestGroupSelectByDpHash(t *testing.T) {
+	p, _ := newTestPipeline(t, 4)
+	addGroup(t, p, 1, openflow.GroupTypeSelect,
+		bucket(t, 1, anyP, anyG, "output:2"),
+		bucket(t, 3, anyP, anyG, "output:3"),
+		bucket(t, 0, anyP, anyG, "output:4"))
+	mustAdd(t, p, "table=0,priority=10,tcp,actions=group:1")
+	mustAdd(t, p, "table=0,priority=10,udp,actions=group:1,output:4")
+	k := tcpKey(1, "10.0.0.1", "10.0.0.2", 1000, 80)
+	tr, err := p.Translate(k, TranslateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acts := tr.Actions
+	if len(acts) != 2 {
+		t.Fatalf("first pass %s, want hash, recirc", flow.FormatActions(acts))
+	}
+	h, ok1 := acts[0].(flow.Hash)
+	rc, ok2 := acts[1].(flow.Recirc)
+	if !ok1 || !ok2 || h.Basis != 1 {
+		t.Fatalf("first pass %s, want hash(basis 1), recirc", flow.FormatActions(acts))
+	}
+	if m := tr.Mask; m.TpSrc != 0 || m.IPSrc != ([16]byte{}) {
+		t.Fatalf("first pass mask %s: the 5-tuple must stay wildcarded", flow.Format(flow.ExactMask(), m))
+	}
+	counts := map[string]int{}
+	slots := hashSlots(2)
+	for v := uint32(0); v < slots; v++ {
+		k2 := k
+		k2.RecircID, k2.DpHash = rc.ID, v|0xabc00000 // bits above the slot do not matter
+		tr2, err := p.Translate(k2, TranslateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr2.Mask.DpHash != slots-1 || tr2.Mask.TpSrc != 0 {
+			t.Fatalf("second pass mask %s", flow.Format(flow.ExactMask(), tr2.Mask))
+		}
+		counts[flow.FormatActions(tr2.Actions)]++
+	}
+	if counts["output:4"] != 0 || counts["output:2"]+counts["output:3"] != int(slots) {
+		t.Fatalf("slots per bucket %v", counts)
+	}
+	if r := float64(counts["output:3"]) / float64(counts["output:2"]); r < 2.8 || r > 3.2 {
+		t.Fatalf("weights 1:3, slots %v", counts)
+	}
+	// output:4 after the group: one pass, the 5-tuple hashed here.
+	u := k
+	u.NwProto = 17
+	tr3, err := p.Translate(u, TranslateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := flow.FormatActions(tr3.Actions); !strings.HasSuffix(a, "output:4") || strings.Contains(a, "recirc") {
+		t.Fatalf("group then output: %s", a)
+	}
+	if tr3.Mask.TpSrc != 0xffff {
+		t.Fatalf("group then output: mask %s", flow.Format(flow.ExactMask(), tr3.Mask))
 	}
 }

@@ -41,6 +41,9 @@ import (
 // frozen is the state a recirculated packet resumes with.
 type frozen struct {
 	table uint8
+	// group: the pass froze at this select group (groups.go): the
+	// recirculated pass picks its bucket by the fast path's dp_hash.
+	group uint32
 	regs  [nWords - flow.KeyWords]uint64 // metadata, reg0..reg15
 	set   openflow.Actions               // the action set, in execution order
 	enc   string
@@ -72,6 +75,12 @@ func (f *frozen) encode() string {
 			ab = []byte(a.String())
 		}
 		b = append(b, ab...)
+	}
+	if f.group != 0 {
+		// Only such states carry it: the ids of the others stay what
+		// they were (a restart keeps their cached flows).
+		b = append(b, 'G')
+		b = binary.BigEndian.AppendUint32(b, f.group)
 	}
 	return string(b)
 }
@@ -189,8 +198,41 @@ func (x *xlate) thaw() {
 		return
 	}
 	copy(x.curW[flow.KeyWords:], f.regs[:])
-	x.tracef(TraceNote, f.table, "resume recirc_id=0x%x in table %d", id, f.table)
 	var set actionSet
 	set.write(f.set)
+	if f.group != 0 {
+		x.tracef(TraceNote, f.table, "resume recirc_id=0x%x at select group %d by dp_hash", id, f.group)
+		x.tableID = f.table
+		x.set = &set
+		x.groupByHash(f.group)
+		x.set = nil
+		if !set.empty() && x.err == nil {
+			x.apply(set.actions())
+		}
+		return
+	}
+	x.tracef(TraceNote, f.table, "resume recirc_id=0x%x in table %d", id, f.table)
 	x.pipelineFrom(f.table, set)
+}
+
+// freezeSelect stops translation at select group id: the fast path
+// hashes the packet (dp_hash, with the group as the basis) and looks it
+// up again, and the recirculated pass picks the bucket by dp_hash bits
+// (groupByHash), so a cached flow serves every connection whose hash
+// falls in its slot rather than one 5-tuple.
+func (x *xlate) freezeSelect(id uint32) {
+	x.commit()
+	f := &frozen{table: x.tableID, group: id}
+	copy(f.regs[:], x.packet()[flow.KeyWords:])
+	if x.set != nil && !x.set.empty() {
+		f.set = x.set.actions()
+	}
+	rid := x.p.recirc.id(f)
+	x.acts = append(x.acts, flow.Hash{Basis: id}, flow.Recirc{ID: rid})
+	x.tracef(TraceNote, x.tableID, "select group %d: hash, recirculate as recirc_id=0x%x", id, rid)
+	x.recircAt = len(x.acts)
+	if x.set != nil {
+		*x.set = actionSet{}
+	}
+	x.selectFrozen = true
 }

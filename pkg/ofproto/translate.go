@@ -15,6 +15,12 @@ import (
 type TranslateOptions struct {
 	Trace     bool // fill Translation.Trace
 	PacketOut bool // translating a PACKET_OUT's action list (set by TranslatePacketOut)
+	// SlowSelect: select groups pick their bucket by a hash taken here
+	// (the 5-tuple goes into the megaflow) instead of the fast path's
+	// dp_hash and a recirculation (groups.go). Traces use it (a trace
+	// shows one pass, not a pass per hash), and a translation retries
+	// with it when the pipeline goes on after a select group.
+	SlowSelect bool
 }
 
 // Translation is the result of running one packet through the pipeline.
@@ -135,6 +141,11 @@ type xlate struct {
 	// was emitted (recirc.go).
 	set      *actionSet
 	recircAt int
+	// selectFrozen: the pass froze at a select group to let the fast
+	// path hash (groups.go); afterSelect: the pipeline went on after it,
+	// which the recirculated pass cannot do: translate again with
+	// SlowSelect.
+	selectFrozen, afterSelect bool
 
 	depth int
 	err   error
@@ -193,6 +204,9 @@ func (p *Pipeline) Translate(key flow.Key, opts TranslateOptions) (*Translation,
 	defer p.mu.RUnlock()
 	opts.PacketOut = false
 	x := p.newXlate(key, opts)
+	if opts.Trace {
+		x.opts.SlowSelect = true
+	}
 	if key.RecircID != 0 {
 		x.thaw()
 	} else if p.nrules == 0 && p.fallbackNormal.Load() {
@@ -200,6 +214,17 @@ func (p *Pipeline) Translate(key flow.Key, opts TranslateOptions) (*Translation,
 		x.normal()
 	} else {
 		x.pipeline(0)
+	}
+	if x.afterSelect && !x.opts.SlowSelect {
+		*x = xlate{}
+		xlatePool.Put(x)
+		opts.SlowSelect = true
+		x = p.newXlate(key, opts)
+		if key.RecircID != 0 {
+			x.thaw()
+		} else {
+			x.pipeline(0)
+		}
 	}
 	return x.result()
 }
@@ -215,6 +240,7 @@ func (p *Pipeline) TranslatePacketOut(key flow.Key, inPort uint32, actions openf
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	opts.PacketOut = true
+	opts.SlowSelect = true // a packet-out's own actions are one pass
 	key.InPort = inPort
 	x := p.newXlate(key, opts)
 	x.tableID, x.cookie = openflow.TableAll, ^uint64(0)
@@ -236,8 +262,10 @@ func (x *xlate) pipelineFrom(id uint8, set actionSet) {
 		return
 	}
 	if !set.empty() {
-		x.tracef(TraceNote, x.tableID, "action set: %s", set.actions())
-		x.apply(set.actions())
+		acts := set.actions()
+		x.tracef(TraceNote, x.tableID, "action set: %s", acts)
+		set = actionSet{} // being executed: a select group freezing in it must not take itself along
+		x.apply(acts)
 	}
 }
 
@@ -291,6 +319,12 @@ func (x *xlate) tables(id uint8) bool {
 			}
 		}
 		x.apply(apply)
+		if x.selectFrozen {
+			if len(write) > 0 || clearSet || meta != nil || next >= 0 {
+				x.afterSelect = true
+			}
+			return false
+		}
 		if clearSet {
 			*x.set = actionSet{}
 		}
@@ -345,6 +379,10 @@ func (x *xlate) resubmit(a openflow.ActionNXResubmit) {
 func (x *xlate) apply(as openflow.Actions) {
 	for _, a := range as {
 		if x.err != nil {
+			return
+		}
+		if x.selectFrozen {
+			x.afterSelect = true
 			return
 		}
 		switch a := a.(type) {
