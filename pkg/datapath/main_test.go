@@ -17,6 +17,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/nagare-net/nagare/pkg/flow"
+	"golang.org/x/sys/unix"
 )
 
 // Tests that load BPF programs run as root in a network namespace of their
@@ -329,4 +330,24 @@ func checksumsOK(tb testing.TB, pkt []byte) {
 	if !bytes.Equal(again, pkt) {
 		tb.Fatalf("checksums wrong:\n got %x\nwant %x", pkt, again)
 	}
+}
+
+// pinCPU keeps every BPF_PROG_RUN of d (they all run on its namespace
+// thread) on one CPU for the rest of the test: per-CPU state such as the
+// exact-match cache is then the same from one run to the next, however
+// busy the machine is (the scheduler moved the thread between runs, and
+// an EMC hit became a megaflow hit).
+func (d *testDP) pinCPU(t *testing.T) {
+	t.Helper()
+	var one, all unix.CPUSet
+	one.Set(0)
+	if err := d.inNetns(func() error {
+		if err := unix.SchedGetaffinity(0, &all); err != nil {
+			return err
+		}
+		return unix.SchedSetaffinity(0, &one)
+	}); err != nil {
+		t.Fatalf("pinning the namespace thread: %v", err)
+	}
+	t.Cleanup(func() { _ = d.inNetns(func() error { return unix.SchedSetaffinity(0, &all) }) })
 }

@@ -38,6 +38,7 @@ func (t *testDP) outputOf(pkt []byte) int {
 // and modifying a flow's actions must take effect for cached packets.
 func TestOverlapAndInvalidation(t *testing.T) {
 	d := newTestDP(t)
+	d.pinCPU(t) // the exact-match cache is per CPU
 	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, "x")
 	specific := dstFlow("10.0.0.2", portOut)
 	broad := inPortFlow(flow.Output{Port: portOut2})
