@@ -29,6 +29,11 @@ import (
 type revalidator struct {
 	s    *Switch
 	kick chan kick
+	// poke asks for a round soon without waiting for it: a learn action
+	// added a flow (upcall.go), and the cached flows it changes (a
+	// client's next connection, whose first pass no longer goes to the
+	// select group) should follow now, not at the next tick.
+	poke chan struct{}
 	// roundMu is held for a whole round, and by flushCache: a flush
 	// between a round's dump and its bookkeeping would have the round
 	// re-create ukeys (or flows) for what the flush deleted.
@@ -58,7 +63,7 @@ type revalidator struct {
 const orphanSettle = 2 * time.Second
 
 func newRevalidator(s *Switch) *revalidator {
-	return &revalidator{s: s, kick: make(chan kick), lastVersion: s.pl.Version()}
+	return &revalidator{s: s, kick: make(chan kick), poke: make(chan struct{}, 1), lastVersion: s.pl.Version()}
 }
 
 // conntrackSweepInterval is how often expired connections are deleted.
@@ -90,6 +95,8 @@ func (r *revalidator) run(ctx context.Context) {
 		case k := <-r.kick:
 			r.roundOf(k.all)
 			close(k.done)
+		case <-r.poke:
+			r.round()
 		case now := <-expire.C:
 			r.expireRules()
 			r.s.pacer.expire(now, false)
@@ -100,6 +107,14 @@ func (r *revalidator) run(ctx context.Context) {
 				r.s.log.Debug("conntrack sweep", "expired", n)
 			}
 		}
+	}
+}
+
+// soon asks for a round without waiting (never blocks).
+func (r *revalidator) soon() {
+	select {
+	case r.poke <- struct{}{}:
+	default: // one is pending already
 	}
 }
 

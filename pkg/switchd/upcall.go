@@ -345,6 +345,12 @@ func (h *upcallHandler) flush() {
 	}
 	now := time.Now()
 	failed := h.eb.Failed
+	before := s.pl.Version()
+	defer func() {
+		if s.pl.Version() != before && s.rv != nil {
+			s.rv.soon() // a learn action changed the tables
+		}
+	}()
 	for _, m := range h.misses {
 		u, x := m.u, m.x
 		// The missed packet never counts in the fast path (the flow did
