@@ -199,18 +199,7 @@ func TestThrottledActionUpcallsAreRead(t *testing.T) {
 	defer r.Close()
 	m := flow.Mask{InPort: ^uint32(0)}
 	d.put(flow.Flow{Key: flow.Key{InPort: portIn}, Mask: m, Actions: []flow.Action{flow.Userspace{Cookie: 7}}})
-	// Every CPU woke the reader just now: the next action upcalls do not.
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		t.Fatal(err)
-	}
-	now := make([]uint64, d.ncpu)
-	for i := range now {
-		now[i] = uint64(ts.Nano())
-	}
-	if err := d.objs.UpcallWake.Put(uint32(0), now); err != nil {
-		t.Fatal(err)
-	}
+	quietWakeups(t, d)
 	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, "x")
 	if err := d.inNetns(func() error {
 		_, _, err := d.objs.NagarePortIngress.Benchmark(pkt, 5, nil)
@@ -257,19 +246,6 @@ func TestThrottledActionUpcallAfterStaleDeadline(t *testing.T) {
 	defer r.Close()
 	m := flow.Mask{InPort: ^uint32(0)}
 	d.put(flow.Flow{Key: flow.Key{InPort: portIn}, Mask: m, Actions: []flow.Action{flow.Userspace{Cookie: 7}}})
-	quiet := func() { // every CPU woke the reader just now: the next action upcalls do not
-		var ts unix.Timespec
-		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-			t.Fatal(err)
-		}
-		now := make([]uint64, d.ncpu)
-		for i := range now {
-			now[i] = uint64(ts.Nano())
-		}
-		if err := d.objs.UpcallWake.Put(uint32(0), now); err != nil {
-			t.Fatal(err)
-		}
-	}
 	send := func() {
 		pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, "x")
 		if err := d.inNetns(func() error {
@@ -281,7 +257,7 @@ func TestThrottledActionUpcallAfterStaleDeadline(t *testing.T) {
 	}
 	// One record without a wakeup, read by a wait whose deadline has
 	// passed: the wait times out, finds the record, keeps the error.
-	quiet()
+	quietWakeups(t, d)
 	send()
 	r.lingerUntil = time.Now().Add(-time.Millisecond)
 	ups := make([]Upcall, 16)
@@ -310,5 +286,22 @@ func TestThrottledActionUpcallAfterStaleDeadline(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("an action upcall submitted without a wakeup after a stale deadline was never read")
+	}
+}
+
+// quietWakeups makes every CPU have woken the upcall reader just now: the
+// next action upcalls are submitted without a wakeup (ACTION_WAKE_GAP_NS).
+func quietWakeups(t *testing.T, d *testDP) {
+	t.Helper()
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	now := make([]uint64, d.ncpu)
+	for i := range now {
+		now[i] = uint64(ts.Nano())
+	}
+	if err := d.objs.UpcallWake.Put(uint32(0), now); err != nil {
+		t.Fatal(err)
 	}
 }
