@@ -258,14 +258,22 @@ func (x *xlate) group(id uint32) {
 		}
 		x.tracef(TraceGroup, x.tableID, "group:%d fast_failover, no live bucket: drop", id)
 	case openflow.GroupTypeSelect:
-		if !x.opts.SlowSelect && x.liveBuckets(gb) > 1 {
-			x.freezeSelect(id)
-			return
-		}
-		i := x.selectBucket(gb)
-		if i < 0 {
+		total, live, last := x.liveWeights(gb)
+		var i int
+		switch {
+		case total == 0:
 			x.tracef(TraceGroup, x.tableID, "group:%d select, no live bucket: drop", id)
 			return
+		case live == 1:
+			// One choice: nothing to hash, so nothing un-wildcarded. A
+			// Service with one endpoint then caches one flow for all its
+			// new connections instead of one per connection (the 5-tuple).
+			i = last
+		case !x.opts.SlowSelect:
+			x.freezeSelect(id) // the fast path hashes (groupByHash)
+			return
+		default:
+			i = x.bucketAt(gb, x.selectHash()%total)
 		}
 		x.tracef(TraceGroup, x.tableID, "group:%d select, bucket %d", id, i)
 		x.bucket(gb, i)
@@ -279,28 +287,40 @@ func (x *xlate) bucket(gb *groupBody, i int) {
 	x.restore(saved)
 }
 
-// selectBucket picks a live bucket of a select group by a hash of the
-// packet's identity (IP addresses, protocol and ports for IP, Ethernet
-// addresses otherwise), in proportion to the bucket weights. The hashed
-// fields go into the megaflow mask; the choice is deterministic.
-func (x *xlate) selectBucket(gb *groupBody) int {
-	var total uint64
-	live, only := 0, -1
+// liveWeights returns the total weight of a select group's live
+// buckets, how many of them have a weight, and the last such one.
+func (x *xlate) liveWeights(gb *groupBody) (total uint64, live, last int) {
+	last = -1
 	for i := range gb.buckets {
-		if x.p.bucketLive(&gb.buckets[i], 0) && gb.buckets[i].Weight > 0 {
-			total += uint64(gb.buckets[i].Weight)
-			live, only = live+1, i
+		if b := &gb.buckets[i]; b.Weight > 0 && x.p.bucketLive(b, 0) {
+			total += uint64(b.Weight)
+			live, last = live+1, i
 		}
 	}
-	if total == 0 {
-		return -1
+	return total, live, last
+}
+
+// bucketAt returns the live bucket that pick (< the live total weight)
+// falls in, each bucket taking as many values as its weight.
+func (x *xlate) bucketAt(gb *groupBody, pick uint64) int {
+	for i := range gb.buckets {
+		b := &gb.buckets[i]
+		if b.Weight == 0 || !x.p.bucketLive(b, 0) {
+			continue
+		}
+		if pick < uint64(b.Weight) {
+			return i
+		}
+		pick -= uint64(b.Weight)
 	}
-	if live == 1 {
-		// One choice: nothing to hash, so nothing un-wildcarded. A
-		// Service with one endpoint then caches one flow for all its new
-		// connections instead of one per connection (the 5-tuple).
-		return only
-	}
+	return -1
+}
+
+// selectHash hashes the packet's identity (IP addresses, protocol and
+// ports for IP, Ethernet addresses otherwise) for a select group chosen
+// in the slow path; the hashed fields go into the megaflow mask, the
+// choice is deterministic.
+func (x *xlate) selectHash() uint64 {
 	k := &x.cur
 	x.need(&maskEthType)
 	h := uint64(14695981039346656037)
@@ -333,18 +353,7 @@ func (x *xlate) selectBucket(gb *groupBody) int {
 	h ^= h >> 33
 	h *= 0xff51afd7ed558ccd
 	h ^= h >> 33
-	pick := h % total
-	for i := range gb.buckets {
-		if !x.p.bucketLive(&gb.buckets[i], 0) {
-			continue
-		}
-		w := uint64(gb.buckets[i].Weight)
-		if pick < w {
-			return i
-		}
-		pick -= w
-	}
-	return -1
+	return h
 }
 
 // GroupStats answers an OFPMP_GROUP request (GroupAll for every group).
@@ -451,17 +460,6 @@ func (p *Pipeline) groupChange(ids ...uint32) *changeSet {
 	return c
 }
 
-// liveBuckets counts the buckets a select group can pick.
-func (x *xlate) liveBuckets(gb *groupBody) int {
-	n := 0
-	for i := range gb.buckets {
-		if gb.buckets[i].Weight > 0 && x.p.bucketLive(&gb.buckets[i], 0) {
-			n++
-		}
-	}
-	return n
-}
-
 // hashSlots is how many dp_hash values (a power of two) spread over n
 // buckets: 16 per bucket at least, so that weights are kept within about
 // 6 %, at most 2^16. A recirculated pass matches dp_hash on log2(slots)
@@ -485,14 +483,7 @@ func (x *xlate) groupByHash(id uint32) {
 	}
 	gb := g.body
 	x.rules = append(x.rules, RuleRef{kind: refGroup, body: gb})
-	var total uint64
-	live := 0
-	for i := range gb.buckets {
-		if gb.buckets[i].Weight > 0 && x.p.bucketLive(&gb.buckets[i], 0) {
-			total += uint64(gb.buckets[i].Weight)
-			live++
-		}
-	}
+	total, live, _ := x.liveWeights(gb)
 	if total == 0 {
 		x.tracef(TraceGroup, x.tableID, "group:%d select, no live bucket: drop", id)
 		return
@@ -502,17 +493,7 @@ func (x *xlate) groupByHash(id uint32) {
 	mw := keyWords(&m)
 	x.need(&mw)
 	slot := x.cur.DpHash & (slots - 1)
-	pick := uint64(slot) * total / uint64(slots)
-	for i := range gb.buckets {
-		b := &gb.buckets[i]
-		if b.Weight == 0 || !x.p.bucketLive(b, 0) {
-			continue
-		}
-		if pick < uint64(b.Weight) {
-			x.tracef(TraceGroup, x.tableID, "group:%d select by dp_hash slot %d of %d, bucket %d", id, slot, slots, i)
-			x.bucket(gb, i)
-			return
-		}
-		pick -= uint64(b.Weight)
-	}
+	i := x.bucketAt(gb, uint64(slot)*total/uint64(slots))
+	x.tracef(TraceGroup, x.tableID, "group:%d select by dp_hash slot %d of %d, bucket %d", id, slot, slots, i)
+	x.bucket(gb, i)
 }

@@ -173,19 +173,26 @@ var errAfterRecirc = errors.New("ofproto: datapath actions after ct(table=...) i
 // with the current registers and action set after the fast path looked
 // the packet up again.
 func (x *xlate) freeze(table uint8) {
+	id := x.freezeAs(&frozen{table: table})
+	x.tracef(TraceNote, x.tableID, "recirculate to table %d as recirc_id=0x%x", table, id)
+}
+
+// freezeAs completes f with the registers and action set, registers it,
+// and ends this pass's actions with pre..., recirc(id); the action set
+// belongs to the recirculated pass.
+func (x *xlate) freezeAs(f *frozen, pre ...flow.Action) uint32 {
 	x.commit()
-	f := &frozen{table: table}
 	copy(f.regs[:], x.packet()[flow.KeyWords:])
 	if x.set != nil && !x.set.empty() {
 		f.set = x.set.actions()
 	}
 	id := x.p.recirc.id(f)
-	x.acts = append(x.acts, flow.Recirc{ID: id})
-	x.tracef(TraceNote, x.tableID, "recirculate to table %d as recirc_id=0x%x", table, id)
+	x.acts = append(append(x.acts, pre...), flow.Recirc{ID: id})
 	x.recircAt = len(x.acts)
 	if x.set != nil {
 		*x.set = actionSet{} // executed by the second pass
 	}
+	return id
 }
 
 // thaw starts the translation of a recirculated packet.
@@ -221,18 +228,7 @@ func (x *xlate) thaw() {
 // (groupByHash), so a cached flow serves every connection whose hash
 // falls in its slot rather than one 5-tuple.
 func (x *xlate) freezeSelect(id uint32) {
-	x.commit()
-	f := &frozen{table: x.tableID, group: id}
-	copy(f.regs[:], x.packet()[flow.KeyWords:])
-	if x.set != nil && !x.set.empty() {
-		f.set = x.set.actions()
-	}
-	rid := x.p.recirc.id(f)
-	x.acts = append(x.acts, flow.Hash{Basis: id}, flow.Recirc{ID: rid})
+	rid := x.freezeAs(&frozen{table: x.tableID, group: id}, flow.Hash{Basis: id})
 	x.tracef(TraceNote, x.tableID, "select group %d: hash, recirculate as recirc_id=0x%x", id, rid)
-	x.recircAt = len(x.acts)
-	if x.set != nil {
-		*x.set = actionSet{}
-	}
 	x.selectFrozen = true
 }

@@ -203,30 +203,33 @@ func (p *Pipeline) Translate(key flow.Key, opts TranslateOptions) (*Translation,
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	opts.PacketOut = false
-	x := p.newXlate(key, opts)
 	if opts.Trace {
-		x.opts.SlowSelect = true
+		opts.SlowSelect = true
 	}
-	if key.RecircID != 0 {
-		x.thaw()
-	} else if p.nrules == 0 && p.fallbackNormal.Load() {
-		x.tracef(TraceNote, 0, "no rules: fail-standalone, acting as NORMAL")
-		x.normal()
-	} else {
-		x.pipeline(0)
-	}
-	if x.afterSelect && !x.opts.SlowSelect {
+	x := p.newXlate(key, opts)
+	x.start()
+	if x.afterSelect && !opts.SlowSelect {
 		*x = xlate{}
 		xlatePool.Put(x)
 		opts.SlowSelect = true
 		x = p.newXlate(key, opts)
-		if key.RecircID != 0 {
-			x.thaw()
-		} else {
-			x.pipeline(0)
-		}
+		x.start()
 	}
 	return x.result()
+}
+
+// start translates the packet from where it enters: a recirculated
+// packet from its frozen state, any other from table 0.
+func (x *xlate) start() {
+	switch {
+	case x.in.RecircID != 0:
+		x.thaw()
+	case x.p.nrules == 0 && x.p.fallbackNormal.Load():
+		x.tracef(TraceNote, 0, "no rules: fail-standalone, acting as NORMAL")
+		x.normal()
+	default:
+		x.pipeline(0)
+	}
 }
 
 // TranslatePacketOut translates a PACKET_OUT: actions applied to the
