@@ -195,15 +195,16 @@ func allClauses(n uint8) uint64 {
 	return 1<<n - 1
 }
 
-// completed returns the ids that the clause flows of one priority
+// completed appends to ids the ids that the clause flows of one priority
 // complete, lowest first.
-func completed(level []softMatch) []uint32 {
+func completed(level []softMatch, ids []uint32) []uint32 {
 	type acc struct {
 		id   uint32
 		n    uint8
 		bits uint64
 	}
-	var accs []acc
+	var buf [8]acc
+	accs := buf[:0]
 	for _, s := range level {
 		for _, c := range s.r.conjs {
 			if int(c.NClauses) > len(level) {
@@ -219,7 +220,6 @@ func completed(level []softMatch) []uint32 {
 			accs[i].bits |= 1 << (c.Clause - 1)
 		}
 	}
-	var ids []uint32
 	for _, a := range accs {
 		if all := allClauses(a.n); a.bits&all == all {
 			ids = append(ids, a.id)
@@ -248,13 +248,14 @@ func (x *xlate) lookupConj(t *table, hard *rule) *rule {
 	}
 	slices.SortStableFunc(soft, func(a, b softMatch) int { return int(b.r.priority) - int(a.r.priority) })
 	var void map[conjKey]bool // completed, but the conj_id lookup found nothing
+	var idBuf [4]uint32
 	for i := 0; i < len(soft); {
 		p := soft[i].r.priority
 		j := i
 		for j < len(soft) && soft[j].r.priority == p {
 			j++
 		}
-		ids := completed(soft[i:j])
+		ids := completed(soft[i:j], idBuf[:0])
 		x.traceLevel(t, soft[i:j], ids)
 		for _, id := range ids {
 			x.curW[conjWord] = uint64(id) << 32
@@ -310,7 +311,8 @@ func (x *xlate) proveConj(t *table, held []clauseProbe, soft []softMatch, above 
 	}
 	// The conjunctions with flows in held subtables: the others failed
 	// on subtables whose proof is in the mask already.
-	var keys []conjKey
+	var keyBuf [8]conjKey
+	keys := keyBuf[:0]
 	for i := range held {
 		for k := range t.conj.bySub[held[i].st] {
 			if int(k.priority) <= above || void[k] || slices.Contains(keys, k) {
