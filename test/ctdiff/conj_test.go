@@ -23,7 +23,9 @@ import (
 //     is not above it, so it wins over conjunction 10;
 //   - a normal flow at priority 80 (TCP 22 → ext): a packet of
 //     conjunction 10's sources and destinations to port 22 does not
-//     complete it and falls through to it.
+//     complete it and falls through to it;
+//   - conjunction 13, both clauses in one flow, and 14, its clauses at
+//     two priorities: neither completes in Open vSwitch.
 //
 // After the packets the tables' counters must agree (Open vSwitch counts
 // the conj_id flow, not the clause flows).
@@ -47,6 +49,15 @@ func conjunctionCase() ctCase {
 			"table=0,priority=30,udp,actions=output:4",
 			fmt.Sprintf("table=0,priority=100,tcp,nw_src=%s,nw_dst=%s,tp_dst=8080,actions=in_port", cIP, b2IP),
 			"table=0,priority=80,tcp,tp_dst=22,actions=output:4",
+			// Conjunction 13: both clauses in one flow; Open vSwitch
+			// completes a conjunction only when at least n flows match.
+			"table=0,priority=95,ip,nw_src=10.77.0.7,actions=conjunction(13,1/2),conjunction(13,2/2)",
+			fmt.Sprintf("table=0,priority=50,conj_id=13,ip,actions=mod_dl_dst:%s,output:3", b2MAC),
+			// Conjunction 14: its clauses at two priorities are two
+			// conjunctions, neither complete.
+			"table=0,priority=96,ip,nw_src=10.77.0.8,actions=conjunction(14,1/2)",
+			"table=0,priority=97,tcp,tp_dst=9000,actions=conjunction(14,2/2)",
+			fmt.Sprintf("table=0,priority=50,conj_id=14,ip,actions=mod_dl_dst:%s,output:3", b2MAC),
 			routeTable(3),
 		),
 		steps: []step{
@@ -69,8 +80,12 @@ func conjunctionCase() ctCase {
 			{udp("client", at(cIP, 43009), at(b1IP, 53), "query"), want{at: "ext"}},
 			// UDP 7 from another source: not complete, the normal UDP flow.
 			{udp("client", at(src2, 43010), at(b1IP, 7), "echo"), want{at: "ext"}},
+			// One flow with both clauses of 13: not complete, dropped.
+			{tcp("client", at("10.77.0.7", 43011), at(b1IP, 80), "S", 1, 0), want{at: ""}},
+			// 14's clauses at priorities 96 and 97: dropped.
+			{tcp("client", at("10.77.0.8", 43012), at(b1IP, 9000), "S", 1, 0), want{at: ""}},
 		},
-		counters: map[int]uint64{0: 9}, // every packet but the two dropped by a miss
+		counters: map[int]uint64{0: 9}, // every packet but the four dropped by a miss
 	}
 }
 
