@@ -170,14 +170,7 @@ func testConjunctionPriorities(t *testing.T) {
 			tcpKey(1, "10.0.0.1", "10.0.0.9", 1000, 80), "output:3",
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p, _ := newTestPipeline(t, 3)
-			mustAdd(t, p, tc.flows...)
-			tr := translate(t, p, tc.key)
-			if got := actions(tr); got != tc.want {
-				t.Fatalf("%q, want %q\n%s", got, tc.want, FormatTrace(tr.Trace))
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantActions(t, tc.flows, tc.key, tc.want) })
 	}
 }
 
@@ -465,17 +458,7 @@ func testConjunctionMatchesReference(t *testing.T) {
 				}
 			}
 			for v := range 8 {
-				var other flow.Key
-				if v%2 == 0 {
-					other = randPacket(r)
-				} else {
-					w := k.Words()
-					for i := range w {
-						w[i] ^= r.Uint64()
-					}
-					other = flow.KeyFromWords(w)
-				}
-				k2 := mixOutside(k, other, tr.Mask)
+				k2 := maskVariant(r, v, k, tr.Mask)
 				tr2 := translate(t, p, k2)
 				if got2 := actions(tr2); got2 != got {
 					t.Fatalf("pipeline %d: packets agree under the mask but translate differently\nflows:\n  %s\np1: %s\n  -> %s\np2: %s\n  -> %s\nmask: %s\ntrace p1:\n%s\ntrace p2:\n%s",

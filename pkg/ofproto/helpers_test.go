@@ -114,4 +114,16 @@ func translate(t testing.TB, p *Pipeline, k flow.Key) *Translation {
 
 func actions(tr *Translation) string { return flow.FormatActions(tr.Actions) }
 
+// wantActions installs flows in a new pipeline and checks what the packet
+// with key translates to.
+func wantActions(t *testing.T, flows []string, key flow.Key, want string) {
+	t.Helper()
+	p, _ := newTestPipeline(t, 3)
+	mustAdd(t, p, flows...)
+	tr := translate(t, p, key)
+	if got := actions(tr); got != want {
+		t.Fatalf("actions %s, want %s\ntrace:\n%s", got, want, FormatTrace(tr.Trace))
+	}
+}
+
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

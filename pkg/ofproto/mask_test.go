@@ -244,6 +244,19 @@ func randPipeline(t *testing.T, r *rand.Rand) (*Pipeline, []string) {
 	return p, flows
 }
 
+// maskVariant returns a packet that agrees with p1 on mask: the other
+// bits from a random packet of the universe (even v) or random (odd v).
+func maskVariant(r *rand.Rand, v int, p1 flow.Key, mask flow.Mask) flow.Key {
+	if v%2 == 0 {
+		return mixOutside(p1, randPacket(r), mask)
+	}
+	w := p1.Words()
+	for i := range w {
+		w[i] ^= r.Uint64()
+	}
+	return mixOutside(p1, flow.KeyFromWords(w), mask)
+}
+
 // mixOutside returns p1 with the bits outside mask taken from other.
 func mixOutside(p1, other flow.Key, mask flow.Mask) flow.Key {
 	a, b, m := p1.Words(), other.Words(), mask.Words()
@@ -291,17 +304,7 @@ func testMegaflowMaskProperty(t *testing.T) {
 			translate(t, p, p1) // let NORMAL learn first
 			tr1 := translate(t, p, p1)
 			for v := range variants {
-				var other flow.Key
-				if v%2 == 0 {
-					other = randPacket(r)
-				} else {
-					w := p1.Words()
-					for i := range w {
-						w[i] ^= r.Uint64()
-					}
-					other = flow.KeyFromWords(w)
-				}
-				p2 := mixOutside(p1, other, tr1.Mask)
+				p2 := maskVariant(r, v, p1, tr1.Mask)
 				translate(t, p, p2)
 				tr2 := translate(t, p, p2)
 				if a1, a2 := actions(tr1), actions(tr2); a1 != a2 {

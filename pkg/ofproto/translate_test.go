@@ -47,14 +47,7 @@ func TestTranslateBasics(t *testing.T) {
 			"table=1,priority=0,actions=output:2"}, tcpKey(1, "10.0.0.1", "10.0.0.2", 1, 2), "output:3"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			p, _ := newTestPipeline(t, 3)
-			mustAdd(t, p, tc.flows...)
-			tr := translate(t, p, tc.key)
-			if got := actions(tr); got != tc.want {
-				t.Fatalf("actions %s, want %s\ntrace:\n%s", got, tc.want, FormatTrace(tr.Trace))
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantActions(t, tc.flows, tc.key, tc.want) })
 	}
 }
 
