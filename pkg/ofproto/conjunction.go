@@ -199,30 +199,63 @@ func allClauses(n uint8) uint64 {
 // complete, lowest first.
 func completed(level []softMatch, ids []uint32) []uint32 {
 	type acc struct {
-		id   uint32
 		n    uint8
 		bits uint64
 	}
-	var buf [8]acc
-	accs := buf[:0]
+	var buf [8]struct {
+		id uint32
+		acc
+	}
+	few := buf[:0]
+	var many map[uint32]*acc // past len(buf) ids (policies sharing a flow)
 	for _, s := range level {
 		for _, c := range s.r.conjs {
 			if int(c.NClauses) > len(level) {
 				continue // too few flows match to complete it (Open vSwitch's count)
 			}
-			i := 0
-			for i < len(accs) && accs[i].id != c.ID {
-				i++
+			var a *acc
+			if many != nil {
+				if a = many[c.ID]; a == nil {
+					a = &acc{n: c.NClauses}
+					many[c.ID] = a
+				}
+			} else {
+				i := 0
+				for i < len(few) && few[i].id != c.ID {
+					i++
+				}
+				if i == len(few) && i == cap(few) {
+					many = map[uint32]*acc{}
+					for _, f := range few {
+						many[f.id] = &acc{f.n, f.bits}
+					}
+					a = &acc{n: c.NClauses}
+					many[c.ID] = a
+				} else {
+					if i == len(few) {
+						few = append(few, struct {
+							id uint32
+							acc
+						}{c.ID, acc{n: c.NClauses}})
+					}
+					a = &few[i].acc
+				}
 			}
-			if i == len(accs) {
-				accs = append(accs, acc{id: c.ID, n: c.NClauses})
-			}
-			accs[i].bits |= 1 << (c.Clause - 1)
+			a.bits |= 1 << (c.Clause - 1)
 		}
 	}
-	for _, a := range accs {
+	done := func(id uint32, a *acc) {
 		if all := allClauses(a.n); a.bits&all == all {
-			ids = append(ids, a.id)
+			ids = append(ids, id)
+		}
+	}
+	if many != nil {
+		for id, a := range many {
+			done(id, a)
+		}
+	} else {
+		for i := range few {
+			done(few[i].id, &few[i].acc)
 		}
 	}
 	slices.Sort(ids)
@@ -311,17 +344,28 @@ func (x *xlate) proveConj(t *table, held []clauseProbe, soft []softMatch, above 
 	}
 	// The conjunctions with flows in held subtables: the others failed
 	// on subtables whose proof is in the mask already.
-	var keyBuf [8]conjKey
-	keys := keyBuf[:0]
+	var keys []conjKey
+	seen := map[conjKey]bool{}
 	for i := range held {
 		for k := range t.conj.bySub[held[i].st] {
-			if int(k.priority) <= above || void[k] || slices.Contains(keys, k) {
+			if int(k.priority) <= above || void[k] || seen[k] {
 				continue
 			}
 			if win != nil && (k.priority < win.priority || k.priority == win.priority && k.id >= win.id) {
 				continue
 			}
+			seen[k] = true
 			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		x.addNeeded(held)
+		return
+	}
+	matched := map[conjKey]uint64{} // the clauses with a matching flow
+	for _, s := range soft {
+		for _, c := range s.r.conjs {
+			matched[conjKey{s.r.priority, c.ID}] |= 1 << (c.Clause - 1)
 		}
 	}
 	slices.SortFunc(keys, func(a, b conjKey) int {
@@ -332,16 +376,7 @@ func (x *xlate) proveConj(t *table, held []clauseProbe, soft []softMatch, above 
 	})
 	for _, k := range keys {
 		cj := t.conj.conjs[k]
-		var got uint64 // the clauses with a matching flow
-		for _, s := range soft {
-			if s.r.priority == k.priority {
-				for _, c := range s.r.conjs {
-					if c.ID == k.id {
-						got |= 1 << (c.Clause - 1)
-					}
-				}
-			}
-		}
+		got := matched[k]
 		best, bestCost := -1, 0
 		for c := 0; c < int(cj.n); c++ {
 			if got&(1<<c) != 0 {
@@ -384,6 +419,11 @@ func (x *xlate) proveConj(t *table, held []clauseProbe, soft []softMatch, above 
 			}
 		}
 	}
+	x.addNeeded(held)
+}
+
+// addNeeded adds the proofs of the needed held subtables to the mask.
+func (x *xlate) addNeeded(held []clauseProbe) {
 	for i := range held {
 		if held[i].needed {
 			x.mask.or(&held[i].proof)

@@ -529,3 +529,27 @@ func TestConjunctionTrace(t *testing.T) {
 		}
 	}
 }
+
+// Many conjunctions at one priority sharing a clause flow (one source in
+// 40 policies, each with its own port): the one whose port the packet
+// has completes, and a packet to no policy's port is denied with a
+// megaflow that leaves the source out.
+func TestConjunctionManyIDs(t *testing.T) { classifierModes(t, testConjunctionManyIDs) }
+
+func testConjunctionManyIDs(t *testing.T) {
+	p, _ := newTestPipeline(t, 3)
+	var conjs []string
+	for id := 1; id <= 40; id++ {
+		conjs = append(conjs, fmt.Sprintf("conjunction(%d,1/2)", id))
+		mustAdd(t, p, fmt.Sprintf("priority=100,tcp,tp_dst=%d,actions=conjunction(%d,2/2)", 9000+id, id),
+			fmt.Sprintf("priority=10,conj_id=%d,ip,actions=set_field:%d->ip_dscp,output:2", id, id))
+	}
+	mustAdd(t, p, "priority=100,ip,nw_src=10.0.0.1,actions="+strings.Join(conjs, ","), "priority=0,actions=output:3")
+	if got := actions(translate(t, p, tcpKey(1, "10.0.0.1", "10.1.0.1", 1000, 9037))); got != "set(dscp=37),output:2" {
+		t.Fatalf("port of policy 37: %s", got)
+	}
+	tr := translate(t, p, tcpKey(1, "10.0.0.1", "10.1.0.1", 1000, 22))
+	if got := actions(tr); got != "output:3" || tr.Mask.IPSrc != ([16]byte{}) {
+		t.Fatalf("port of no policy: %s, mask %s", got, flow.Format(flow.ExactMask(), tr.Mask))
+	}
+}
