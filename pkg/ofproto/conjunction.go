@@ -52,7 +52,15 @@ import (
 //
 // A packet that matches the sources of a policy but none of its ports
 // thus caches a flow that pins the port (or the prefix of it that proves
-// the miss), not the source.
+// the miss), not the source. The proofs are worked out conjunction by
+// conjunction; when the held subtables hold flows of more than
+// maxProvedConjs conjunctions, every held subtable is added instead (what
+// Open vSwitch un-wildcards), so that a table of a thousand policies costs
+// a lookup O(subtables), not O(policies).
+
+// maxProvedConjs bounds the conjunctions whose failure a lookup proves
+// one by one (proveConj); a variable so that tests can change it.
+var maxProvedConjs = 64
 
 // conjKey names a conjunction: its id at one priority (flows of one id at
 // other priorities are other conjunctions).
@@ -195,67 +203,67 @@ func allClauses(n uint8) uint64 {
 	return 1<<n - 1
 }
 
+// conjAcc is what the matching clause flows of one priority gave one id.
+type conjAcc struct {
+	id   uint32
+	n    uint8
+	bits uint64
+}
+
 // completed appends to ids the ids that the clause flows of one priority
 // complete, lowest first.
-func completed(level []softMatch, ids []uint32) []uint32 {
-	type acc struct {
-		n    uint8
-		bits uint64
-	}
-	var buf [8]struct {
-		id uint32
-		acc
-	}
+func (x *xlate) completed(level []softMatch, ids []uint32) []uint32 {
+	var buf [8]conjAcc
 	few := buf[:0]
-	var many map[uint32]*acc // past len(buf) ids (policies sharing a flow)
+	var many map[uint32]conjAcc // past len(buf) ids (policies sharing a flow)
 	for _, s := range level {
 		for _, c := range s.r.conjs {
 			if int(c.NClauses) > len(level) {
 				continue // too few flows match to complete it (Open vSwitch's count)
 			}
-			var a *acc
 			if many != nil {
-				if a = many[c.ID]; a == nil {
-					a = &acc{n: c.NClauses}
-					many[c.ID] = a
+				a, ok := many[c.ID]
+				if !ok {
+					a = conjAcc{id: c.ID, n: c.NClauses}
 				}
-			} else {
-				i := 0
-				for i < len(few) && few[i].id != c.ID {
-					i++
-				}
-				if i == len(few) && i == cap(few) {
-					many = map[uint32]*acc{}
-					for _, f := range few {
-						many[f.id] = &acc{f.n, f.bits}
-					}
-					a = &acc{n: c.NClauses}
-					many[c.ID] = a
-				} else {
-					if i == len(few) {
-						few = append(few, struct {
-							id uint32
-							acc
-						}{c.ID, acc{n: c.NClauses}})
-					}
-					a = &few[i].acc
-				}
+				a.bits |= 1 << (c.Clause - 1)
+				many[c.ID] = a
+				continue
 			}
-			a.bits |= 1 << (c.Clause - 1)
+			i := 0
+			for i < len(few) && few[i].id != c.ID {
+				i++
+			}
+			if i < len(few) || len(few) < cap(few) {
+				if i == len(few) {
+					few = append(few, conjAcc{id: c.ID, n: c.NClauses})
+				}
+				few[i].bits |= 1 << (c.Clause - 1)
+				continue
+			}
+			if x.conjAcc == nil {
+				x.conjAcc = map[uint32]conjAcc{}
+			}
+			many = x.conjAcc
+			clear(many)
+			for _, a := range few {
+				many[a.id] = a
+			}
+			many[c.ID] = conjAcc{id: c.ID, n: c.NClauses, bits: 1 << (c.Clause - 1)}
 		}
 	}
-	done := func(id uint32, a *acc) {
+	done := func(a conjAcc) {
 		if all := allClauses(a.n); a.bits&all == all {
-			ids = append(ids, id)
+			ids = append(ids, a.id)
 		}
 	}
 	if many != nil {
-		for id, a := range many {
-			done(id, a)
+		for _, a := range many {
+			done(a)
 		}
 	} else {
-		for i := range few {
-			done(few[i].id, &few[i].acc)
+		for _, a := range few {
+			done(a)
 		}
 	}
 	slices.Sort(ids)
@@ -288,7 +296,7 @@ func (x *xlate) lookupConj(t *table, hard *rule) *rule {
 		for j < len(soft) && soft[j].r.priority == p {
 			j++
 		}
-		ids := completed(soft[i:j], idBuf[:0])
+		ids := x.completed(soft[i:j], idBuf[:0])
 		x.traceLevel(t, soft[i:j], ids)
 		for _, id := range ids {
 			x.curW[conjWord] = uint64(id) << 32
@@ -343,7 +351,20 @@ func (x *xlate) proveConj(t *table, held []clauseProbe, soft []softMatch, above 
 		}
 	}
 	// The conjunctions with flows in held subtables: the others failed
-	// on subtables whose proof is in the mask already.
+	// on subtables whose proof is in the mask already. Past
+	// maxProvedConjs of them, proving each would cost more than the
+	// lookup: every held subtable is added, as Open vSwitch's probe does.
+	n := 0
+	for i := range held {
+		n += len(t.conj.bySub[held[i].st])
+	}
+	if n > maxProvedConjs {
+		for i := range held {
+			held[i].needed = true
+		}
+		x.addNeeded(held)
+		return
+	}
 	var keys []conjKey
 	seen := map[conjKey]bool{}
 	for i := range held {

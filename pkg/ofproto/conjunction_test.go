@@ -427,6 +427,15 @@ func TestConjunctionMatchesReference(t *testing.T) {
 	classifierModes(t, testConjunctionMatchesReference)
 }
 
+// The same with every held subtable added (what a lookup does past
+// maxProvedConjs conjunctions).
+func TestConjunctionMatchesReferenceWholeProbe(t *testing.T) {
+	old := maxProvedConjs
+	maxProvedConjs = -1
+	defer func() { maxProvedConjs = old }()
+	testConjunctionMatchesReference(t)
+}
+
 func testConjunctionMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(*maskSeed, 20))
 	pipelines := 300

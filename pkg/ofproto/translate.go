@@ -149,6 +149,16 @@ type xlate struct {
 
 	depth int
 	err   error
+
+	// conjAcc is scratch space of conjunctive lookups (conjunction.go),
+	// kept across translations.
+	conjAcc map[uint32]conjAcc
+}
+
+// recycle clears x, but for its scratch space, and puts it in the pool.
+func (x *xlate) recycle() {
+	*x = xlate{conjAcc: x.conjAcc}
+	xlatePool.Put(x)
 }
 
 // xlatePool recycles translation state (about 1 KiB): the slow path
@@ -158,7 +168,7 @@ var xlatePool = sync.Pool{New: func() any { return new(xlate) }}
 
 func (p *Pipeline) newXlate(key flow.Key, opts TranslateOptions) *xlate {
 	x := xlatePool.Get().(*xlate)
-	*x = xlate{p: p, opts: opts, in: key, cur: key, dp: key, tpid: 0x8100}
+	*x = xlate{p: p, opts: opts, in: key, cur: key, dp: key, tpid: 0x8100, conjAcc: x.conjAcc}
 	x.curW = keyWords(&key)
 	for i := metaWord; i < nWords; i++ {
 		x.written[i] = ^uint64(0) // metadata and registers (fields.go)
@@ -191,8 +201,7 @@ func (x *xlate) result() (*Translation, error) {
 	t := &Translation{Actions: x.acts, Mask: x.finalMask(), Rules: x.rules, MACDeps: x.macDeps, PacketIns: x.pins,
 		NoCache: x.opts.PacketOut || x.err != nil, Trace: x.trace}
 	err := x.err
-	*x = xlate{}
-	xlatePool.Put(x)
+	x.recycle()
 	return t, err
 }
 
@@ -209,8 +218,7 @@ func (p *Pipeline) Translate(key flow.Key, opts TranslateOptions) (*Translation,
 	x := p.newXlate(key, opts)
 	x.start()
 	if x.afterSelect && !opts.SlowSelect {
-		*x = xlate{}
-		xlatePool.Put(x)
+		x.recycle()
 		opts.SlowSelect = true
 		x = p.newXlate(key, opts)
 		x.start()
