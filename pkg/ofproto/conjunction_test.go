@@ -5,7 +5,9 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/nagare-net/nagare/pkg/flow"
 	"github.com/nagare-net/nagare/pkg/openflow"
@@ -560,5 +562,51 @@ func testConjunctionManyIDs(t *testing.T) {
 	tr := translate(t, p, tcpKey(1, "10.0.0.1", "10.1.0.1", 1000, 22))
 	if got := actions(tr); got != "output:3" || tr.Mask.IPSrc != ([16]byte{}) {
 		t.Fatalf("port of no policy: %s, mask %s", got, flow.Format(flow.ExactMask(), tr.Mask))
+	}
+}
+
+// Translations through conjunctions while clause flows come and go and
+// change conjunctions (the daemon's upcall handlers against an agent
+// rewriting policies). Run with -race.
+func TestConjunctionConcurrentUse(t *testing.T) {
+	p, _ := newTestPipeline(t, 3)
+	conjPolicy(t, p)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tr, err := p.Translate(tcpKey(1, fmt.Sprintf("10.0.0.%d", 1+i%3), "10.1.0.9", uint16(i), uint16(80+w)), TranslateOptions{Trace: i%5 == 0})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				p.Credit(tr.Rules, 1, 64, time.Unix(1_700_000_000, 0))
+			}
+		}()
+	}
+	for i := range 300 {
+		mustAdd(t, p, fmt.Sprintf("table=0,priority=100,ip,nw_src=10.0.0.%d,actions=conjunction(%d,1/3)", 3+i%20, 7+i%2))
+		if i%3 == 0 {
+			if _, err := p.FlowMod(flowMod(t, openflow.FlowDeleteStrict, fmt.Sprintf("table=0,priority=100,ip,nw_src=10.0.0.%d", 3+(i+7)%20))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i%10 == 0 {
+			mustAdd(t, p, fmt.Sprintf("table=0,priority=100,tcp,tp_dst=%d,actions=conjunction(7,2/3)", 81+i%3))
+			p.FlowStats(&openflow.FlowStatsRequest{TableID: openflow.TableAll, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny})
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if got := actions(translate(t, p, tcpKey(1, "10.0.0.1", "10.1.0.9", 1, 81))); got != "output:2" {
+		t.Fatalf("after the churn: %s", got)
 	}
 }
