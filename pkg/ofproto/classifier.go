@@ -66,6 +66,7 @@ var stageMasks = func() [4]words {
 
 // subtable holds the rules of one table that share a match mask.
 type subtable struct {
+	id     uint64 // in creation order, to name it in conjunction groups
 	mask   words
 	nz     []uint8
 	stages []stage
@@ -109,8 +110,12 @@ func better(a, b *rule) bool {
 	return a.priority > b.priority || (a.priority == b.priority && a.seq < b.seq)
 }
 
+// subtableIDs numbers subtables (under the pipeline's write lock).
+var subtableIDs uint64
+
 func newSubtable(m words) *subtable {
-	st := &subtable{mask: m, byVal: map[words][]*rule{}, prios: map[uint16]int{}}
+	subtableIDs++
+	st := &subtable{id: subtableIDs, mask: m, byVal: map[words][]*rule{}, prios: map[uint16]int{}}
 	for i, v := range m {
 		if v != 0 {
 			st.nz = append(st.nz, uint8(i))

@@ -52,22 +52,26 @@ import (
 //
 // A packet that matches the sources of a policy but none of its ports
 // thus caches a flow that pins the port (or the prefix of it that proves
-// the miss), not the source. The proofs are worked out conjunction by
-// conjunction; when the held subtables hold flows of more than
-// maxProvedConjs conjunctions, every held subtable is added instead (what
-// Open vSwitch un-wildcards), so that a table of a thousand policies costs
-// a lookup O(subtables), not O(policies).
+// the miss), not the source. Conjunctions whose clauses lie in the same
+// subtables form a group (conjGroup) and get one proof per group and set
+// of matched clauses, so a table of a thousand policies costs a lookup
+// O(groups), not O(policies); past maxProvedConjs proofs every held
+// subtable is added instead (what Open vSwitch un-wildcards).
 
-// maxProvedConjs bounds the conjunctions whose failure a lookup proves
-// one by one (proveConj); a variable so that tests can change it.
+// maxProvedConjs bounds the conjunctions and groups whose failure a
+// lookup proves one by one (proveConj); a variable so that tests can
+// change it.
 var maxProvedConjs = 64
 
 // conjKey names a conjunction: its id at one priority (flows of one id at
-// other priorities are other conjunctions).
-type conjKey struct {
-	priority uint16
-	id       uint32
-}
+// other priorities are other conjunctions), as priority<<32 | id (a
+// map key that hashes fast).
+type conjKey uint64
+
+func mkConjKey(priority uint16, id uint32) conjKey { return conjKey(priority)<<32 | conjKey(id) }
+
+func (k conjKey) priority() uint16 { return uint16(k >> 32) }
+func (k conjKey) id() uint32       { return uint32(k) }
 
 // conjunction is the clause flows of one conjunction.
 type conjunction struct {
@@ -77,21 +81,35 @@ type conjunction struct {
 	// subs[k-1] counts clause k's flows by the subtable that holds them.
 	subs  []map[*subtable]int
 	flows int
+	group *conjGroup
 }
 
-// conjIndex is a table's clause flows by conjunction, and the
-// conjunctions each subtable of clause flows holds flows of.
+// conjGroup is the conjunctions of one priority whose clauses lie in the
+// same subtables (a NetworkPolicy table's thousand rules: sources in one
+// subtable, ports in another, destinations in a third). Which clause
+// proves that one of them failed, when none of its flows matched, is the
+// same for all: a lookup works it out once per group.
+type conjGroup struct {
+	key      string
+	priority uint16
+	subs     [][]*subtable // clause k's subtables are subs[k-1]
+	members  int
+}
+
+// conjIndex is a table's clause flows by conjunction, the conjunctions by
+// group, and the groups with flows in each subtable of clause flows.
 type conjIndex struct {
-	conjs map[conjKey]*conjunction
-	bySub map[*subtable]map[conjKey]int
+	conjs  map[conjKey]*conjunction
+	groups map[string]*conjGroup
+	bySub  map[*subtable]map[*conjGroup]int
 }
 
 func (ix *conjIndex) add(r *rule, st *subtable) {
 	if ix.conjs == nil {
-		ix.conjs, ix.bySub = map[conjKey]*conjunction{}, map[*subtable]map[conjKey]int{}
+		ix.conjs, ix.groups, ix.bySub = map[conjKey]*conjunction{}, map[string]*conjGroup{}, map[*subtable]map[*conjGroup]int{}
 	}
 	for _, c := range r.conjs {
-		k := conjKey{r.priority, c.ID}
+		k := mkConjKey(r.priority, c.ID)
 		cj := ix.conjs[k]
 		if cj == nil {
 			cj = &conjunction{n: c.NClauses}
@@ -102,36 +120,83 @@ func (ix *conjIndex) add(r *rule, st *subtable) {
 		}
 		cj.subs[c.Clause-1][st]++
 		cj.flows++
-		m := ix.bySub[st]
-		if m == nil {
-			m = map[conjKey]int{}
-			ix.bySub[st] = m
-		}
-		m[k]++
+		ix.regroup(k, cj)
 	}
 }
 
 func (ix *conjIndex) remove(r *rule, st *subtable) {
 	for _, c := range r.conjs {
-		k := conjKey{r.priority, c.ID}
-		if cj := ix.conjs[k]; cj != nil {
-			m := cj.subs[c.Clause-1]
-			if m[st]--; m[st] <= 0 {
-				delete(m, st)
-			}
-			if cj.flows--; cj.flows <= 0 {
-				delete(ix.conjs, k)
-			}
+		k := mkConjKey(r.priority, c.ID)
+		cj := ix.conjs[k]
+		if cj == nil {
+			continue
 		}
-		if m := ix.bySub[st]; m != nil {
-			if m[k]--; m[k] <= 0 {
-				delete(m, k)
-			}
-			if len(m) == 0 {
-				delete(ix.bySub, st)
+		m := cj.subs[c.Clause-1]
+		if m[st]--; m[st] <= 0 {
+			delete(m, st)
+		}
+		if cj.flows--; cj.flows <= 0 {
+			delete(ix.conjs, k)
+		}
+		ix.regroup(k, cj)
+	}
+}
+
+// regroup moves cj to the group of its clauses' subtables now.
+func (ix *conjIndex) regroup(k conjKey, cj *conjunction) {
+	if g := cj.group; g != nil {
+		cj.group = nil
+		if g.members--; g.members == 0 {
+			delete(ix.groups, g.key)
+			for _, sts := range g.subs {
+				for _, st := range sts {
+					if m := ix.bySub[st]; m != nil {
+						if m[g]--; m[g] <= 0 {
+							delete(m, g)
+						}
+						if len(m) == 0 {
+							delete(ix.bySub, st)
+						}
+					}
+				}
 			}
 		}
 	}
+	if cj.flows <= 0 {
+		return
+	}
+	subs := make([][]*subtable, cj.n)
+	var key strings.Builder
+	fmt.Fprintf(&key, "%d", k.priority())
+	for c := range subs {
+		if c < len(cj.subs) {
+			for st := range cj.subs[c] {
+				subs[c] = append(subs[c], st)
+			}
+		}
+		slices.SortFunc(subs[c], func(a, b *subtable) int { return cmp.Compare(a.id, b.id) })
+		key.WriteByte('|')
+		for _, st := range subs[c] {
+			fmt.Fprintf(&key, "%d,", st.id)
+		}
+	}
+	g := ix.groups[key.String()]
+	if g == nil {
+		g = &conjGroup{key: key.String(), priority: k.priority(), subs: subs}
+		ix.groups[g.key] = g
+		for _, sts := range subs {
+			for _, st := range sts {
+				m := ix.bySub[st]
+				if m == nil {
+					m = map[*conjGroup]int{}
+					ix.bySub[st] = m
+				}
+				m[g]++
+			}
+		}
+	}
+	g.members++
+	cj.group = g
 }
 
 // clauseProbe is one subtable of clause flows where flows match.
@@ -304,13 +369,14 @@ func (x *xlate) lookupConj(t *table, hard *rule) *rule {
 			r := x.lookupHard(t)
 			x.curW[conjWord] = 0
 			if r != nil {
-				x.proveConj(t, held, soft, above, &conjKey{p, id}, void)
+				win := mkConjKey(p, id)
+				x.proveConj(t, held, soft, above, &win, void)
 				return r
 			}
 			if void == nil {
 				void = map[conjKey]bool{}
 			}
-			void[conjKey{p, id}] = true
+			void[mkConjKey(p, id)] = true
 		}
 		i = j
 	}
@@ -338,7 +404,7 @@ func (x *xlate) proveConj(t *table, held []clauseProbe, soft []softMatch, above 
 		for k := uint8(1); k <= t.conj.conjs[*win].n; k++ {
 			w := -1
 			for si, s := range soft {
-				if s.r.priority == win.priority && hasClause(s.r, win.id, k) && (w < 0 || held[s.probe].needed && !held[soft[w].probe].needed) {
+				if s.r.priority == win.priority() && hasClause(s.r, win.id(), k) && (w < 0 || held[s.probe].needed && !held[soft[w].probe].needed) {
 					w = si
 				}
 			}
@@ -350,65 +416,80 @@ func (x *xlate) proveConj(t *table, held []clauseProbe, soft []softMatch, above 
 			x.tracef(TraceNote, t.id, "  clause %d/%d: priority=%d,%s cookie=%#x", k, t.conj.conjs[*win].n, soft[w].r.priority, soft[w].r.match, soft[w].r.cookie)
 		}
 	}
-	// The conjunctions with flows in held subtables: the others failed
-	// on subtables whose proof is in the mask already. Past
-	// maxProvedConjs of them, proving each would cost more than the
-	// lookup: every held subtable is added, as Open vSwitch's probe does.
-	n := 0
-	for i := range held {
-		n += len(t.conj.bySub[held[i].st])
+	// The conjunctions that need a proof of failure: each one some of
+	// whose flows matched (by itself), and every group with flows in a
+	// held subtable (once, for its members none of whose flows matched;
+	// a proof for members that need none only adds bits). Conjunctions
+	// with no flow in a held subtable failed on subtables whose proof is
+	// in the mask already.
+	tried := func(pri uint16, id uint32) bool {
+		if int(pri) <= above {
+			return false
+		}
+		return win == nil || pri > win.priority() || pri == win.priority() && id < win.id()
 	}
-	if n > maxProvedConjs {
+	type proof struct {
+		g   *conjGroup
+		got uint64 // the clauses with a matching flow
+	}
+	var proofs []proof
+	if x.conjGot == nil {
+		x.conjGot = map[conjKey]uint64{}
+	}
+	matched := x.conjGot
+	clear(matched)
+	for _, s := range soft {
+		for _, c := range s.r.conjs {
+			matched[mkConjKey(s.r.priority, c.ID)] |= 1 << (c.Clause - 1)
+		}
+	}
+	for k, got := range matched {
+		cj := t.conj.conjs[k]
+		if !tried(k.priority(), k.id()) || void[k] || cj == nil {
+			continue
+		}
+		// Members of one group with the same clauses matched need
+		// the same proof.
+		if !slices.Contains(proofs, proof{cj.group, got}) {
+			if proofs = append(proofs, proof{cj.group, got}); len(proofs) > maxProvedConjs {
+				break
+			}
+		}
+	}
+	var groups []*conjGroup
+	for i := range held {
+		for g := range t.conj.bySub[held[i].st] {
+			if tried(g.priority, 0) && !slices.Contains(groups, g) {
+				groups = append(groups, g)
+			}
+		}
+	}
+	if len(proofs)+len(groups) > maxProvedConjs {
 		for i := range held {
 			held[i].needed = true
 		}
 		x.addNeeded(held)
 		return
 	}
-	var keys []conjKey
-	seen := map[conjKey]bool{}
-	for i := range held {
-		for k := range t.conj.bySub[held[i].st] {
-			if int(k.priority) <= above || void[k] || seen[k] {
-				continue
-			}
-			if win != nil && (k.priority < win.priority || k.priority == win.priority && k.id >= win.id) {
-				continue
-			}
-			seen[k] = true
-			keys = append(keys, k)
-		}
+	for _, g := range groups {
+		proofs = append(proofs, proof{g, 0})
 	}
-	if len(keys) == 0 {
-		x.addNeeded(held)
-		return
-	}
-	matched := map[conjKey]uint64{} // the clauses with a matching flow
-	for _, s := range soft {
-		for _, c := range s.r.conjs {
-			matched[conjKey{s.r.priority, c.ID}] |= 1 << (c.Clause - 1)
+	slices.SortFunc(proofs, func(a, b proof) int {
+		if c := strings.Compare(a.g.key, b.g.key); c != 0 {
+			return c
 		}
-	}
-	slices.SortFunc(keys, func(a, b conjKey) int {
-		if a.priority != b.priority {
-			return int(b.priority) - int(a.priority)
-		}
-		return cmp.Compare(a.id, b.id)
+		return cmp.Compare(a.got, b.got)
 	})
-	for _, k := range keys {
-		cj := t.conj.conjs[k]
-		got := matched[k]
+	for _, pf := range proofs {
 		best, bestCost := -1, 0
-		for c := 0; c < int(cj.n); c++ {
-			if got&(1<<c) != 0 {
+		for c, sts := range pf.g.subs {
+			if pf.got&(1<<c) != 0 {
 				continue
 			}
 			cost := 0
-			if c < len(cj.subs) {
-				for st := range cj.subs[c] {
-					if i := heldAt(st); i >= 0 && !held[i].needed {
-						cost++
-					}
+			for _, st := range sts {
+				if i := heldAt(st); i >= 0 && !held[i].needed {
+					cost++
 				}
 			}
 			if best < 0 || cost < bestCost {
@@ -425,18 +506,16 @@ func (x *xlate) proveConj(t *table, held []clauseProbe, soft []softMatch, above 
 			// count depends on every flow of the priority.
 			for i := range held {
 				for _, r := range held[i].chain {
-					if r.priority == k.priority {
+					if r.priority == pf.g.priority {
 						held[i].needed = true
 					}
 				}
 			}
 			continue
 		}
-		if best < len(cj.subs) {
-			for st := range cj.subs[best] {
-				if i := heldAt(st); i >= 0 {
-					held[i].needed = true
-				}
+		for _, st := range pf.g.subs[best] {
+			if i := heldAt(st); i >= 0 {
+				held[i].needed = true
 			}
 		}
 	}

@@ -542,18 +542,19 @@ func TestConjunctionTrace(t *testing.T) {
 }
 
 // Many conjunctions at one priority sharing a clause flow (one source in
-// 40 policies, each with its own port): the one whose port the packet
+// 200 policies, each with its own port): the one whose port the packet
 // has completes, and a packet to no policy's port is denied with a
-// megaflow that leaves the source out.
+// megaflow that leaves the source out (the policies form one group, one
+// proof: past maxProvedConjs single proofs the source would be pinned).
 func TestConjunctionManyIDs(t *testing.T) { classifierModes(t, testConjunctionManyIDs) }
 
 func testConjunctionManyIDs(t *testing.T) {
 	p, _ := newTestPipeline(t, 3)
 	var conjs []string
-	for id := 1; id <= 40; id++ {
+	for id := 1; id <= 200; id++ {
 		conjs = append(conjs, fmt.Sprintf("conjunction(%d,1/2)", id))
 		mustAdd(t, p, fmt.Sprintf("priority=100,tcp,tp_dst=%d,actions=conjunction(%d,2/2)", 9000+id, id),
-			fmt.Sprintf("priority=10,conj_id=%d,ip,actions=set_field:%d->ip_dscp,output:2", id, id))
+			fmt.Sprintf("priority=10,conj_id=%d,ip,actions=set_field:%d->ip_dscp,output:2", id, id%60))
 	}
 	mustAdd(t, p, "priority=100,ip,nw_src=10.0.0.1,actions="+strings.Join(conjs, ","), "priority=0,actions=output:3")
 	if got := actions(translate(t, p, tcpKey(1, "10.0.0.1", "10.1.0.1", 1000, 9037))); got != "set(dscp=37),output:2" {

@@ -153,11 +153,12 @@ type xlate struct {
 	// conjAcc is scratch space of conjunctive lookups (conjunction.go),
 	// kept across translations.
 	conjAcc map[uint32]conjAcc
+	conjGot map[conjKey]uint64
 }
 
 // recycle clears x, but for its scratch space, and puts it in the pool.
 func (x *xlate) recycle() {
-	*x = xlate{conjAcc: x.conjAcc}
+	*x = xlate{conjAcc: x.conjAcc, conjGot: x.conjGot}
 	xlatePool.Put(x)
 }
 
@@ -168,7 +169,7 @@ var xlatePool = sync.Pool{New: func() any { return new(xlate) }}
 
 func (p *Pipeline) newXlate(key flow.Key, opts TranslateOptions) *xlate {
 	x := xlatePool.Get().(*xlate)
-	*x = xlate{p: p, opts: opts, in: key, cur: key, dp: key, tpid: 0x8100, conjAcc: x.conjAcc}
+	*x = xlate{p: p, opts: opts, in: key, cur: key, dp: key, tpid: 0x8100, conjAcc: x.conjAcc, conjGot: x.conjGot}
 	x.curW = keyWords(&key)
 	for i := metaWord; i < nWords; i++ {
 		x.written[i] = ^uint64(0) // metadata and registers (fields.go)
