@@ -91,8 +91,8 @@ enum ct_kind { CT_CONN = 1, CT_REPLY = 2 };
 #define CTF_SEEN_REPLY (1 << 0)
 #define CTF_SNAT (1 << 1)
 #define CTF_DNAT (1 << 2)
-#define CTF_FIN_ORIG (1 << 3)
-#define CTF_FIN_REPLY (1 << 4)
+#define CTF_FIN_ORIG (1 << 3)  /* older builds; now ct_entry.fin[0] */
+#define CTF_FIN_REPLY (1 << 4) /* older builds; now ct_entry.fin[1] */
 
 enum ct_tcp_state {
 	TCP_CT_NONE = 0,
@@ -112,11 +112,34 @@ struct ct_entry {
 	__u32 in_port;        /* the port whose packet committed it (budget) */
 	__u8 label[16];
 	__u8 kind;            /* enum ct_kind */
-	__u8 flags;           /* CTF_* */
-	__u8 tcp_state;       /* enum ct_tcp_state */
+	__u8 flags;           /* CTF_*: set at commit, but CTF_SEEN_REPLY */
+	__u8 tcp_state;       /* enum ct_tcp_state; closes are fin[]/rst's */
 	__u8 pad;
-	__u32 pad2;
+	/* A side's FIN (fin[reply]) and a reset, each its own byte that is
+	 * only ever set to 1: the two sides of a connection are often
+	 * handled on two CPUs at once (the client's FIN and the server's
+	 * cross), and a read-modify-write of one shared byte (flags |= FIN)
+	 * would lose one of them, leaving the connection half-closed (its
+	 * tuple taken) for minutes. Entries of older builds have them 0 and
+	 * CTF_FIN_ORIG / CTF_FIN_REPLY in flags instead. */
+	__u8 fin[2];
+	__u8 rst;
+	__u8 pad2;
 };
+
+/* ct_tcp_closed: both sides closed (both FINs seen: TIME_WAIT) or reset
+ * (CLOSE). Decided by fin[] and rst, which no CPU's update loses;
+ * tcp_state is what is displayed and may lag one racing update behind. */
+static __always_inline int ct_fin_seen(const struct ct_entry *c, int reply)
+{
+	return c->fin[reply & 1] || (c->flags & (reply ? CTF_FIN_REPLY : CTF_FIN_ORIG));
+}
+
+static __always_inline int ct_tcp_closed(const struct ct_entry *c)
+{
+	return c->rst || (ct_fin_seen(c, 0) && ct_fin_seen(c, 1)) || c->tcp_state == TCP_CT_TIME_WAIT ||
+	       c->tcp_state == TCP_CT_CLOSE;
+}
 
 /* Timeouts in seconds, by what the connection has seen. */
 enum ct_timeout {
@@ -287,19 +310,25 @@ static __always_inline int tcp_invalid_flags(__u16 f)
  * close_wait until its own FIN (time_wait); an RST closes. */
 static __always_inline __u32 ct_tcp_update(struct ct_entry *c, int reply, __u16 f)
 {
-	if (f & TH_RST) {
+	int fin_orig, fin_reply;
+
+	if (f & TH_RST)
+		c->rst = 1;
+	else if ((f & TH_FIN) && !c->fin[reply & 1])
+		c->fin[reply & 1] = 1;
+	if (c->rst) {
 		c->tcp_state = TCP_CT_CLOSE;
 		return CT_TO_TCP_CLOSE;
 	}
-	if (f & TH_FIN)
-		c->flags |= reply ? CTF_FIN_REPLY : CTF_FIN_ORIG;
-	if ((c->flags & (CTF_FIN_ORIG | CTF_FIN_REPLY)) == (CTF_FIN_ORIG | CTF_FIN_REPLY)) {
+	fin_orig = ct_fin_seen(c, 0);
+	fin_reply = ct_fin_seen(c, 1);
+	if (fin_orig && fin_reply) {
 		c->tcp_state = TCP_CT_TIME_WAIT;
 		return CT_TO_TCP_TIME_WAIT;
 	}
-	if (c->flags & (CTF_FIN_ORIG | CTF_FIN_REPLY)) {
+	if (fin_orig || fin_reply) {
 		/* A packet of the side that has not closed yet. */
-		int fin_side = !!(c->flags & CTF_FIN_REPLY);
+		int fin_side = fin_reply;
 
 		if (c->tcp_state == TCP_CT_FIN_WAIT && reply != fin_side) {
 			c->tcp_state = TCP_CT_CLOSE_WAIT;
@@ -342,7 +371,9 @@ static __always_inline __u32 ct_tcp_update(struct ct_entry *c, int reply, __u16 
 
 static __always_inline __u32 ct_update(struct ct_entry *c, __u8 proto, int reply, __u16 tcp_flags)
 {
-	if (reply)
+	/* The only flag set after commit, always the same bit: racing
+	 * read-modify-writes agree. */
+	if (reply && !(c->flags & CTF_SEEN_REPLY))
 		c->flags |= CTF_SEEN_REPLY;
 	switch (proto) {
 	case IPPROTO_TCP:
@@ -698,7 +729,7 @@ __noinline int ct_action(struct __sk_buff *skb, struct parse_state *ps, struct f
 			dir = 0;
 		} else if (((a->flags & (CT_COMMIT | CT_FORCE)) == (CT_COMMIT | CT_FORCE) && dir == 2) ||
 			   (s->orig.proto == IPPROTO_TCP &&
-			    (e->tcp_state == TCP_CT_CLOSE || e->tcp_state == TCP_CT_TIME_WAIT) &&
+			    ct_tcp_closed(e) &&
 			    (tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN)) {
 			/* force: a connection seen from its reply side ends
 			 * and starts anew from this side; a SYN on a closed

@@ -40,21 +40,17 @@ static __always_inline __u32 ct_tuple_hash(const struct ct_tuple *t)
 	return (__u32)h;
 }
 
-/* ct_closed: a TCP connection both sides closed (TIME_WAIT, or CLOSE
- * after a reset). Its tuples may be taken by a new connection, as Linux
- * lets a SYN reopen a TIME_WAIT conntrack and NAT reuse such a tuple
- * (nf_nat_used_tuple_harder): a client reuses its port for another
- * destination at once, and when a Service translates that connection onto
- * the same reply tuple (the pod reached directly a moment ago), refusing
- * it would drop its SYNs for the 120 s of TIME_WAIT. */
-static __always_inline int ct_closed(const struct ct_entry *c)
-{
-	return c->tcp_state == TCP_CT_TIME_WAIT || c->tcp_state == TCP_CT_CLOSE;
-}
-
 /* ct_reap deletes the entry of t if it is stale (an expired or closed
  * connection, a reply entry whose connection is gone, expired or closed).
- * Returns 1 when t is free now, 0 when a live connection holds it. */
+ * Returns 1 when t is free now, 0 when a live connection holds it.
+ *
+ * A closed TCP connection (ct_tcp_closed: TIME_WAIT, or CLOSE after a
+ * reset) gives its tuples up, as Linux lets a SYN reopen a TIME_WAIT
+ * conntrack and NAT reuse such a tuple (nf_nat_used_tuple_harder): a
+ * client reuses its port for another destination at once, and when a
+ * Service translates that connection onto the same reply tuple (the pod
+ * reached directly a moment ago), refusing it would drop its SYNs for the
+ * 120 s of TIME_WAIT. */
 static __always_inline int ct_reap(const struct ct_tuple *t, __u64 now)
 {
 	struct ct_entry *e = bpf_map_lookup_elem(&conntrack, t), *c;
@@ -63,7 +59,7 @@ static __always_inline int ct_reap(const struct ct_tuple *t, __u64 now)
 	if (!e)
 		return 1;
 	if (e->kind == CT_CONN) {
-		if (e->expires >= now && !ct_closed(e))
+		if (e->expires >= now && !ct_tcp_closed(e))
 			return 0;
 		p = bpf_map_lookup_elem(&ct_ports, &e->in_port);
 		if (p)
@@ -74,7 +70,7 @@ static __always_inline int ct_reap(const struct ct_tuple *t, __u64 now)
 	}
 	c = bpf_map_lookup_elem(&conntrack, &e->peer);
 	if (c && c->kind == CT_CONN && c->expires >= now) {
-		if (!ct_closed(c))
+		if (!ct_tcp_closed(c))
 			return 0;
 		/* The alias of a closed connection: both go. */
 		p = bpf_map_lookup_elem(&ct_ports, &c->in_port);

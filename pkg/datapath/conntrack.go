@@ -252,6 +252,11 @@ func (t ConnTuple) String() string {
 // TCP states of a tracked connection (ct_entry.tcp_state).
 var tcpStateNames = []string{"NONE", "SYN_SENT", "SYN_RECV", "ESTABLISHED", "FIN_WAIT", "CLOSE_WAIT", "TIME_WAIT", "CLOSE"}
 
+const (
+	tcpTimeWait = 6
+	tcpClose    = 7
+)
+
 // Conn is one tracked connection.
 type Conn struct {
 	Zone      uint16
@@ -299,7 +304,8 @@ func (c Conn) String() string {
 // ct_tuple (bpf/lib/conntrack.h): src [16], dst [16], sport be16, dport
 // be16, zone u16, proto u8, family u8 = 40 bytes. ct_entry: peer tuple,
 // expires u64 at 40, mark u32 at 48, in_port u32 at 52, label [16] at 56,
-// kind u8 at 72, flags at 73, tcp_state at 74 = 80 bytes.
+// kind u8 at 72, flags at 73, tcp_state at 74, fin [2] at 76, rst at 78 =
+// 80 bytes.
 const (
 	ctTupleSize = 40
 	ctEntrySize = 80
@@ -310,6 +316,8 @@ const (
 	ctfSeenReply = 1 << 0
 	ctfSNAT      = 1 << 1
 	ctfDNAT      = 1 << 2
+	ctfFinOrig   = 1 << 3 // older builds: now fin[0] at 76
+	ctfFinReply  = 1 << 4 // older builds: now fin[1] at 77
 )
 
 type ctKey [ctTupleSize]byte
@@ -347,7 +355,17 @@ func (d *Datapath) conn(k *ctKey, v *ctValue, now uint64) Conn {
 		Expires: time.Duration(int64(v.expires()) - int64(now))}
 	copy(c.Label[:], v[56:72])
 	if orig.Proto == 6 && int(v[74]) < len(tcpStateNames) {
-		c.TCPState = tcpStateNames[v[74]]
+		// fin[] and rst decide a close (each its own byte, set by one
+		// store: no racing update loses them); tcp_state may lag one
+		// racing update behind.
+		st := v[74]
+		switch finOrig, finReply := v[76] != 0 || v[73]&ctfFinOrig != 0, v[77] != 0 || v[73]&ctfFinReply != 0; {
+		case v[78] != 0:
+			st = tcpClose
+		case finOrig && finReply:
+			st = tcpTimeWait
+		}
+		c.TCPState = tcpStateNames[st]
 	}
 	return c
 }
