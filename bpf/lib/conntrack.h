@@ -91,8 +91,8 @@ enum ct_kind { CT_CONN = 1, CT_REPLY = 2 };
 #define CTF_SEEN_REPLY (1 << 0)
 #define CTF_SNAT (1 << 1)
 #define CTF_DNAT (1 << 2)
-#define CTF_FIN_ORIG (1 << 3)
-#define CTF_FIN_REPLY (1 << 4)
+#define CTF_FIN_ORIG (1 << 3)  /* older builds; now close_word CT_CW_FIN(0) */
+#define CTF_FIN_REPLY (1 << 4) /* older builds; now close_word CT_CW_FIN(1) */
 
 enum ct_tcp_state {
 	TCP_CT_NONE = 0,
@@ -112,11 +112,38 @@ struct ct_entry {
 	__u32 in_port;        /* the port whose packet committed it (budget) */
 	__u8 label[16];
 	__u8 kind;            /* enum ct_kind */
-	__u8 flags;           /* CTF_* */
-	__u8 tcp_state;       /* enum ct_tcp_state */
+	__u8 flags;           /* CTF_*: set at commit, but CTF_SEEN_REPLY */
+	__u8 tcp_state;       /* enum ct_tcp_state; closes: close_word */
 	__u8 pad;
-	__u32 pad2;
+	/* A side's FIN (fin[reply]), a reset, and whether the connection
+	 * stopped counting against its port's budget (closed, or deleted),
+	 * set by atomic ORs of the word: the two sides of a connection are
+	 * often handled on two CPUs at once (the client's FIN and the
+	 * server's cross), and a plain read-modify-write would lose one of
+	 * them, leaving the connection half closed (its tuple taken) for
+	 * minutes. Entries of older builds have CTF_FIN_ORIG / CTF_FIN_REPLY
+	 * in flags instead. */
+	__u32 close_word; /* CT_CW_*: bytes fin[orig], fin[reply], rst, released */
 };
+
+/* close_word's bits: a byte each (little endian, as BPF on x86). */
+#define CT_CW_FIN(reply) (1u << ((reply) ? 8 : 0))
+#define CT_CW_RST (1u << 16)
+#define CT_CW_RELEASED (1u << 24)
+
+/* ct_tcp_closed: both sides closed (both FINs seen: TIME_WAIT) or reset
+ * (CLOSE). Decided by close_word, which no CPU's update loses;
+ * tcp_state is what is displayed and may lag one racing update behind. */
+static __always_inline int ct_fin_seen(const struct ct_entry *c, int reply)
+{
+	return (c->close_word & CT_CW_FIN(reply)) || (c->flags & (reply ? CTF_FIN_REPLY : CTF_FIN_ORIG));
+}
+
+static __always_inline int ct_tcp_closed(const struct ct_entry *c)
+{
+	return (c->close_word & CT_CW_RST) || (ct_fin_seen(c, 0) && ct_fin_seen(c, 1)) || c->tcp_state == TCP_CT_TIME_WAIT ||
+	       c->tcp_state == TCP_CT_CLOSE;
+}
 
 /* Timeouts in seconds, by what the connection has seen. */
 enum ct_timeout {
@@ -141,10 +168,12 @@ struct ct_config {
 };
 
 /* Per ingress port: connections committed and freed by the fast path (a
- * forced or reopened connection replaces the old one, an expired one is
- * reaped), atomically; ct_released: those userspace deleted (sweep,
- * flush), written by userspace only. A map of its own, so that no writer
- * ever overwrites another's count: live = committed - freed - released. */
+ * TCP connection closed, a forced or reopened connection replaces the old
+ * one, an expired one is reaped: ct_release, once per connection),
+ * atomically; ct_released: those userspace deleted (sweep, flush) and the
+ * fast path had not released, written by userspace only. A map of its
+ * own, so that no writer ever overwrites another's count: live =
+ * committed - freed - released. */
 struct ct_port {
 	__u64 committed;
 	__u64 freed;
@@ -177,6 +206,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ct_port);
 } ct_ports SEC(".maps");
+
+/* ct_release stops connection c counting against its port's budget, once
+ * however many CPUs close or delete it at the same moment: a closed TCP
+ * connection (its TIME_WAIT keeps the entry 120 s) or a deleted one. */
+static __always_inline void ct_release(struct ct_entry *c)
+{
+	struct ct_port *p;
+
+	if ((c->close_word & CT_CW_RELEASED) ||
+	    (__sync_fetch_and_or(&c->close_word, CT_CW_RELEASED) & CT_CW_RELEASED))
+		return;
+	p = bpf_map_lookup_elem(&ct_ports, &c->in_port);
+	if (p)
+		__sync_fetch_and_add(&p->freed, 1);
+}
 
 /* Per-CPU working space, by mode (see recirc.h for why by mode): the
  * parts of a ct action that precede it (ACT_CT_EXT), and the tuples and
@@ -287,19 +331,27 @@ static __always_inline int tcp_invalid_flags(__u16 f)
  * close_wait until its own FIN (time_wait); an RST closes. */
 static __always_inline __u32 ct_tcp_update(struct ct_entry *c, int reply, __u16 f)
 {
-	if (f & TH_RST) {
+	int fin_orig, fin_reply;
+
+	if (f & TH_RST)
+		__sync_fetch_and_or(&c->close_word, CT_CW_RST);
+	else if ((f & TH_FIN) && !(c->close_word & CT_CW_FIN(reply)))
+		__sync_fetch_and_or(&c->close_word, CT_CW_FIN(reply));
+	if (c->close_word & CT_CW_RST) {
 		c->tcp_state = TCP_CT_CLOSE;
+		ct_release(c);
 		return CT_TO_TCP_CLOSE;
 	}
-	if (f & TH_FIN)
-		c->flags |= reply ? CTF_FIN_REPLY : CTF_FIN_ORIG;
-	if ((c->flags & (CTF_FIN_ORIG | CTF_FIN_REPLY)) == (CTF_FIN_ORIG | CTF_FIN_REPLY)) {
+	fin_orig = ct_fin_seen(c, 0);
+	fin_reply = ct_fin_seen(c, 1);
+	if (fin_orig && fin_reply) {
 		c->tcp_state = TCP_CT_TIME_WAIT;
+		ct_release(c);
 		return CT_TO_TCP_TIME_WAIT;
 	}
-	if (c->flags & (CTF_FIN_ORIG | CTF_FIN_REPLY)) {
+	if (fin_orig || fin_reply) {
 		/* A packet of the side that has not closed yet. */
-		int fin_side = !!(c->flags & CTF_FIN_REPLY);
+		int fin_side = fin_reply;
 
 		if (c->tcp_state == TCP_CT_FIN_WAIT && reply != fin_side) {
 			c->tcp_state = TCP_CT_CLOSE_WAIT;
@@ -342,7 +394,9 @@ static __always_inline __u32 ct_tcp_update(struct ct_entry *c, int reply, __u16 
 
 static __always_inline __u32 ct_update(struct ct_entry *c, __u8 proto, int reply, __u16 tcp_flags)
 {
-	if (reply)
+	/* The only flag set after commit, always the same bit: racing
+	 * read-modify-writes agree. */
+	if (reply && !(c->flags & CTF_SEEN_REPLY))
 		c->flags |= CTF_SEEN_REPLY;
 	switch (proto) {
 	case IPPROTO_TCP:
@@ -384,14 +438,12 @@ static __always_inline struct ct_port *ct_port_of(__u32 in_port)
  * entry), counting it freed for its port. */
 static __always_inline void ct_free(struct ct_scratch *s)
 {
-	struct ct_port *p;
+	struct ct_entry *e = bpf_map_lookup_elem(&conntrack, &s->orig);
 
+	if (e && e->kind == CT_CONN)
+		ct_release(e);
 	bpf_map_delete_elem(&conntrack, &s->conn.peer);
-	if (bpf_map_delete_elem(&conntrack, &s->orig) == 0) {
-		p = bpf_map_lookup_elem(&ct_ports, &s->conn.in_port);
-		if (p)
-			__sync_fetch_and_add(&p->freed, 1);
-	}
+	bpf_map_delete_elem(&conntrack, &s->orig);
 }
 
 enum ct_tuple_ret { TUPLE_OK = 0, TUPLE_INV = 1, TUPLE_RELATED = 2 };
@@ -588,7 +640,10 @@ static __always_inline int ct_commit(struct __sk_buff *skb, struct ct_scratch *s
 		__u64 *rel = bpf_map_lookup_elem(&ct_released, &in_port);
 
 		p = ct_port_of(in_port);
-		if (p && p->committed - p->freed - (rel ? *rel : 0) >= cfg->port_max)
+		/* Signed: userspace deletes an entry the fast path is
+		 * releasing at the same moment now and then, and counts it
+		 * too; the budget may then be one too lax, never stuck. */
+		if (p && (__s64)(p->committed - p->freed - (rel ? *rel : 0)) >= (__s64)cfg->port_max)
 			return -DROP_CT_PORT_BUDGET;
 	}
 	__builtin_memcpy(&s->orig, &s->tuple, sizeof(s->orig));
@@ -611,9 +666,9 @@ static __always_inline int ct_commit(struct __sk_buff *skb, struct ct_scratch *s
 
 	/* An expired connection (or a stale reply entry) with the same
 	 * tuple is replaced. The reply tuple was checked by nat_choose. */
-	ct_reap(&s->orig, now);
+	ct_reap(&s->orig, now, 1);
 	if (!(s->conn.flags & (CTF_SNAT | CTF_DNAT)))
-		ct_reap(&s->rtuple, now);
+		ct_reap(&s->rtuple, now, 1);
 	err = bpf_map_update_elem(&conntrack, &s->orig, &s->conn, BPF_NOEXIST);
 	if (err)
 		return err == -17 /* EEXIST: another CPU just made it */ ? 0 : -DROP_CT_TABLE_FULL;
@@ -698,7 +753,7 @@ __noinline int ct_action(struct __sk_buff *skb, struct parse_state *ps, struct f
 			dir = 0;
 		} else if (((a->flags & (CT_COMMIT | CT_FORCE)) == (CT_COMMIT | CT_FORCE) && dir == 2) ||
 			   (s->orig.proto == IPPROTO_TCP &&
-			    (e->tcp_state == TCP_CT_CLOSE || e->tcp_state == TCP_CT_TIME_WAIT) &&
+			    ct_tcp_closed(e) &&
 			    (tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN)) {
 			/* force: a connection seen from its reply side ends
 			 * and starts anew from this side; a SYN on a closed

@@ -15,6 +15,9 @@
  * from the range (1024-65535 without one), NAT_TRIES at most — a reply
  * tuple must not be another connection's, or replies would go to it —
  * then the packet is dropped (DROP_NAT_NO_PORT). ICMP echo keeps its id.
+ * A DNAT whose reply tuple another connection holds moves the client's
+ * port instead (netfilter's clash resolution), and tuples no connection
+ * holds are preferred to closed connections' (ct_reap, nat_choose).
  *
  * Rewrites go through the same helpers as set_field (actions.h), so L3
  * and L4 checksums are fixed, CHECKSUM_PARTIAL packets from pods with tx
@@ -40,46 +43,35 @@ static __always_inline __u32 ct_tuple_hash(const struct ct_tuple *t)
 	return (__u32)h;
 }
 
-/* ct_closed: a TCP connection both sides closed (TIME_WAIT, or CLOSE
- * after a reset). Its tuples may be taken by a new connection, as Linux
- * lets a SYN reopen a TIME_WAIT conntrack and NAT reuse such a tuple
- * (nf_nat_used_tuple_harder): a client reuses its port for another
- * destination at once, and when a Service translates that connection onto
- * the same reply tuple (the pod reached directly a moment ago), refusing
- * it would drop its SYNs for the 120 s of TIME_WAIT. */
-static __always_inline int ct_closed(const struct ct_entry *c)
-{
-	return c->tcp_state == TCP_CT_TIME_WAIT || c->tcp_state == TCP_CT_CLOSE;
-}
-
-/* ct_reap deletes the entry of t if it is stale (an expired or closed
- * connection, a reply entry whose connection is gone, expired or closed).
- * Returns 1 when t is free now, 0 when a live connection holds it. */
-static __always_inline int ct_reap(const struct ct_tuple *t, __u64 now)
+/* ct_reap deletes the entry of t if it is stale (an expired connection,
+ * a reply entry whose connection is gone or expired; with take_closed,
+ * also a closed one). Returns 1 when t is free now, 0 when a connection
+ * holds it.
+ *
+ * A closed TCP connection (ct_tcp_closed: TIME_WAIT, or CLOSE after a
+ * reset) may give its tuples up, as Linux lets a SYN reopen a TIME_WAIT
+ * conntrack and its NAT reuse such a tuple when nothing else is free
+ * (nf_nat_used_tuple_harder). */
+static __always_inline int ct_reap(const struct ct_tuple *t, __u64 now, int take_closed)
 {
 	struct ct_entry *e = bpf_map_lookup_elem(&conntrack, t), *c;
-	struct ct_port *p;
 
 	if (!e)
 		return 1;
 	if (e->kind == CT_CONN) {
-		if (e->expires >= now && !ct_closed(e))
+		if (e->expires >= now && !(take_closed && ct_tcp_closed(e)))
 			return 0;
-		p = bpf_map_lookup_elem(&ct_ports, &e->in_port);
-		if (p)
-			__sync_fetch_and_add(&p->freed, 1);
+		ct_release(e);
 		bpf_map_delete_elem(&conntrack, &e->peer);
 		bpf_map_delete_elem(&conntrack, t);
 		return 1;
 	}
 	c = bpf_map_lookup_elem(&conntrack, &e->peer);
 	if (c && c->kind == CT_CONN && c->expires >= now) {
-		if (!ct_closed(c))
+		if (!(take_closed && ct_tcp_closed(c)))
 			return 0;
 		/* The alias of a closed connection: both go. */
-		p = bpf_map_lookup_elem(&ct_ports, &c->in_port);
-		if (p)
-			__sync_fetch_and_add(&p->freed, 1);
+		ct_release(c);
 		bpf_map_delete_elem(&conntrack, &e->peer);
 	}
 	bpf_map_delete_elem(&conntrack, t);
@@ -120,8 +112,9 @@ __noinline int nat_choose(struct ct_scratch *s, const struct action *a)
 	const __u16 *np;
 	__u32 h, span, i;
 	__u16 pmin, pmax, first;
+	__be16 client;
 	__u8 kind;
-	int ports, v6;
+	int ports, v6, pass;
 	__u64 now = bpf_ktime_get_coarse_ns();
 
 	if (!s || !a)
@@ -141,15 +134,42 @@ __noinline int nat_choose(struct ct_scratch *s, const struct action *a)
 		if (ports && pmin)
 			s->rtuple.sport = bpf_htons(pmin + h % (pmax - pmin + 1));
 		s->conn.flags |= CTF_DNAT;
-		if (ct_reap(&s->rtuple, now))
-			return 0;
-		if (!ports || !pmin || pmax == pmin)
-			return -DROP_NAT_NO_PORT;
+		first = bpf_ntohs(s->rtuple.sport);
 		span = pmax - pmin + 1;
-		for (i = 1; i < NAT_TRIES; i++) {
-			s->rtuple.sport = bpf_htons(pmin + (h + i) % span);
-			if (ct_reap(&s->rtuple, now))
+		client = s->rtuple.dport;
+		/* A free reply tuple first; a closed connection's only when
+		 * none is: the endpoint may still hold that 4-tuple in
+		 * TIME_WAIT from the other connection (a client that reached
+		 * the pod directly from the same port a moment ago), with
+		 * sequence numbers and timestamps of another origin, and
+		 * answers the SYN with a challenge ACK (the client resets and
+		 * retries 10 ms later). */
+		for (pass = 0; pass < 2; pass++) {
+			s->rtuple.sport = bpf_htons(first);
+			s->rtuple.dport = client;
+			if (ct_reap(&s->rtuple, now, pass))
 				return 0;
+			/* Another port of the endpoints' range. */
+			if (ports && pmin && pmax != pmin) {
+				for (i = 1; i < NAT_TRIES; i++) {
+					s->rtuple.sport = bpf_htons(pmin + (h + i) % span);
+					if (ct_reap(&s->rtuple, now, pass))
+						return 0;
+				}
+				s->rtuple.sport = bpf_htons(first);
+			}
+			/* Another client port, as netfilter's NAT resolves a
+			 * clash (the null source binding): the connection is
+			 * then translated both ways (+snat+dnat). */
+			if (ports && bpf_ntohs(client) >= 1024) {
+				for (i = 0; i < NAT_TRIES; i++) {
+					s->rtuple.dport = bpf_htons(1024 + (h + i * 7919) % 64512);
+					if (ct_reap(&s->rtuple, now, pass)) {
+						s->conn.flags |= CTF_SNAT;
+						return 0;
+					}
+				}
+			}
 		}
 		return -DROP_NAT_NO_PORT;
 	}
@@ -164,17 +184,21 @@ __noinline int nat_choose(struct ct_scratch *s, const struct action *a)
 	}
 	span = pmax - pmin + 1;
 	first = bpf_ntohs(s->orig.sport);
-	/* The original port first when the range allows it. */
-	if (!ports || (first >= pmin && first <= pmax)) {
-		if (ct_reap(&s->rtuple, now))
-			return 0;
-		if (!ports)
-			return -DROP_NAT_NO_PORT;
-	}
-	for (i = 0; i < NAT_TRIES; i++) {
-		s->rtuple.dport = bpf_htons(pmin + (h + i) % span);
-		if (ct_reap(&s->rtuple, now))
-			return 0;
+	/* The original port first when the range allows it; free tuples
+	 * before closed connections' (above). */
+	for (pass = 0; pass < 2; pass++) {
+		if (!ports || (first >= pmin && first <= pmax)) {
+			s->rtuple.dport = s->orig.sport;
+			if (ct_reap(&s->rtuple, now, pass))
+				return 0;
+			if (!ports)
+				continue;
+		}
+		for (i = 0; i < NAT_TRIES; i++) {
+			s->rtuple.dport = bpf_htons(pmin + (h + i) % span);
+			if (ct_reap(&s->rtuple, now, pass))
+				return 0;
+		}
 	}
 	return -DROP_NAT_NO_PORT;
 }

@@ -252,6 +252,11 @@ func (t ConnTuple) String() string {
 // TCP states of a tracked connection (ct_entry.tcp_state).
 var tcpStateNames = []string{"NONE", "SYN_SENT", "SYN_RECV", "ESTABLISHED", "FIN_WAIT", "CLOSE_WAIT", "TIME_WAIT", "CLOSE"}
 
+const (
+	tcpTimeWait = 6
+	tcpClose    = 7
+)
+
 // Conn is one tracked connection.
 type Conn struct {
 	Zone      uint16
@@ -299,7 +304,8 @@ func (c Conn) String() string {
 // ct_tuple (bpf/lib/conntrack.h): src [16], dst [16], sport be16, dport
 // be16, zone u16, proto u8, family u8 = 40 bytes. ct_entry: peer tuple,
 // expires u64 at 40, mark u32 at 48, in_port u32 at 52, label [16] at 56,
-// kind u8 at 72, flags at 73, tcp_state at 74 = 80 bytes.
+// kind u8 at 72, flags at 73, tcp_state at 74, fin [2] at 76, rst at 78,
+// released at 79 = 80 bytes.
 const (
 	ctTupleSize = 40
 	ctEntrySize = 80
@@ -310,6 +316,8 @@ const (
 	ctfSeenReply = 1 << 0
 	ctfSNAT      = 1 << 1
 	ctfDNAT      = 1 << 2
+	ctfFinOrig   = 1 << 3 // older builds: now fin[0] at 76
+	ctfFinReply  = 1 << 4 // older builds: now fin[1] at 77
 )
 
 type ctKey [ctTupleSize]byte
@@ -330,6 +338,16 @@ func (v *ctValue) expires() uint64 { return binary.NativeEndian.Uint64(v[40:]) }
 func (v *ctValue) inPort() uint32  { return binary.NativeEndian.Uint32(v[52:]) }
 func (v *ctValue) kind() byte      { return v[72] }
 
+// released: the connection no longer counts against its port's budget
+// (the fast path saw it close, or deleted it).
+func (v *ctValue) released() bool { return v[79] != 0 }
+
+// closedTCP: both sides sent FIN, or a reset (TIME_WAIT, CLOSE).
+func (v *ctValue) closedTCP() bool {
+	finOrig, finReply := v[76] != 0 || v[73]&ctfFinOrig != 0, v[77] != 0 || v[73]&ctfFinReply != 0
+	return v[78] != 0 || finOrig && finReply || v[74] == tcpTimeWait || v[74] == tcpClose
+}
+
 // monoCoarse is the fast path's clock: bpf_ktime_get_coarse_ns is
 // CLOCK_MONOTONIC_COARSE.
 func monoCoarse() uint64 {
@@ -347,7 +365,17 @@ func (d *Datapath) conn(k *ctKey, v *ctValue, now uint64) Conn {
 		Expires: time.Duration(int64(v.expires()) - int64(now))}
 	copy(c.Label[:], v[56:72])
 	if orig.Proto == 6 && int(v[74]) < len(tcpStateNames) {
-		c.TCPState = tcpStateNames[v[74]]
+		// fin[] and rst decide a close (each its own byte, set by one
+		// store: no racing update loses them); tcp_state may lag one
+		// racing update behind.
+		st := v[74]
+		if v.closedTCP() && st != tcpClose {
+			st = tcpTimeWait
+			if v[78] != 0 {
+				st = tcpClose
+			}
+		}
+		c.TCPState = tcpStateNames[st]
 	}
 	return c
 }
@@ -411,7 +439,8 @@ func (m ConnMatch) match(c *Conn) bool {
 // FlushConntrack deletes the connections m selects (ConnMatch{}: all) and
 // returns how many.
 func (d *Datapath) FlushConntrack(m ConnMatch) (int, error) {
-	return d.deleteConns(func(k *ctKey, v *ctValue, now uint64) bool {
+	now := monoCoarse()
+	return d.deleteConns(func(k *ctKey, v *ctValue, _ int) bool {
 		c := d.conn(k, v, now)
 		return m.match(&c)
 	})
@@ -427,7 +456,15 @@ func (d *Datapath) SweepConntrack() (int, error) {
 }
 
 func (d *Datapath) sweepConntrackAt(now uint64) (int, error) {
-	return d.deleteConns(func(_ *ctKey, v *ctValue, _ uint64) bool { return v.expires() < now })
+	// Closed TCP connections keep their entries for TIME_WAIT (120 s),
+	// so that late segments are +est; they no longer count against
+	// their port's budget, but fill the table: past three quarters of
+	// it they go early, as the kernel's conntrack drops closing
+	// connections first when full (tcp_can_early_drop).
+	pressure := int(d.objs.Conntrack.MaxEntries()/2) * 3 / 4
+	return d.deleteConns(func(_ *ctKey, v *ctValue, conns int) bool {
+		return v.expires() < now || conns > pressure && v.closedTCP()
+	})
 }
 
 // ctBatch is how many entries one delete call takes.
@@ -436,8 +473,7 @@ const ctBatch = 256
 // deleteConns deletes every connection sel picks, both of its entries,
 // plus reply entries whose connection is gone, and counts the released
 // connections against their ports (ct_released).
-func (d *Datapath) deleteConns(sel func(*ctKey, *ctValue, uint64) bool) (int, error) {
-	now := monoCoarse()
+func (d *Datapath) deleteConns(sel func(k *ctKey, v *ctValue, conns int) bool) (int, error) {
 	conns := map[ctKey]ctValue{}
 	replies := map[ctKey]ctKey{}
 	var k ctKey
@@ -457,8 +493,9 @@ func (d *Datapath) deleteConns(sel func(*ctKey, *ctValue, uint64) bool) (int, er
 	var dead []ctKey
 	released := map[uint32]uint64{}
 	n := 0
+	total := len(conns)
 	for k, v := range conns {
-		if !sel(&k, &v, now) {
+		if !sel(&k, &v, total) {
 			continue
 		}
 		p := v.peer()
@@ -467,7 +504,9 @@ func (d *Datapath) deleteConns(sel func(*ctKey, *ctValue, uint64) bool) (int, er
 			dead = append(dead, p)
 			delete(replies, p)
 		}
-		released[v.inPort()]++
+		if !v.released() {
+			released[v.inPort()]++
+		}
 		n++
 		delete(conns, k)
 	}
@@ -530,8 +569,8 @@ func (d *Datapath) ConntrackStats() (ConntrackStats, error) {
 	for it.Next(&port, &p) {
 		var rel uint64
 		_ = d.objs.CtReleased.Lookup(port, &rel)
-		if live := p.Committed - p.Freed - rel; live != 0 {
-			st.ByPort[port] = live
+		if live := int64(p.Committed - p.Freed - rel); live > 0 {
+			st.ByPort[port] = uint64(live)
 		}
 	}
 	if err := it.Err(); err != nil {

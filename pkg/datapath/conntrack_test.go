@@ -215,13 +215,17 @@ func TestCTDNAT(t *testing.T) {
 	}
 }
 
-// TestCTDNATOntoClosedTuple: a client reuses a source port for a Service
-// right after a connection to the endpoint itself from that port closed
-// (wrk with "Connection: close", pod to pod then through a ClusterIP).
-// The Service connection's reply tuple is the closed one's: it is
-// taken over (as Linux's NAT does for TIME_WAIT), where it was refused
-// for the 120 s of TIME_WAIT. A live connection still keeps its tuple.
-func TestCTDNATOntoClosedTuple(t *testing.T) {
+// TestCTDNATClash: a client reaches an endpoint directly and through a
+// Service from the same source port (the kernel picks ports per
+// destination, so this happens; wrk with "Connection: close" does it at
+// once, pod to pod then through a ClusterIP). The Service connection's
+// reply tuple is then the direct one's: as netfilter's NAT does, it moves
+// the client's port, so the endpoint sees a new 4-tuple — live or closed
+// (the endpoint may hold the closed one in TIME_WAIT and answer a SYN on
+// it with a challenge ACK). A privileged client port is not moved: a
+// closed connection's tuple is taken over (as Linux's NAT does for
+// TIME_WAIT), a live one's refused.
+func TestCTDNATClash(t *testing.T) {
 	c := newCTTest(t, nil)
 	cl, ep, vip := "10.0.0.1", "10.1.0.5", "10.96.0.10"
 	first := func(acts ...flow.Action) { // portIn's first pass, replaced
@@ -242,37 +246,63 @@ func TestCTDNATOntoClosedTuple(t *testing.T) {
 		c.second(tcpSeg(t, ep, cl, 80, sport, synAckF), "dummy0")
 		c.second(tcpSeg(t, cl, ep, sport, 80, ackF), "lo")
 	}
+	closeConn := func(sport uint16) {
+		c.second(tcpSeg(t, cl, ep, sport, 80, finF), "lo")
+		c.second(tcpSeg(t, ep, cl, 80, sport, ackF), "dummy0")
+		c.second(tcpSeg(t, ep, cl, 80, sport, finF), "dummy0")
+		for _, x := range c.conns() {
+			if x.Orig.SrcPort == sport && x.Orig.Dst == netip.MustParseAddr(ep) && x.TCPState != "TIME_WAIT" {
+				t.Fatalf("direct connection: %v", x)
+			}
+		}
+	}
+	// moved: a Service SYN from sport leaves with another source port,
+	// and the endpoint's answer to that port comes back as the Service's
+	// to sport.
+	moved := func(what string, sport uint16) {
+		t.Helper()
+		viaService()
+		u := c.second(tcpSeg(t, cl, vip, sport, 80, synF), "lo")
+		wantState(t, what, u.Key.CtState, trk|nw|flow.CtDNAT|flow.CtSNAT)
+		if u.Key.IPDst != [16]byte{10, 1, 0, 5} || u.Key.TpSrc == sport || u.Key.TpSrc < 1024 {
+			t.Fatalf("%s: SYN left as %s, want to the endpoint from another port", what, flow.Format(u.Key, flow.ExactMask()))
+		}
+		u = c.second(tcpSeg(t, ep, cl, 80, u.Key.TpSrc, synAckF), "dummy0")
+		if u.Key.IPSrc != [16]byte{10, 96, 0, 10} || u.Key.TpSrc != 80 || u.Key.TpDst != sport {
+			t.Fatalf("%s: reply not translated back: %s", what, flow.Format(u.Key, flow.ExactMask()))
+		}
+	}
 
-	// Live: the Service connection cannot take the reply tuple.
 	open(4000)
-	viaService()
-	if v := c.run(tcpSeg(t, cl, vip, 4000, 80, synF), "lo"); v.verdict != tcActShot || c.drops()[DropNATNoPort] != 1 {
-		t.Fatalf("a Service connection onto a live connection's reply tuple: verdict %d, drops %v", v.verdict, c.drops())
-	}
+	moved("Service SYN onto a live connection's reply tuple", 4000)
+	closeConn(4000)
+	// The Service connection from 4000 is live too now; another port.
+	open(4001)
+	closeConn(4001)
+	moved("Service SYN onto a TIME_WAIT tuple", 4001)
 
-	// Closed (TIME_WAIT): it can.
-	c.second(tcpSeg(t, cl, ep, 4000, 80, finF), "lo")
-	c.second(tcpSeg(t, ep, cl, 80, 4000, ackF), "dummy0")
-	c.second(tcpSeg(t, ep, cl, 80, 4000, finF), "dummy0")
-	if x := connOf(t, c, 4000); x.TCPState != "TIME_WAIT" {
-		t.Fatalf("direct connection: %v", x)
-	}
+	// A privileged port stays: taken over when closed, refused when live.
+	open(900)
 	viaService()
-	u := c.second(tcpSeg(t, cl, vip, 4000, 80, synF), "lo")
-	wantState(t, "Service SYN onto a TIME_WAIT tuple", u.Key.CtState, trk|nw|flow.CtDNAT)
-	u = c.second(tcpSeg(t, ep, cl, 80, 4000, synAckF), "dummy0")
+	if v := c.run(tcpSeg(t, cl, vip, 900, 80, synF), "lo"); v.verdict != tcActShot || c.drops()[DropNATNoPort] != 1 {
+		t.Fatalf("a Service connection from port 900 onto a live connection's reply tuple: verdict %d, drops %v", v.verdict, c.drops())
+	}
+	closeConn(900)
+	viaService()
+	u := c.second(tcpSeg(t, cl, vip, 900, 80, synF), "lo")
+	wantState(t, "Service SYN from port 900 onto a TIME_WAIT tuple", u.Key.CtState, trk|nw|flow.CtDNAT)
+	if u.Key.TpSrc != 900 {
+		t.Fatalf("port 900 moved to %d", u.Key.TpSrc)
+	}
+	u = c.second(tcpSeg(t, ep, cl, 80, 900, synAckF), "dummy0")
 	if u.Key.IPSrc != [16]byte{10, 96, 0, 10} {
 		t.Fatalf("reply not translated to the Service: %s", flow.Format(u.Key, flow.ExactMask()))
 	}
-	if cs := c.conns(); len(cs) != 1 || !cs[0].DNAT {
-		t.Fatalf("conntrack after the takeover: %v", cs)
-	}
-
 	// Reset (CLOSE) too.
-	open(4001)
-	c.second(tcpSeg(t, ep, cl, 80, 4001, rstF), "dummy0")
+	open(901)
+	c.second(tcpSeg(t, ep, cl, 80, 901, rstF), "dummy0")
 	viaService()
-	wantState(t, "Service SYN onto a reset tuple", c.state(tcpSeg(t, cl, vip, 4001, 80, synF), "lo"), trk|nw|flow.CtDNAT)
+	wantState(t, "Service SYN from port 901 onto a reset tuple", c.state(tcpSeg(t, cl, vip, 901, 80, synF), "lo"), trk|nw|flow.CtDNAT)
 }
 
 // TestCTSNATPorts: SNAT keeps the source port while it is free, picks
@@ -687,5 +717,75 @@ func TestCTRelatedNAT(t *testing.T) {
 	// The embedded UDP checksum is the one the client computed.
 	if !bytes.Equal(inner[26:28], sent[14+26:14+28]) {
 		t.Fatalf("embedded UDP checksum %x, the client sent %x", inner[26:28], sent[14+26:14+28])
+	}
+}
+
+// TestCTClosedReleaseBudget: a TCP connection that closed (FIN both ways,
+// or a reset) keeps its entry for TIME_WAIT but no longer counts against
+// its port's budget — a client making short connections faster than the
+// budget over 120 s (16 384 by default: 137 a second) is not refused —
+// and closing, reaping and sweeping it count it once. Past three quarters
+// of the table, the sweep deletes closed connections before they expire.
+func TestCTClosedReleaseBudget(t *testing.T) {
+	c := newCTTest(t, func(cfg *Config) { cfg.ConntrackMax = 6; cfg.ConntrackPortMax = 2 })
+	c.firstPass(portIn, flow.CT{Flags: flow.CTCommit}, flow.Recirc{ID: 1})
+	c.firstPass(portOut, flow.CT{}, flow.Recirc{ID: 1})
+	c.firstPass(portOut2, flow.CT{Flags: flow.CTCommit}, flow.Recirc{ID: 1})
+	cl, sv := "10.0.0.1", "10.0.0.2"
+	open := func(sp uint16) {
+		t.Helper()
+		c.second(tcpSeg(t, cl, sv, sp, 80, synF), "lo")
+		c.second(tcpSeg(t, sv, cl, 80, sp, synAckF), "dummy0")
+		c.second(tcpSeg(t, cl, sv, sp, 80, ackF), "lo")
+	}
+	byPort := func() uint64 {
+		t.Helper()
+		st, err := c.ConntrackStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.ByPort[portIn]
+	}
+	open(1)
+	open(2)
+	if v := c.run(tcpSeg(t, cl, sv, 3, 80, synF), "lo"); v.verdict != tcActShot || c.drops()[DropCTPortBudget] != 1 {
+		t.Fatalf("third live connection: verdict %d drops %v", v.verdict, c.drops())
+	}
+	// Closing: FIN both ways (twice, as retransmissions do), and a reset.
+	for i := 0; i < 2; i++ {
+		c.second(tcpSeg(t, cl, sv, 1, 80, finF), "lo")
+		c.second(tcpSeg(t, sv, cl, 80, 1, finF), "dummy0")
+	}
+	c.second(tcpSeg(t, sv, cl, 80, 2, rstF), "dummy0")
+	c.second(tcpSeg(t, sv, cl, 80, 2, rstF), "dummy0")
+	if n := byPort(); n != 0 {
+		t.Fatalf("port 1 holds %d live connections after both closed, want 0: %v", n, c.conns())
+	}
+	open(3)
+	open(4)
+	if n := byPort(); n != 2 {
+		t.Fatalf("port 1 holds %d live connections, want 2", n)
+	}
+	// A SYN reopening a closed connection's tuple (ct_free), and the
+	// sweep of closed ones: each counted once.
+	c.second(tcpSeg(t, sv, cl, 80, 3, rstF), "dummy0")
+	open(1)
+	if n := byPort(); n != 2 {
+		t.Fatalf("port 1 holds %d live connections after 3 reset and 1 reopened, want 2", n)
+	}
+	if cs := c.conns(); len(cs) != 4 {
+		t.Fatalf("%d connections, want 4: %v", len(cs), cs)
+	}
+	// 4 of 6: no pressure, the closed ones (2, 3) stay until they expire.
+	if n, err := c.SweepConntrack(); err != nil || n != 0 {
+		t.Fatalf("sweep without pressure: %d %v", n, err)
+	}
+	c.second(tcpSeg(t, "10.0.0.9", sv, 5, 80, synF), "dummy1")
+	// 5 of 6 now: past three quarters, closed connections go.
+	if n, err := c.SweepConntrack(); err != nil || n != 2 {
+		t.Fatalf("sweep under pressure deleted %d (%v), want the two reset connections", n, err)
+	}
+	if n := byPort(); n != 2 {
+		t.Fatalf("port 1 holds %d after the sweep, want 2 (the swept ones were released when they closed)", n)
 	}
 }
