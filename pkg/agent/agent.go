@@ -122,9 +122,9 @@ type Agent struct {
 	cfg  Config
 	log  *slog.Logger
 	node config.Node // this node
-	net  *nodenet.Net
+	net  nodeNetwork
 	gw   nodenet.Gateway
-	ipam *ipam.Store
+	ipam podStore
 	pl   *pipeline.Pipeline
 	met  *metrics
 	reg  *prometheus.Registry
@@ -150,6 +150,10 @@ type Agent struct {
 
 	sw controlnet.Endpoint // where the switch is
 	vf *vf.VF              // DPU mode: VF links and direct forward
+
+	// Tests' fakes (hostops.go); nil = the real thing.
+	podNet  podNetwork
+	control switchControl
 
 	services       *proxy.Tracker    // the desired service state (services.go)
 	rejecter       pipeline.Rejecter // answers Service reject PACKET_INs on every switch connection
@@ -190,11 +194,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	db := filepath.Join(a.cfg.StateDir, "ipam-"+a.cfg.NodeName+".db")
-	a.ipam, err = ipam.Open(db, node.PodCIDR, node.Gateway())
+	store, err := ipam.Open(db, node.PodCIDR, node.Gateway())
 	if err != nil {
 		return fmt.Errorf("IPAM: %w", err)
 	}
-	defer a.ipam.Close()
+	defer store.Close()
+	a.ipam = store
 	if err := a.loadPods(); err != nil {
 		return err
 	}
@@ -272,12 +277,12 @@ func (a *Agent) localNode(ctx context.Context) (config.Node, error) {
 func (a *Agent) setupNode() error {
 	c := a.cfg.Cluster
 	gwPrefix := netip.PrefixFrom(a.node.Gateway(), a.node.PodCIDR.Bits())
-	var err error
-	a.net, err = nodenet.Open(nodenet.Config{Netns: a.nodeNetns(), Gateway: a.cfg.Gateway, GatewayIP: gwPrefix,
+	nn, err := nodenet.Open(nodenet.Config{Netns: a.nodeNetns(), Gateway: a.cfg.Gateway, GatewayIP: gwPrefix,
 		MTU: c.PodMTU(), Tunnel: a.cfg.Tunnel, VXLANPort: c.VXLANPort, TunnelMTU: c.PodMTU()})
 	if err != nil {
 		return err
 	}
+	a.net = nn
 	if a.gw, err = a.net.EnsureGateway(); err != nil {
 		return err
 	}
@@ -369,12 +374,21 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 	if a.cfg.Mode == ModeDPU {
 		conn.Lease(a.cfg.DPU.LeaseInterval, a.cfg.DPU.LeaseTimeout)
 	}
+	if err := a.syncSwitch(ctx, conn); err != nil {
+		return nil, err
+	}
+	return conn, nil
+}
+
+// syncSwitch brings a new connection's switch to the desired state: its
+// ports, then every flow and group (closing conn when it cannot).
+func (a *Agent) syncSwitch(ctx context.Context, conn *pipeline.Conn) error {
 	a.swMu.Lock()
 	defer a.swMu.Unlock()
 	start := time.Now()
 	if err := a.ensurePorts(ctx); err != nil {
 		conn.Close()
-		return nil, err
+		return err
 	}
 	a.mu.Lock()
 	old := a.conn
@@ -402,11 +416,11 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 	st, err := a.pl.Sync(ctx)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("sync: %w", err)
+		return fmt.Errorf("sync: %w", err)
 	}
 	if err := a.publishAll(); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("direct forward: %w", err)
+		return fmt.Errorf("direct forward: %w", err)
 	}
 	a.mu.Lock()
 	a.ready = true
@@ -414,7 +428,7 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 	a.lastSync, a.lastSyncAt, a.lastSyncDur = st, time.Now(), time.Since(start)
 	a.mu.Unlock()
 	a.log.Info("switch synced", "added", st.Added, "deleted", st.Deleted, "kept", st.Kept, "pods", len(pods), "remotes", len(remotes), "took", time.Since(start))
-	return conn, nil
+	return nil
 }
 
 // ensurePorts makes the switch's ports what the agent expects: the

@@ -122,6 +122,9 @@ func (a *Agent) call(ctx context.Context, req switchd.CtlRequest) (*switchd.CtlR
 		ctx, cancel = context.WithTimeout(ctx, a.cfg.DPU.CallTimeout)
 		defer cancel()
 	}
+	if a.control != nil {
+		return a.control(ctx, req)
+	}
 	c, err := a.sw.Dial(ctx)
 	if err != nil {
 		return nil, err

@@ -71,7 +71,12 @@ func (a *Agent) loadPods() error {
 	return nil
 }
 
-func (a *Agent) podNode() podnet.Node { return podnet.Node{Netns: a.cfg.NetNS} }
+func (a *Agent) podNode() podNetwork {
+	if a.podNet != nil {
+		return a.podNet
+	}
+	return podnet.Node{Netns: a.cfg.NetNS}
+}
 
 func (a *Agent) podLog(p *podRecord) *slog.Logger {
 	return a.log.With("pod", p.Pod, "container", shortID(p.ContainerID))
@@ -88,14 +93,24 @@ func (a *Agent) setPodPort(p *podRecord, no uint32) {
 	a.mu.Lock()
 	p.OFPort = no
 	a.mu.Unlock()
-	a.saveRecord(p)
-}
-
-func (a *Agent) saveRecord(p *podRecord) {
-	b, _ := json.Marshal(p)
-	if err := a.ipam.SetAttachment(p.ContainerID, p.IfName, b); err != nil {
+	if err := a.saveRecord(p); err != nil {
 		a.podLog(p).Error("save pod record", "err", err)
 	}
+}
+
+// saveRecord stores p with its allocation: without it, a restarted agent
+// would know the address but not the port and delete the pod's flows.
+func (a *Agent) saveRecord(p *podRecord) error {
+	a.mu.Lock()
+	b, err := json.Marshal(p)
+	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := a.ipam.SetAttachment(p.ContainerID, p.IfName, b); err != nil {
+		return fmt.Errorf("save the pod's record: %w", err)
+	}
+	return nil
 }
 
 func (p *podRecord) pipelinePod() (pipeline.Pod, bool) {
@@ -201,7 +216,9 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 		}
 		rec.OFPort = no
 	}
-	a.saveRecord(rec)
+	if err := a.saveRecord(rec); err != nil {
+		return nil, undo(err)
+	}
 	pp, _ := rec.pipelinePod()
 	a.swMu.Lock()
 	err = pl.AddPod(ctx, pp)
