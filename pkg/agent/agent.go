@@ -397,6 +397,7 @@ func (a *Agent) syncSwitch(ctx context.Context, conn *pipeline.Conn) error {
 		a.pl = pipeline.New(conn, a.pipelineNode(), a.log)
 	} else {
 		a.pl.SetConn(conn)
+		a.pl.SetNode(a.pipelineNode()) // the gateway may have a new port number
 	}
 	pods, remotes := a.pipelineStateLocked()
 	a.pl.SetState(pods, remotes)
@@ -444,16 +445,14 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 		byName[p.Name] = p
 	}
 	gwName := a.gw.PortName
-	if p, ok := byName[gwName]; ok {
-		a.gwPort = p.OFPort
-	} else {
-		no, err := a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: gwName, Kind: "internal"})
-		if err != nil {
+	gwPort := byName[gwName].OFPort
+	if gwPort == 0 {
+		if gwPort, err = a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: gwName, Kind: "internal"}); err != nil {
 			return fmt.Errorf("gateway port: %w", err)
 		}
-		a.gwPort = no
 	}
 	a.mu.Lock()
+	a.gwPort = gwPort
 	remotes := make([]*remote, 0, len(a.remotes))
 	for _, r := range a.remotes {
 		remotes = append(remotes, r)
@@ -469,7 +468,8 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 		}
 	}
 	for _, p := range pods {
-		if p.OFPort == 0 {
+		no := a.podPort(p)
+		if no == 0 {
 			continue // its ADD did not get that far
 		}
 		if err := a.attachVF(p); err != nil {
@@ -477,8 +477,8 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 			continue
 		}
 		if q, ok := byName[a.portName(p)]; ok {
-			if q.OFPort != p.OFPort {
-				a.podLog(p).Warn("pod port renumbered by the switch", "was", p.OFPort, "now", q.OFPort)
+			if q.OFPort != no {
+				a.podLog(p).Warn("pod port renumbered by the switch", "was", no, "now", q.OFPort)
 				a.setPodPort(p, q.OFPort)
 			}
 			continue
@@ -487,7 +487,7 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 		if err != nil || !exists {
 			continue // gone: GC will release it
 		}
-		no, err := a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: a.portName(p), Kind: a.portKind(), OFPort: p.OFPort})
+		no, err = a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: a.portName(p), Kind: a.portKind(), OFPort: no})
 		if err != nil {
 			no, err = a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: a.portName(p), Kind: a.portKind()})
 		}

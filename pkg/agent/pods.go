@@ -89,6 +89,14 @@ func shortID(id string) string {
 	return id
 }
 
+// podPort is p's switch port number (0: not attached yet). The number
+// changes under a.mu (ADD, a reconnection's renumbering): read it so.
+func (a *Agent) podPort(p *podRecord) uint32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return p.OFPort
+}
+
 func (a *Agent) setPodPort(p *podRecord, no uint32) {
 	a.mu.Lock()
 	p.OFPort = no
@@ -209,17 +217,21 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 	if err := a.attachVF(rec); err != nil {
 		return nil, undo(fmt.Errorf("VF link: %w", err))
 	}
-	if rec.OFPort == 0 {
+	if a.podPort(rec) == 0 {
 		no, err := a.ensurePodPort(ctx, a.portName(rec))
 		if err != nil {
 			return nil, undo(fmt.Errorf("switch port: %w", err))
 		}
+		a.mu.Lock()
 		rec.OFPort = no
+		a.mu.Unlock()
 	}
 	if err := a.saveRecord(rec); err != nil {
 		return nil, undo(err)
 	}
+	a.mu.Lock()
 	pp, _ := rec.pipelinePod()
+	a.mu.Unlock()
 	a.swMu.Lock()
 	err = pl.AddPod(ctx, pp)
 	a.swMu.Unlock()
@@ -232,7 +244,7 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 	}
 	a.met.pods.Set(float64(a.podCount()))
 	a.podsChanged()
-	log.Info("pod attached", "ip", al.IP, "mac", rec.MAC, "port", rec.OFPort, "host", rec.Host, "repeat", !fresh)
+	log.Info("pod attached", "ip", al.IP, "mac", rec.MAC, "port", pp.Port, "host", rec.Host, "repeat", !fresh)
 
 	podIf := 1
 	result := &current.Result{
@@ -371,12 +383,13 @@ func (a *Agent) Check(ctx context.Context, req *cniserver.Request) error {
 	if err != nil {
 		return cniError(fmt.Errorf("%w: %v", errSwitchDown, err))
 	}
+	no := a.podPort(rec)
 	for _, p := range ports {
-		if p.Name == a.portName(rec) && p.OFPort == rec.OFPort {
+		if p.Name == a.portName(rec) && p.OFPort == no {
 			return nil
 		}
 	}
-	return cniError(fmt.Errorf("pod %s: its port %s is not switch port %d", rec.Pod, a.portName(rec), rec.OFPort))
+	return cniError(fmt.Errorf("pod %s: its port %s is not switch port %d", rec.Pod, a.portName(rec), no))
 }
 
 // GC releases every attachment not in the runtime's list of valid ones.
