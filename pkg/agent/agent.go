@@ -154,6 +154,9 @@ type Agent struct {
 	// Tests' fakes (hostops.go); nil = the real thing.
 	podNet  podNetwork
 	control switchControl
+	masq    func(snat.Config) error
+
+	masqMu sync.Mutex // one masquerade rule write at a time (nodes.go)
 
 	services       *proxy.Tracker    // the desired service state (services.go)
 	rejecter       pipeline.Rejecter // answers Service reject PACKET_INs on every switch connection
@@ -297,15 +300,7 @@ func (a *Agent) setupNode() error {
 	if err := a.setupNodePorts(); err != nil {
 		return fmt.Errorf("nodeport steering: %w", err)
 	}
-	ext := a.node.ExternalInterface
-	if ext == "" {
-		ext = c.ExternalInterface
-	}
-	if err := snat.Ensure(snat.Config{NetNS: a.nodeNetns(), PodCIDR: a.node.PodCIDR, ClusterCIDR: c.ClusterCIDR,
-		ExternalInterface: ext, Gateway: a.cfg.Gateway}); err != nil {
-		return fmt.Errorf("masquerade: %w", err)
-	}
-	return nil
+	return a.ensureMasquerade()
 }
 
 func (a *Agent) pipelineNode() pipeline.Node {

@@ -3,11 +3,14 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/nagare-net/nagare/pkg/agent/config"
 	"github.com/nagare-net/nagare/pkg/agent/nodenet"
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
+	"github.com/nagare-net/nagare/pkg/agent/snat"
 	"github.com/nagare-net/nagare/pkg/switchd"
 )
 
@@ -79,6 +82,7 @@ func (a *Agent) NodeUpdated(n config.Node) {
 	r = &remote{node: n}
 	a.remotes[n.Name] = r
 	a.mu.Unlock()
+	a.podNetworkChanged(log)
 	if err := a.net.EnsureRemote(nodenet.Remote{PodCIDR: n.PodCIDR, Gateway: n.Gateway()}, pipeline.RemoteGatewayMAC); err != nil {
 		log.Error("route to remote pods", "err", err)
 	}
@@ -138,6 +142,7 @@ func (a *Agent) NodeDeleted(name string) {
 	}
 	a.swMu.Unlock()
 	a.forgetRemote(r.node, log)
+	a.podNetworkChanged(log)
 	a.met.remotes.Set(float64(a.remoteCount()))
 	a.nodesChanged()
 	log.Info("remote node removed")
@@ -153,4 +158,54 @@ func (a *Agent) remoteCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.remotes)
+}
+
+// podNetworkLocked is the cluster's pod network: the cluster CIDR, or
+// without one the union of every known node's pod CIDR, this node's
+// first (docs/agent.md). Callers hold a.mu.
+func (a *Agent) podNetworkLocked() []netip.Prefix {
+	if c := a.cfg.Cluster.ClusterCIDR; c.IsValid() {
+		return []netip.Prefix{c}
+	}
+	out := []netip.Prefix{a.node.PodCIDR}
+	for _, r := range a.remotes {
+		out = append(out, r.node.PodCIDR)
+	}
+	slices.SortFunc(out[1:], func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
+	return out
+}
+
+// ensureMasquerade writes the node's masquerade rule for the pod network
+// as it is now: without a cluster CIDR it changes as nodes come and go.
+func (a *Agent) ensureMasquerade() error {
+	a.masqMu.Lock()
+	defer a.masqMu.Unlock()
+	ext := a.node.ExternalInterface
+	if ext == "" {
+		ext = a.cfg.Cluster.ExternalInterface
+	}
+	a.mu.Lock()
+	cfg := snat.Config{NetNS: a.nodeNetns(), PodCIDR: a.node.PodCIDR, PodNetwork: a.podNetworkLocked(),
+		ExternalInterface: ext, Gateway: a.cfg.Gateway}
+	a.mu.Unlock()
+	ensure := snat.Ensure
+	if a.masq != nil {
+		ensure = a.masq
+	}
+	if err := ensure(cfg); err != nil {
+		return fmt.Errorf("masquerade: %w", err)
+	}
+	return nil
+}
+
+// podNetworkChanged rewrites what follows the pod network when it is the
+// known nodes' union (the spoof guard follows by itself: each remote
+// node's flows guard its own subnet).
+func (a *Agent) podNetworkChanged(log interface{ Error(string, ...any) }) {
+	if a.cfg.Cluster.ClusterCIDR.IsValid() {
+		return
+	}
+	if err := a.ensureMasquerade(); err != nil {
+		log.Error("pod network changed", "err", err)
+	}
 }
