@@ -35,7 +35,8 @@ type podRecord struct {
 	Key         string     `json:"-"` // containerID/ifName
 	ContainerID string     `json:"containerID"`
 	IfName      string     `json:"ifName"`
-	Pod         string     `json:"pod,omitempty"` // namespace/name
+	Pod         string     `json:"pod,omitempty"`    // namespace/name
+	PodUID      string     `json:"podUID,omitempty"` // the pod object's UID (GC: a pod re-created under its name is another pod)
 	Netns       string     `json:"netns"`
 	Host        string     `json:"host"`
 	OFPort      uint32     `json:"ofport"`
@@ -194,7 +195,7 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 	if err != nil {
 		return nil, err
 	}
-	rec := &podRecord{Key: key, ContainerID: req.ContainerID, IfName: req.IfName, Pod: podName, Netns: req.Netns,
+	rec := &podRecord{Key: key, ContainerID: req.ContainerID, IfName: req.IfName, Pod: podName, PodUID: cniserver.PodUID(req.Args), Netns: req.Netns,
 		Host: podnet.HostIfName(req.ContainerID, req.IfName), MAC: podnet.MACFor(al.IP).String(), IP: al.IP, Created: al.Created}
 	a.mu.Lock()
 	if old, ok := a.pods[key]; ok && old.OFPort != 0 {

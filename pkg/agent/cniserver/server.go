@@ -235,6 +235,16 @@ func PodName(args string) string {
 	return ns + "/" + name
 }
 
+// PodUID is K8S_POD_UID from CNI_ARGS (containerd and CRI-O pass it), or "".
+func PodUID(args string) string {
+	for _, kv := range strings.Split(args, ";") {
+		if k, v, _ := strings.Cut(kv, "="); k == "K8S_POD_UID" {
+			return v
+		}
+	}
+	return ""
+}
+
 func short(id string) string {
 	if len(id) > 12 {
 		return id[:12]
