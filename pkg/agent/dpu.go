@@ -13,6 +13,7 @@ import (
 	"net"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -286,22 +287,27 @@ func (a *Agent) SetDirectForward(on bool) error {
 // otherCPUs is every CPU of this machine not in list (the host's, when
 // list is the DPU's); "" when list is.
 func otherCPUs(list string) string {
+	return cpusBut(list, runtime.NumCPU())
+}
+
+// cpusBut is every CPU of n not in list, as a list; list itself when
+// that leaves none (one CPU: host and DPU share it).
+func cpusBut(list string, n int) string {
 	if list == "" {
 		return ""
 	}
-	mask, err := vf.CPUMask(list)
+	taken, err := vf.ParseCPUList(list)
 	if err != nil {
 		return list // vf.Open reports it
 	}
-	m, _ := strconv.ParseUint(mask, 16, 64)
 	var out []string
-	for c := 0; c < runtime.NumCPU() && c < 64; c++ {
-		if m&(1<<c) == 0 {
+	for c := 0; c < n; c++ {
+		if !slices.Contains(taken, c) {
 			out = append(out, strconv.Itoa(c))
 		}
 	}
 	if len(out) == 0 {
-		return list // one CPU: host and DPU share it
+		return list
 	}
 	return strings.Join(out, ",")
 }

@@ -2,9 +2,11 @@ package vf
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -161,14 +163,27 @@ func TestWireAndUnknownLinks(t *testing.T) {
 }
 
 func TestCPUMask(t *testing.T) {
-	for in, want := range map[string]string{"0": "1", "1": "2", "0,2-3": "d", " 1 , 3": "a", "63": "8000000000000000"} {
+	for in, want := range map[string]string{"0": "1", "1": "2", "0,2-3": "d", " 1 , 3": "a",
+		"31": "80000000", "32": "1,00000000", "63": "80000000,00000000", "64": "1,00000000,00000000", "0,64": "1,00000000,00000001"} {
 		if got, err := CPUMask(in); err != nil || got != want {
 			t.Errorf("CPUMask(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", ",", "x", "3-1", "-1", "64", "1-"} {
+	for _, bad := range []string{"", ",", "x", "3-1", "-1", "8192", "1-"} {
 		if got, err := CPUMask(bad); err == nil {
 			t.Errorf("CPUMask(%q) = %q, accepted", bad, got)
+		}
+	}
+}
+
+// TestCPUMaskAllCPUs: every CPU of a machine of n CPUs, in the kernel's
+// comma-separated form (before: one 64-bit hex number, refused by the
+// kernel past 32 CPUs, and lists past CPU 63 refused outright).
+func TestCPUMaskAllCPUs(t *testing.T) {
+	f := strings.Repeat(",ffffffff", 8)[1:]
+	for n, want := range map[int]string{1: "1", 2: "3", 33: "1,ffffffff", 64: "ffffffff,ffffffff", 65: "1,ffffffff,ffffffff", 256: f} {
+		if got, err := CPUMask(fmt.Sprintf("0-%d", n-1)); err != nil || got != want {
+			t.Errorf("%d CPUs: %q, %v; want %q", n, got, err, want)
 		}
 	}
 }
