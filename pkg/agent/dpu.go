@@ -231,6 +231,11 @@ func (a *Agent) publishAll() error {
 		}
 	}
 	a.mu.Unlock()
+	if n, err := a.vf.Reconcile(a.podHosts); err != nil {
+		a.log.Warn("VF links of gone pods", "removed", n, "err", err)
+	} else if n > 0 {
+		a.log.Info("VF links of gone pods removed", "entries", n)
+	}
 	have, err := a.vf.Table()
 	if err != nil {
 		return err
@@ -247,6 +252,18 @@ func (a *Agent) publishAll() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// podHosts is the host end of every pod the agent knows, attached or
+// being attached.
+func (a *Agent) podHosts() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]string, 0, len(a.pods))
+	for _, p := range a.pods {
+		out = append(out, p.Host)
+	}
+	return out
 }
 
 // DPUStatus is DPU mode's part of nagarectl agent.

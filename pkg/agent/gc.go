@@ -31,6 +31,11 @@ func (a *Agent) gcLoop(ctx context.Context) {
 		if n, err := a.collect(ctx, "periodic", keep); err != nil || n > 0 {
 			a.log.Info("GC", "released", n, "err", err)
 		}
+		if a.vf != nil {
+			if n, err := a.vf.Reconcile(a.podHosts); err != nil || n > 0 {
+				a.log.Info("GC of VF links", "removed", n, "err", err)
+			}
+		}
 	}
 }
 

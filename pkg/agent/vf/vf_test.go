@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -185,5 +186,25 @@ func TestCPUMaskAllCPUs(t *testing.T) {
 		if got, err := CPUMask(fmt.Sprintf("0-%d", n-1)); err != nil || got != want {
 			t.Errorf("%d CPUs: %q, %v; want %q", n, got, err, want)
 		}
+	}
+}
+
+// TestStaleLinks: vf_links keeps exactly the attached pairs. An entry of
+// a host end that vanished without a Detach goes (before: it stayed until
+// the map was full and every Attach failed), as does an entry whose
+// ifindex the kernel gave to another pair.
+func TestStaleLinks(t *testing.T) {
+	pair := func(h, w uint32) vfVfLink { return vfVfLink{HostIfindex: h, WireIfindex: w} }
+	entries := map[uint32]vfVfLink{
+		10: pair(10, 11), 11: pair(10, 11), // attached
+		20: pair(20, 21), 21: pair(20, 21), // host end 20 vanished
+		30: pair(30, 31), 31: pair(30, 31), // 30 is now another pod's host end, with wire 32
+		40: pair(10, 11), // an entry under a key not of its pair
+	}
+	live := map[uint32]uint32{10: 11, 30: 32}
+	got := staleLinks(entries, live)
+	want := []uint32{20, 21, 30, 31, 40}
+	if !slices.Equal(got, want) {
+		t.Errorf("stale %v, want %v", got, want)
 	}
 }
