@@ -73,7 +73,21 @@ func (a *Agent) NodeUpdated(n config.Node) {
 		return
 	}
 	changed := r != nil
+	overlap := a.overlapLocked(n)
 	a.mu.Unlock()
+	if overlap != "" {
+		// Its routes and flows would take another node's pods (or this
+		// one's): refuse it, and take down what it had before.
+		msg := fmt.Sprintf("pod CIDR %s overlaps %s; node not used until that changes", n.PodCIDR, overlap)
+		log.Error("remote node refused", "podCIDR", n.PodCIDR, "overlaps", overlap)
+		if a.cfg.Kube != nil {
+			a.cfg.Kube.ReportNodeProblem(n.Name, "PodCIDROverlap", msg)
+		}
+		if changed {
+			a.NodeDeleted(n.Name)
+		}
+		return
+	}
 	if changed {
 		// Its address or subnet changed: take the old tunnel down first.
 		a.NodeDeleted(n.Name)
@@ -208,4 +222,18 @@ func (a *Agent) podNetworkChanged(log interface{ Error(string, ...any) }) {
 	if err := a.ensureMasquerade(); err != nil {
 		log.Error("pod network changed", "err", err)
 	}
+}
+
+// overlapLocked says which known pod CIDR n's overlaps ("" none): this
+// node's or another remote node's. Callers hold a.mu.
+func (a *Agent) overlapLocked(n config.Node) string {
+	if n.PodCIDR.Overlaps(a.node.PodCIDR) {
+		return fmt.Sprintf("this node's %s", a.node.PodCIDR)
+	}
+	for name, r := range a.remotes {
+		if name != n.Name && n.PodCIDR.Overlaps(r.node.PodCIDR) {
+			return fmt.Sprintf("node %s's %s", name, r.node.PodCIDR)
+		}
+	}
+	return ""
 }

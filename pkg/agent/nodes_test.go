@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -96,5 +97,46 @@ func TestClusterCIDRSet(t *testing.T) {
 	ta.NodeUpdated(remoteNode(2))
 	if got := masq.excluded(); masq.n != 1 || !slices.Equal(got, []string{"10.77.0.0/16"}) {
 		t.Errorf("masquerade written %d times, excludes %v", masq.n, got)
+	}
+}
+
+// TestOverlappingRemoteRefused: a remote node whose pod CIDR overlaps
+// this node's or another remote's is refused (no route, no tunnel, no
+// flows) and said so; one that changes to an overlapping CIDR loses what
+// it had. Before: its route and flows took the other node's pods.
+func TestOverlappingRemoteRefused(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	var logs strings.Builder
+	ta.log = slog.New(slog.NewTextHandler(&logs, nil))
+	ta.NodeUpdated(remoteNode(2))
+	bad := remoteNode(3)
+	bad.PodCIDR = netip.MustParsePrefix("10.77.1.128/25") // inside this node's
+	ta.NodeUpdated(bad)
+	bad4 := remoteNode(4)
+	bad4.PodCIDR = netip.MustParsePrefix("10.77.2.0/23") // covers node2's
+	ta.NodeUpdated(bad4)
+	if n := ta.remoteCount(); n != 1 {
+		t.Errorf("%d remote nodes, want node2 only", n)
+	}
+	for _, p := range []netip.Prefix{bad.PodCIDR, bad4.PodCIDR} {
+		if ta.nodes.has(p) {
+			t.Errorf("route to %s", p)
+		}
+		if f := ta.flowsNaming("nw_dst=" + p.String()); len(f) != 0 {
+			t.Errorf("flows to %s: %v", p, f)
+		}
+	}
+	if _, ok := ta.sw.port(ta.endpointName(&remote{node: bad})); ok {
+		t.Error("tunnel endpoint to node3")
+	}
+	if c := strings.Count(logs.String(), "remote node refused"); c != 2 {
+		t.Errorf("%d refusals logged, want 2:\n%s", c, logs.String())
+	}
+	// node2 changes to overlap this node: refused, and its old state goes.
+	moved := remoteNode(2)
+	moved.PodCIDR = netip.MustParsePrefix("10.77.0.0/16")
+	ta.NodeUpdated(moved)
+	if n := ta.remoteCount(); n != 0 || ta.nodes.has(remoteNode(2).PodCIDR) {
+		t.Errorf("node2 kept after moving onto this node's pods: %d remotes", n)
 	}
 }
