@@ -42,7 +42,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/agent/snat"
 	"github.com/nagare-net/nagare/pkg/agent/vf"
 	"github.com/nagare-net/nagare/pkg/controlnet"
-	"github.com/nagare-net/nagare/pkg/switchd"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 )
 
 // Defaults.
@@ -435,14 +435,14 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	byName := map[string]switchd.PortInfo{}
+	byName := map[string]ctlproto.PortInfo{}
 	for _, p := range have {
 		byName[p.Name] = p
 	}
 	gwName := a.gw.PortName
 	gwPort := byName[gwName].OFPort
 	if gwPort == 0 {
-		if gwPort, err = a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: gwName, Kind: "internal"}); err != nil {
+		if gwPort, err = a.addPort(ctx, ctlproto.Request{Cmd: "port-add", Name: gwName, Kind: "internal"}); err != nil {
 			return fmt.Errorf("gateway port: %w", err)
 		}
 	}
@@ -482,9 +482,9 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 		if err != nil || !exists {
 			continue // gone: GC will release it
 		}
-		no, err = a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: a.portName(p), Kind: a.portKind(), OFPort: no})
+		no, err = a.addPort(ctx, ctlproto.Request{Cmd: "port-add", Name: a.portName(p), Kind: a.portKind(), OFPort: no})
 		if err != nil {
-			no, err = a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: a.portName(p), Kind: a.portKind()})
+			no, err = a.addPort(ctx, ctlproto.Request{Cmd: "port-add", Name: a.portName(p), Kind: a.portKind()})
 		}
 		if err != nil {
 			a.podLog(p).Error("re-attach pod port", "err", err)
@@ -495,19 +495,19 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 	return nil
 }
 
-func (a *Agent) listPorts(ctx context.Context) ([]switchd.PortInfo, error) {
-	resp, err := a.call(ctx, switchd.CtlRequest{Cmd: "list-ports"})
+func (a *Agent) listPorts(ctx context.Context) ([]ctlproto.PortInfo, error) {
+	resp, err := a.call(ctx, ctlproto.Request{Cmd: "list-ports"})
 	if err != nil {
 		return nil, err
 	}
-	var ps []switchd.PortInfo
+	var ps []ctlproto.PortInfo
 	if err := jsonUnmarshal(resp.Data, &ps); err != nil {
 		return nil, fmt.Errorf("list-ports: %w", err)
 	}
 	return ps, nil
 }
 
-func (a *Agent) addPort(ctx context.Context, req switchd.CtlRequest) (uint32, error) {
+func (a *Agent) addPort(ctx context.Context, req ctlproto.Request) (uint32, error) {
 	resp, err := a.call(ctx, req)
 	if err != nil {
 		return 0, err

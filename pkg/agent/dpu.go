@@ -20,7 +20,7 @@ import (
 
 	"github.com/nagare-net/nagare/pkg/agent/vf"
 	"github.com/nagare-net/nagare/pkg/controlnet"
-	"github.com/nagare-net/nagare/pkg/switchd"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 )
 
 // Modes.
@@ -97,7 +97,7 @@ func (a *Agent) openSwitchEndpoint() error {
 		a.sw = controlnet.Endpoint{Network: "unix", Address: a.cfg.SwitchSocket}
 		return nil
 	}
-	t, err := switchd.ParseTarget(a.cfg.DPU.Switch)
+	t, err := ctlproto.ParseTarget(a.cfg.DPU.Switch)
 	if err != nil || !t.TLS || t.Passive {
 		return fmt.Errorf("DPU switch %q: want ssl:IP:PORT", a.cfg.DPU.Switch)
 	}
@@ -117,7 +117,7 @@ func (a *Agent) openSwitchEndpoint() error {
 }
 
 // call runs one control-protocol request on the switch.
-func (a *Agent) call(ctx context.Context, req switchd.CtlRequest) (*switchd.CtlResponse, error) {
+func (a *Agent) call(ctx context.Context, req ctlproto.Request) (*ctlproto.Response, error) {
 	if a.cfg.Mode == ModeDPU {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, a.cfg.DPU.CallTimeout)
@@ -130,7 +130,7 @@ func (a *Agent) call(ctx context.Context, req switchd.CtlRequest) (*switchd.CtlR
 	if err != nil {
 		return nil, err
 	}
-	return switchd.CallConn(ctx, c, req)
+	return ctlproto.CallConn(ctx, c, req)
 }
 
 // nodeNetns is where the node's own devices live: the DPU domain in DPU

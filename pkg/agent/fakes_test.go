@@ -21,9 +21,9 @@ import (
 	"github.com/nagare-net/nagare/pkg/agent/nodenet"
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
 	"github.com/nagare-net/nagare/pkg/agent/podnet"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 	"github.com/nagare-net/nagare/pkg/ofproto"
 	"github.com/nagare-net/nagare/pkg/openflow"
-	"github.com/nagare-net/nagare/pkg/switchd"
 )
 
 // The agent without root: its node, switch and IPAM database are fakes
@@ -34,17 +34,17 @@ import (
 // fakeSwitch is a switch's control protocol (ports) and OpenFlow side.
 type fakeSwitch struct {
 	mu     sync.Mutex
-	ports  map[string]switchd.PortInfo
+	ports  map[string]ctlproto.PortInfo
 	next   uint32
 	of     *ofproto.Pipeline
-	before func(req switchd.CtlRequest) // called before each control request (outside mu)
+	before func(req ctlproto.Request) // called before each control request (outside mu)
 }
 
 func newFakeSwitch() *fakeSwitch {
-	return &fakeSwitch{ports: map[string]switchd.PortInfo{}, next: 1, of: ofproto.New(ofproto.Config{})}
+	return &fakeSwitch{ports: map[string]ctlproto.PortInfo{}, next: 1, of: ofproto.New(ofproto.Config{})}
 }
 
-func (s *fakeSwitch) control(_ context.Context, req switchd.CtlRequest) (*switchd.CtlResponse, error) {
+func (s *fakeSwitch) control(_ context.Context, req ctlproto.Request) (*ctlproto.Response, error) {
 	if s.before != nil {
 		s.before(req)
 	}
@@ -52,12 +52,12 @@ func (s *fakeSwitch) control(_ context.Context, req switchd.CtlRequest) (*switch
 	defer s.mu.Unlock()
 	switch req.Cmd {
 	case "list-ports":
-		var ps []switchd.PortInfo
+		var ps []ctlproto.PortInfo
 		for _, p := range s.ports {
 			ps = append(ps, p)
 		}
 		b, _ := json.Marshal(ps)
-		return &switchd.CtlResponse{OK: true, Data: b}, nil
+		return &ctlproto.Response{OK: true, Data: b}, nil
 	case "port-add":
 		name := req.Name
 		if req.Remote != "" {
@@ -76,15 +76,15 @@ func (s *fakeSwitch) control(_ context.Context, req switchd.CtlRequest) (*switch
 			}
 		}
 		s.next = max(s.next, no) + 1
-		s.ports[name] = switchd.PortInfo{OFPort: no, Name: name, Kind: req.Kind, Remote: req.Remote, Local: req.Local}
+		s.ports[name] = ctlproto.PortInfo{OFPort: no, Name: name, Kind: req.Kind, Remote: req.Remote, Local: req.Local}
 		s.syncPortsLocked()
-		return &switchd.CtlResponse{OK: true, Data: json.RawMessage(fmt.Sprintf(`{"ofport":%d}`, no))}, nil
+		return &ctlproto.Response{OK: true, Data: json.RawMessage(fmt.Sprintf(`{"ofport":%d}`, no))}, nil
 	case "port-del":
 		for name, p := range s.ports {
 			if name == req.Name || strconv.Itoa(int(p.OFPort)) == req.Name {
 				delete(s.ports, name)
 				s.syncPortsLocked()
-				return &switchd.CtlResponse{OK: true}, nil
+				return &ctlproto.Response{OK: true}, nil
 			}
 		}
 		return nil, fmt.Errorf("switch: no port %s", req.Name)
@@ -105,7 +105,7 @@ func (s *fakeSwitch) syncPortsLocked() {
 func (s *fakeSwitch) restart(first uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ports = map[string]switchd.PortInfo{}
+	s.ports = map[string]ctlproto.PortInfo{}
 	s.next = first
 	s.of = ofproto.New(ofproto.Config{})
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/agent/ipam"
 	"github.com/nagare-net/nagare/pkg/agent/nodenet"
 	"github.com/nagare-net/nagare/pkg/agent/podnet"
-	"github.com/nagare-net/nagare/pkg/switchd"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 )
 
 // What the agent does to the node, as the small interfaces its pod, GC
@@ -46,7 +46,7 @@ type podStore interface {
 }
 
 // switchControl runs one request of the switch's control protocol.
-type switchControl func(context.Context, switchd.CtlRequest) (*switchd.CtlResponse, error)
+type switchControl func(context.Context, ctlproto.Request) (*ctlproto.Response, error)
 
 var (
 	_ podNetwork  = podnet.Node{}

@@ -11,7 +11,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/agent/nodenet"
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
 	"github.com/nagare-net/nagare/pkg/agent/snat"
-	"github.com/nagare-net/nagare/pkg/switchd"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 )
 
 // remote is another node: its pod subnet is routed into the switch and
@@ -31,14 +31,14 @@ func (a *Agent) endpointName(r *remote) string {
 }
 
 // ensureEndpoint finds or adds r's endpoint port (caller holds swMu).
-func (a *Agent) ensureEndpoint(ctx context.Context, r *remote, byName map[string]switchd.PortInfo) error {
+func (a *Agent) ensureEndpoint(ctx context.Context, r *remote, byName map[string]ctlproto.PortInfo) error {
 	if p, ok := byName[a.endpointName(r)]; ok && p.Remote == r.node.Underlay.String() {
 		a.mu.Lock()
 		r.port = p.OFPort
 		a.mu.Unlock()
 		return nil
 	}
-	req := switchd.CtlRequest{Cmd: "port-add", Name: a.cfg.Tunnel, Remote: r.node.Underlay.String(), Local: a.node.Underlay.String()}
+	req := ctlproto.Request{Cmd: "port-add", Name: a.cfg.Tunnel, Remote: r.node.Underlay.String(), Local: a.node.Underlay.String()}
 	a.mu.Lock()
 	req.OFPort = r.port // keep the number the flows use, after a switch restart
 	a.mu.Unlock()
@@ -115,7 +115,7 @@ func (a *Agent) NodeUpdated(n config.Node) {
 	defer cancel()
 	ports, err := a.listPorts(ctx)
 	if err == nil {
-		byName := map[string]switchd.PortInfo{}
+		byName := map[string]ctlproto.PortInfo{}
 		for _, p := range ports {
 			byName[p.Name] = p
 		}
@@ -149,7 +149,7 @@ func (a *Agent) NodeDeleted(name string) {
 			log.Error("remove flows", "err", err)
 		}
 		if r.port != 0 {
-			if _, err := a.call(ctx, switchd.CtlRequest{Cmd: "port-del", Name: fmt.Sprint(r.port)}); err != nil && !isNoPort(err) {
+			if _, err := a.call(ctx, ctlproto.Request{Cmd: "port-del", Name: fmt.Sprint(r.port)}); err != nil && !isNoPort(err) {
 				log.Error("remove tunnel endpoint", "err", err)
 			}
 		}

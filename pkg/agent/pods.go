@@ -18,7 +18,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/agent/ipam"
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
 	"github.com/nagare-net/nagare/pkg/agent/podnet"
-	"github.com/nagare-net/nagare/pkg/switchd"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 )
 
 // CNI error codes the agent returns beyond the spec's own (100+ are the
@@ -270,7 +270,7 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 func (a *Agent) ensurePodPort(ctx context.Context, host string) (uint32, error) {
 	a.swMu.Lock()
 	defer a.swMu.Unlock()
-	no, err := a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: host, Kind: a.portKind()})
+	no, err := a.addPort(ctx, ctlproto.Request{Cmd: "port-add", Name: host, Kind: a.portKind()})
 	if err == nil || !strings.Contains(err.Error(), "port "+host+" exists") {
 		return no, err
 	}
@@ -311,7 +311,7 @@ func (a *Agent) detach(ctx context.Context, rec *podRecord, log *slog.Logger) er
 		if err := pl.DelPod(ctx, rec.Key); err != nil {
 			errs = append(errs, fmt.Errorf("flows: %w", err))
 		}
-		if _, err := a.call(ctx, switchd.CtlRequest{Cmd: "port-del", Name: a.portName(rec)}); err != nil && !isNoPort(err) {
+		if _, err := a.call(ctx, ctlproto.Request{Cmd: "port-del", Name: a.portName(rec)}); err != nil && !isNoPort(err) {
 			errs = append(errs, fmt.Errorf("switch port: %w", err))
 		}
 		a.swMu.Unlock()

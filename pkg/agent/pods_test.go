@@ -9,7 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/nagare-net/nagare/pkg/agent/podnet"
-	"github.com/nagare-net/nagare/pkg/switchd"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 )
 
 // refusingStore is the IPAM database with a disk that refuses the
@@ -79,7 +79,7 @@ func TestPodPortUnderLock(t *testing.T) {
 			ta.mu.Unlock()
 		}
 	}()
-	ta.sw.before = func(req switchd.CtlRequest) {
+	ta.sw.before = func(req ctlproto.Request) {
 		if req.Cmd == "port-add" && req.Name == podnet.HostIfName("c1", "eth0") {
 			<-reading // the reader has the record
 		}
