@@ -298,10 +298,34 @@ func newTestAgent(t *testing.T, mutate func(*config.Cluster)) *testAgent {
 	}
 	t.Cleanup(func() { store.Close() })
 	ta := &testAgent{Agent: a, sw: newFakeSwitch(), podNet: &fakePodNet{}, nodes: &fakeNodeNet{}, store: store}
-	a.ipam, a.podNet, a.net, a.control = store, ta.podNet, ta.nodes, ta.sw.control
-	a.gw = nodenet.Gateway{PortName: "nagare0", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}}
+	ta.wire()
 	ta.reconnect(t)
 	return ta
+}
+
+func (ta *testAgent) wire() {
+	a := ta.Agent
+	a.ipam, a.podNet, a.net, a.control = ta.store, ta.podNet, ta.nodes, ta.sw.control
+	a.gw = nodenet.Gateway{PortName: "nagare0", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}}
+}
+
+// restartAgent is a new agent on the same node, switch and IPAM
+// database (the agent's process restarted): it reads its pods back and
+// syncs, as Run does.
+func (ta *testAgent) restartAgent(t *testing.T) *testAgent {
+	t.Helper()
+	a, err := New(ta.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.node = ta.node
+	nt := &testAgent{Agent: a, sw: ta.sw, podNet: ta.podNet, nodes: ta.nodes, store: ta.store}
+	nt.wire()
+	if err := a.loadPods(); err != nil {
+		t.Fatal(err)
+	}
+	nt.reconnect(t)
+	return nt
 }
 
 // reconnect is the agent's side of a (re)connection: ports, then Sync.
@@ -364,4 +388,8 @@ func TestAddDel(t *testing.T) {
 	if used, _ := ta.store.Stats(); used != 0 {
 		t.Fatalf("allocations %d", used)
 	}
+}
+
+func switchdPortDel(name string) ctlproto.Request {
+	return ctlproto.Request{Cmd: "port-del", Name: name}
 }

@@ -111,4 +111,3 @@ type PortInfo struct {
 	Carrier uint32 `json:"carrier,omitempty"` // a tunnel endpoint's device port
 	Device  string `json:"device,omitempty"`  // a tunnel endpoint's device
 }
-
