@@ -14,7 +14,8 @@
 // handler: ADD, DEL, CHECK, GC, STATUS), nodes.go (remote nodes and
 // tunnels), services.go (the desired service state, pkg/agent/proxy),
 // gc.go (leaked allocations), status.go (nagarectl agent, Prometheus
-// metrics).
+// metrics), hostops.go (the node, switch-control and IPAM interfaces the
+// tests fake, so this logic is tested without root).
 package agent
 
 import (
