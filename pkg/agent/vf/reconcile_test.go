@@ -9,20 +9,14 @@ import (
 	"github.com/nagare-net/nagare/internal/nstest"
 )
 
-// vfLinks is every vf_links key.
-func vfLinks(t *testing.T, v *VF) map[uint32]bool {
+// vfLinks is vf_links, by key.
+func vfLinks(t *testing.T, v *VF) map[uint32]vfVfLink {
 	t.Helper()
-	out := map[uint32]bool{}
-	var k uint32
-	var e vfVfLink
-	it := v.objs.VfLinks.Iterate()
-	for it.Next(&k, &e) {
-		out[k] = true
-	}
-	if err := it.Err(); err != nil {
+	l, err := v.links()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return l
 }
 
 // TestVanishedHostEnd: real devices. A pod's host end that vanishes

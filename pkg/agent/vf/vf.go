@@ -386,14 +386,8 @@ func (v *VF) Reconcile(hosts func() []string) (int, error) {
 		}
 		live[uint32(hl.Attrs().Index)] = uint32(wl.Attrs().Index)
 	}
-	entries := map[uint32]vfVfLink{}
-	var k uint32
-	var e vfVfLink
-	it := v.objs.VfLinks.Iterate()
-	for it.Next(&k, &e) {
-		entries[k] = e
-	}
-	if err := it.Err(); err != nil {
+	entries, err := v.links()
+	if err != nil {
 		return 0, err
 	}
 	var errs []error
@@ -415,6 +409,18 @@ func (v *VF) Reconcile(hosts func() []string) (int, error) {
 		}
 	}
 	return len(stale), errors.Join(errs...)
+}
+
+// links is vf_links, by key.
+func (v *VF) links() (map[uint32]vfVfLink, error) {
+	out := map[uint32]vfVfLink{}
+	var k uint32
+	var e vfVfLink
+	it := v.objs.VfLinks.Iterate()
+	for it.Next(&k, &e) {
+		out[k] = e
+	}
+	return out, it.Err()
 }
 
 // staleLinks is the vf_links keys that are not an attached link's: live
