@@ -127,6 +127,14 @@ func run(args []string) error {
 		cfg.OnloadPath = p
 		return err
 	})
+	fs.Func("xsk-memory-max", "AF_XDP: memory of all UMEMs together, in MiB (12 MiB per port and receive queue, pinned; 0: no cap; default 256); ports past it keep the ring path", func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("want MiB >= 0")
+		}
+		datapath.SetXSKMemoryMax(n << 20)
+		return nil
+	})
 	fs.BoolVar(&destroy, "destroy", false, "remove the bridge's fast path (detach ports, delete flows and pins) and exit")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -1,6 +1,7 @@
 // Package atomicfile writes a file so that a reader sees either the old
 // content or the whole new one, never a part: a temporary file in the same
-// directory, filled, given its mode, synced, then renamed over the path.
+// directory, filled, given its mode, synced, then renamed over the path,
+// and the directory synced so that the rename survives a crash.
 package atomicfile
 
 import (
@@ -36,5 +37,20 @@ func Write(path string, mode os.FileMode, fill func(io.Writer) error) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes the directory's entries durable: a file's own fsync does
+// not cover its name, so after a crash the rename may be lost (the old
+// file back, or none at all). A variable for the tests.
+var syncDir = func(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

@@ -42,3 +42,26 @@ func TestFailedFillLeavesTheOldFile(t *testing.T) {
 		t.Errorf("%d entries in the directory, want only the file (temporary left behind?)", len(ents))
 	}
 }
+
+// TestWriteSyncsTheDirectory: once Write returns, the directory holding
+// the new name has been synced after the rename (before: only the file
+// was, and a crash could lose the rename).
+func TestWriteSyncsTheDirectory(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "key.pem")
+	var synced []string
+	real := syncDir
+	syncDir = func(dir string) error {
+		if b, err := os.ReadFile(path); err != nil || string(b) != "new" {
+			t.Errorf("directory synced before the rename: %q, %v", b, err)
+		}
+		synced = append(synced, dir)
+		return real(dir)
+	}
+	defer func() { syncDir = real }()
+	if err := Write(path, 0o600, func(w io.Writer) error { _, err := io.WriteString(w, "new"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if len(synced) != 1 || synced[0] != filepath.Dir(path) {
+		t.Errorf("directories synced: %v, want [%s]", synced, filepath.Dir(path))
+	}
+}

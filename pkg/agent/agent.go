@@ -14,7 +14,8 @@
 // handler: ADD, DEL, CHECK, GC, STATUS), nodes.go (remote nodes and
 // tunnels), services.go (the desired service state, pkg/agent/proxy),
 // gc.go (leaked allocations), status.go (nagarectl agent, Prometheus
-// metrics).
+// metrics), hostops.go (the node, switch-control and IPAM interfaces the
+// tests fake, so this logic is tested without root).
 package agent
 
 import (
@@ -42,7 +43,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/agent/snat"
 	"github.com/nagare-net/nagare/pkg/agent/vf"
 	"github.com/nagare-net/nagare/pkg/controlnet"
-	"github.com/nagare-net/nagare/pkg/switchd"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 )
 
 // Defaults.
@@ -122,9 +123,9 @@ type Agent struct {
 	cfg  Config
 	log  *slog.Logger
 	node config.Node // this node
-	net  *nodenet.Net
+	net  nodeNetwork
 	gw   nodenet.Gateway
-	ipam *ipam.Store
+	ipam podStore
 	pl   *pipeline.Pipeline
 	met  *metrics
 	reg  *prometheus.Registry
@@ -150,6 +151,13 @@ type Agent struct {
 
 	sw controlnet.Endpoint // where the switch is
 	vf *vf.VF              // DPU mode: VF links and direct forward
+
+	// Tests' fakes (hostops.go); nil = the real thing.
+	podNet  podNetwork
+	control switchControl
+	masq    func(snat.Config) error
+
+	masqMu sync.Mutex // one masquerade rule write at a time (nodes.go)
 
 	services       *proxy.Tracker    // the desired service state (services.go)
 	rejecter       pipeline.Rejecter // answers Service reject PACKET_INs on every switch connection
@@ -190,11 +198,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	db := filepath.Join(a.cfg.StateDir, "ipam-"+a.cfg.NodeName+".db")
-	a.ipam, err = ipam.Open(db, node.PodCIDR, node.Gateway())
+	store, err := ipam.Open(db, node.PodCIDR, node.Gateway())
 	if err != nil {
 		return fmt.Errorf("IPAM: %w", err)
 	}
-	defer a.ipam.Close()
+	defer store.Close()
+	a.ipam = store
 	if err := a.loadPods(); err != nil {
 		return err
 	}
@@ -272,12 +281,12 @@ func (a *Agent) localNode(ctx context.Context) (config.Node, error) {
 func (a *Agent) setupNode() error {
 	c := a.cfg.Cluster
 	gwPrefix := netip.PrefixFrom(a.node.Gateway(), a.node.PodCIDR.Bits())
-	var err error
-	a.net, err = nodenet.Open(nodenet.Config{Netns: a.nodeNetns(), Gateway: a.cfg.Gateway, GatewayIP: gwPrefix,
+	nn, err := nodenet.Open(nodenet.Config{Netns: a.nodeNetns(), Gateway: a.cfg.Gateway, GatewayIP: gwPrefix,
 		MTU: c.PodMTU(), Tunnel: a.cfg.Tunnel, VXLANPort: c.VXLANPort, TunnelMTU: c.PodMTU()})
 	if err != nil {
 		return err
 	}
+	a.net = nn
 	if a.gw, err = a.net.EnsureGateway(); err != nil {
 		return err
 	}
@@ -292,15 +301,7 @@ func (a *Agent) setupNode() error {
 	if err := a.setupNodePorts(); err != nil {
 		return fmt.Errorf("nodeport steering: %w", err)
 	}
-	ext := a.node.ExternalInterface
-	if ext == "" {
-		ext = c.ExternalInterface
-	}
-	if err := snat.Ensure(snat.Config{NetNS: a.nodeNetns(), PodCIDR: a.node.PodCIDR, ClusterCIDR: c.ClusterCIDR,
-		ExternalInterface: ext, Gateway: a.cfg.Gateway}); err != nil {
-		return fmt.Errorf("masquerade: %w", err)
-	}
-	return nil
+	return a.ensureMasquerade()
 }
 
 func (a *Agent) pipelineNode() pipeline.Node {
@@ -369,12 +370,21 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 	if a.cfg.Mode == ModeDPU {
 		conn.Lease(a.cfg.DPU.LeaseInterval, a.cfg.DPU.LeaseTimeout)
 	}
+	if err := a.syncSwitch(ctx, conn); err != nil {
+		return nil, err
+	}
+	return conn, nil
+}
+
+// syncSwitch brings a new connection's switch to the desired state: its
+// ports, then every flow and group (closing conn when it cannot).
+func (a *Agent) syncSwitch(ctx context.Context, conn *pipeline.Conn) error {
 	a.swMu.Lock()
 	defer a.swMu.Unlock()
 	start := time.Now()
 	if err := a.ensurePorts(ctx); err != nil {
 		conn.Close()
-		return nil, err
+		return err
 	}
 	a.mu.Lock()
 	old := a.conn
@@ -383,6 +393,7 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 		a.pl = pipeline.New(conn, a.pipelineNode(), a.log)
 	} else {
 		a.pl.SetConn(conn)
+		a.pl.SetNode(a.pipelineNode()) // the gateway may have a new port number
 	}
 	pods, remotes := a.pipelineStateLocked()
 	a.pl.SetState(pods, remotes)
@@ -402,11 +413,11 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 	st, err := a.pl.Sync(ctx)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("sync: %w", err)
+		return fmt.Errorf("sync: %w", err)
 	}
 	if err := a.publishAll(); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("direct forward: %w", err)
+		return fmt.Errorf("direct forward: %w", err)
 	}
 	a.mu.Lock()
 	a.ready = true
@@ -414,7 +425,7 @@ func (a *Agent) connectAndSync(ctx context.Context) (*pipeline.Conn, error) {
 	a.lastSync, a.lastSyncAt, a.lastSyncDur = st, time.Now(), time.Since(start)
 	a.mu.Unlock()
 	a.log.Info("switch synced", "added", st.Added, "deleted", st.Deleted, "kept", st.Kept, "pods", len(pods), "remotes", len(remotes), "took", time.Since(start))
-	return conn, nil
+	return nil
 }
 
 // ensurePorts makes the switch's ports what the agent expects: the
@@ -425,21 +436,19 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	byName := map[string]switchd.PortInfo{}
+	byName := map[string]ctlproto.PortInfo{}
 	for _, p := range have {
 		byName[p.Name] = p
 	}
 	gwName := a.gw.PortName
-	if p, ok := byName[gwName]; ok {
-		a.gwPort = p.OFPort
-	} else {
-		no, err := a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: gwName, Kind: "internal"})
-		if err != nil {
+	gwPort := byName[gwName].OFPort
+	if gwPort == 0 {
+		if gwPort, err = a.addPort(ctx, ctlproto.Request{Cmd: "port-add", Name: gwName, Kind: "internal"}); err != nil {
 			return fmt.Errorf("gateway port: %w", err)
 		}
-		a.gwPort = no
 	}
 	a.mu.Lock()
+	a.gwPort = gwPort
 	remotes := make([]*remote, 0, len(a.remotes))
 	for _, r := range a.remotes {
 		remotes = append(remotes, r)
@@ -455,7 +464,8 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 		}
 	}
 	for _, p := range pods {
-		if p.OFPort == 0 {
+		no := a.podPort(p)
+		if no == 0 {
 			continue // its ADD did not get that far
 		}
 		if err := a.attachVF(p); err != nil {
@@ -463,8 +473,8 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 			continue
 		}
 		if q, ok := byName[a.portName(p)]; ok {
-			if q.OFPort != p.OFPort {
-				a.podLog(p).Warn("pod port renumbered by the switch", "was", p.OFPort, "now", q.OFPort)
+			if q.OFPort != no {
+				a.podLog(p).Warn("pod port renumbered by the switch", "was", no, "now", q.OFPort)
 				a.setPodPort(p, q.OFPort)
 			}
 			continue
@@ -473,9 +483,9 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 		if err != nil || !exists {
 			continue // gone: GC will release it
 		}
-		no, err := a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: a.portName(p), Kind: a.portKind(), OFPort: p.OFPort})
+		no, err = a.addPort(ctx, ctlproto.Request{Cmd: "port-add", Name: a.portName(p), Kind: a.portKind(), OFPort: no})
 		if err != nil {
-			no, err = a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: a.portName(p), Kind: a.portKind()})
+			no, err = a.addPort(ctx, ctlproto.Request{Cmd: "port-add", Name: a.portName(p), Kind: a.portKind()})
 		}
 		if err != nil {
 			a.podLog(p).Error("re-attach pod port", "err", err)
@@ -486,19 +496,19 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 	return nil
 }
 
-func (a *Agent) listPorts(ctx context.Context) ([]switchd.PortInfo, error) {
-	resp, err := a.call(ctx, switchd.CtlRequest{Cmd: "list-ports"})
+func (a *Agent) listPorts(ctx context.Context) ([]ctlproto.PortInfo, error) {
+	resp, err := a.call(ctx, ctlproto.Request{Cmd: "list-ports"})
 	if err != nil {
 		return nil, err
 	}
-	var ps []switchd.PortInfo
+	var ps []ctlproto.PortInfo
 	if err := jsonUnmarshal(resp.Data, &ps); err != nil {
 		return nil, fmt.Errorf("list-ports: %w", err)
 	}
 	return ps, nil
 }
 
-func (a *Agent) addPort(ctx context.Context, req switchd.CtlRequest) (uint32, error) {
+func (a *Agent) addPort(ctx context.Context, req ctlproto.Request) (uint32, error) {
 	resp, err := a.call(ctx, req)
 	if err != nil {
 		return 0, err

@@ -13,13 +13,14 @@ import (
 	"net"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nagare-net/nagare/pkg/agent/vf"
 	"github.com/nagare-net/nagare/pkg/controlnet"
-	"github.com/nagare-net/nagare/pkg/switchd"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 )
 
 // Modes.
@@ -96,7 +97,7 @@ func (a *Agent) openSwitchEndpoint() error {
 		a.sw = controlnet.Endpoint{Network: "unix", Address: a.cfg.SwitchSocket}
 		return nil
 	}
-	t, err := switchd.ParseTarget(a.cfg.DPU.Switch)
+	t, err := ctlproto.ParseTarget(a.cfg.DPU.Switch)
 	if err != nil || !t.TLS || t.Passive {
 		return fmt.Errorf("DPU switch %q: want ssl:IP:PORT", a.cfg.DPU.Switch)
 	}
@@ -116,17 +117,20 @@ func (a *Agent) openSwitchEndpoint() error {
 }
 
 // call runs one control-protocol request on the switch.
-func (a *Agent) call(ctx context.Context, req switchd.CtlRequest) (*switchd.CtlResponse, error) {
+func (a *Agent) call(ctx context.Context, req ctlproto.Request) (*ctlproto.Response, error) {
 	if a.cfg.Mode == ModeDPU {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, a.cfg.DPU.CallTimeout)
 		defer cancel()
 	}
+	if a.control != nil {
+		return a.control(ctx, req)
+	}
 	c, err := a.sw.Dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return switchd.CallConn(ctx, c, req)
+	return ctlproto.CallConn(ctx, c, req)
 }
 
 // nodeNetns is where the node's own devices live: the DPU domain in DPU
@@ -227,6 +231,11 @@ func (a *Agent) publishAll() error {
 		}
 	}
 	a.mu.Unlock()
+	if n, err := a.vf.Reconcile(a.podHosts); err != nil {
+		a.log.Warn("VF links of gone pods", "removed", n, "err", err)
+	} else if n > 0 {
+		a.log.Info("VF links of gone pods removed", "entries", n)
+	}
 	have, err := a.vf.Table()
 	if err != nil {
 		return err
@@ -243,6 +252,18 @@ func (a *Agent) publishAll() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// podHosts is the host end of every pod the agent knows, attached or
+// being attached.
+func (a *Agent) podHosts() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]string, 0, len(a.pods))
+	for _, p := range a.pods {
+		out = append(out, p.Host)
+	}
+	return out
 }
 
 // DPUStatus is DPU mode's part of nagarectl agent.
@@ -283,22 +304,27 @@ func (a *Agent) SetDirectForward(on bool) error {
 // otherCPUs is every CPU of this machine not in list (the host's, when
 // list is the DPU's); "" when list is.
 func otherCPUs(list string) string {
+	return cpusBut(list, runtime.NumCPU())
+}
+
+// cpusBut is every CPU of n not in list, as a list; list itself when
+// that leaves none (one CPU: host and DPU share it).
+func cpusBut(list string, n int) string {
 	if list == "" {
 		return ""
 	}
-	mask, err := vf.CPUMask(list)
+	taken, err := vf.ParseCPUList(list)
 	if err != nil {
 		return list // vf.Open reports it
 	}
-	m, _ := strconv.ParseUint(mask, 16, 64)
 	var out []string
-	for c := 0; c < runtime.NumCPU() && c < 64; c++ {
-		if m&(1<<c) == 0 {
+	for c := 0; c < n; c++ {
+		if !slices.Contains(taken, c) {
 			out = append(out, strconv.Itoa(c))
 		}
 	}
 	if len(out) == 0 {
-		return list // one CPU: host and DPU share it
+		return list
 	}
 	return strings.Join(out, ",")
 }

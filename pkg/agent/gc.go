@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/nagare-net/nagare/pkg/agent/k8s"
 	"github.com/nagare-net/nagare/pkg/agent/podnet"
 )
 
@@ -30,6 +31,11 @@ func (a *Agent) gcLoop(ctx context.Context) {
 		if n, err := a.collect(ctx, "periodic", keep); err != nil || n > 0 {
 			a.log.Info("GC", "released", n, "err", err)
 		}
+		if a.vf != nil {
+			if n, err := a.vf.Reconcile(a.podHosts); err != nil || n > 0 {
+				a.log.Info("GC of VF links", "removed", n, "err", err)
+			}
+		}
 	}
 }
 
@@ -41,11 +47,7 @@ func (a *Agent) liveness() (func(*podRecord) bool, error) {
 		if err != nil {
 			return nil, err
 		}
-		live := map[string]bool{}
-		for _, p := range pods {
-			live[p.Namespace+"/"+p.Name] = true
-		}
-		return func(p *podRecord) bool { return p.Created.After(grace) || live[p.Pod] }, nil
+		return livePods(pods, grace), nil
 	}
 	return func(p *podRecord) bool {
 		if p.Created.After(grace) {
@@ -85,4 +87,26 @@ func (a *Agent) collect(ctx context.Context, why string, keep func(*podRecord) b
 		unlock()
 	}
 	return n, errors.Join(errs...)
+}
+
+// livePods keeps the records of pods the API server has on this node (and
+// the young ones). A record is its pod's by UID: a pod deleted and
+// created again under its name (a StatefulSet's) is another pod, whose
+// sandbox is not this record's. Records of an agent that did not keep
+// UIDs fall back to the name.
+func livePods(pods []k8s.PodRef, grace time.Time) func(*podRecord) bool {
+	uids, names := map[string]bool{}, map[string]bool{}
+	for _, p := range pods {
+		uids[p.UID] = true
+		names[p.Namespace+"/"+p.Name] = true
+	}
+	return func(p *podRecord) bool {
+		if p.Created.After(grace) {
+			return true
+		}
+		if p.PodUID != "" {
+			return uids[p.PodUID]
+		}
+		return names[p.Pod]
+	}
 }

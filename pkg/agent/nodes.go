@@ -3,12 +3,15 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/nagare-net/nagare/pkg/agent/config"
 	"github.com/nagare-net/nagare/pkg/agent/nodenet"
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
-	"github.com/nagare-net/nagare/pkg/switchd"
+	"github.com/nagare-net/nagare/pkg/agent/snat"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 )
 
 // remote is another node: its pod subnet is routed into the switch and
@@ -28,14 +31,14 @@ func (a *Agent) endpointName(r *remote) string {
 }
 
 // ensureEndpoint finds or adds r's endpoint port (caller holds swMu).
-func (a *Agent) ensureEndpoint(ctx context.Context, r *remote, byName map[string]switchd.PortInfo) error {
+func (a *Agent) ensureEndpoint(ctx context.Context, r *remote, byName map[string]ctlproto.PortInfo) error {
 	if p, ok := byName[a.endpointName(r)]; ok && p.Remote == r.node.Underlay.String() {
 		a.mu.Lock()
 		r.port = p.OFPort
 		a.mu.Unlock()
 		return nil
 	}
-	req := switchd.CtlRequest{Cmd: "port-add", Name: a.cfg.Tunnel, Remote: r.node.Underlay.String(), Local: a.node.Underlay.String()}
+	req := ctlproto.Request{Cmd: "port-add", Name: a.cfg.Tunnel, Remote: r.node.Underlay.String(), Local: a.node.Underlay.String()}
 	a.mu.Lock()
 	req.OFPort = r.port // keep the number the flows use, after a switch restart
 	a.mu.Unlock()
@@ -70,7 +73,21 @@ func (a *Agent) NodeUpdated(n config.Node) {
 		return
 	}
 	changed := r != nil
+	overlap := a.overlapLocked(n)
 	a.mu.Unlock()
+	if overlap != "" {
+		// Its routes and flows would take another node's pods (or this
+		// one's): refuse it, and take down what it had before.
+		msg := fmt.Sprintf("pod CIDR %s overlaps %s; node not used until that changes", n.PodCIDR, overlap)
+		log.Error("remote node refused", "podCIDR", n.PodCIDR, "overlaps", overlap)
+		if a.cfg.Kube != nil {
+			a.cfg.Kube.ReportNodeProblem(n.Name, "PodCIDROverlap", msg)
+		}
+		if changed {
+			a.NodeDeleted(n.Name)
+		}
+		return
+	}
 	if changed {
 		// Its address or subnet changed: take the old tunnel down first.
 		a.NodeDeleted(n.Name)
@@ -79,6 +96,7 @@ func (a *Agent) NodeUpdated(n config.Node) {
 	r = &remote{node: n}
 	a.remotes[n.Name] = r
 	a.mu.Unlock()
+	a.podNetworkChanged(log)
 	if err := a.net.EnsureRemote(nodenet.Remote{PodCIDR: n.PodCIDR, Gateway: n.Gateway()}, pipeline.RemoteGatewayMAC); err != nil {
 		log.Error("route to remote pods", "err", err)
 	}
@@ -97,7 +115,7 @@ func (a *Agent) NodeUpdated(n config.Node) {
 	defer cancel()
 	ports, err := a.listPorts(ctx)
 	if err == nil {
-		byName := map[string]switchd.PortInfo{}
+		byName := map[string]ctlproto.PortInfo{}
 		for _, p := range ports {
 			byName[p.Name] = p
 		}
@@ -131,13 +149,14 @@ func (a *Agent) NodeDeleted(name string) {
 			log.Error("remove flows", "err", err)
 		}
 		if r.port != 0 {
-			if _, err := a.call(ctx, switchd.CtlRequest{Cmd: "port-del", Name: fmt.Sprint(r.port)}); err != nil && !isNoPort(err) {
+			if _, err := a.call(ctx, ctlproto.Request{Cmd: "port-del", Name: fmt.Sprint(r.port)}); err != nil && !isNoPort(err) {
 				log.Error("remove tunnel endpoint", "err", err)
 			}
 		}
 	}
 	a.swMu.Unlock()
 	a.forgetRemote(r.node, log)
+	a.podNetworkChanged(log)
 	a.met.remotes.Set(float64(a.remoteCount()))
 	a.nodesChanged()
 	log.Info("remote node removed")
@@ -153,4 +172,68 @@ func (a *Agent) remoteCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.remotes)
+}
+
+// podNetworkLocked is the cluster's pod network: the cluster CIDR, or
+// without one the union of every known node's pod CIDR, this node's
+// first (docs/agent.md). Callers hold a.mu.
+func (a *Agent) podNetworkLocked() []netip.Prefix {
+	if c := a.cfg.Cluster.ClusterCIDR; c.IsValid() {
+		return []netip.Prefix{c}
+	}
+	out := []netip.Prefix{a.node.PodCIDR}
+	for _, r := range a.remotes {
+		out = append(out, r.node.PodCIDR)
+	}
+	slices.SortFunc(out[1:], func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
+	return out
+}
+
+// ensureMasquerade writes the node's masquerade rule for the pod network
+// as it is now: without a cluster CIDR it changes as nodes come and go.
+func (a *Agent) ensureMasquerade() error {
+	a.masqMu.Lock()
+	defer a.masqMu.Unlock()
+	ext := a.node.ExternalInterface
+	if ext == "" {
+		ext = a.cfg.Cluster.ExternalInterface
+	}
+	a.mu.Lock()
+	cfg := snat.Config{NetNS: a.nodeNetns(), PodCIDR: a.node.PodCIDR, PodNetwork: a.podNetworkLocked(),
+		ExternalInterface: ext, Gateway: a.cfg.Gateway}
+	a.mu.Unlock()
+	ensure := snat.Ensure
+	if a.masq != nil {
+		ensure = a.masq
+	}
+	if err := ensure(cfg); err != nil {
+		return fmt.Errorf("masquerade: %w", err)
+	}
+	return nil
+}
+
+// podNetworkChanged rewrites what follows the pod network when it is the
+// known nodes' union (the spoof guard follows by itself: each remote
+// node's flows guard its own subnet).
+func (a *Agent) podNetworkChanged(log interface{ Error(string, ...any) }) {
+	if a.cfg.Cluster.ClusterCIDR.IsValid() {
+		return
+	}
+	if err := a.ensureMasquerade(); err != nil {
+		log.Error("pod network changed", "err", err)
+	}
+}
+
+// overlapLocked says which known pod CIDR n's overlaps ("" none): this
+// node's or another remote node's. Callers hold a.mu.
+func (a *Agent) overlapLocked(n config.Node) string {
+	if n.PodCIDR.Overlaps(a.node.PodCIDR) {
+		return fmt.Sprintf("this node's %s", a.node.PodCIDR)
+	}
+	for name, r := range a.remotes {
+		if name != n.Name && n.PodCIDR.Overlaps(r.node.PodCIDR) {
+			return fmt.Sprintf("node %s's %s", name, r.node.PodCIDR)
+		}
+	}
+	return ""
 }

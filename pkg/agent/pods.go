@@ -18,7 +18,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/agent/ipam"
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
 	"github.com/nagare-net/nagare/pkg/agent/podnet"
-	"github.com/nagare-net/nagare/pkg/switchd"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 )
 
 // CNI error codes the agent returns beyond the spec's own (100+ are the
@@ -35,7 +35,8 @@ type podRecord struct {
 	Key         string     `json:"-"` // containerID/ifName
 	ContainerID string     `json:"containerID"`
 	IfName      string     `json:"ifName"`
-	Pod         string     `json:"pod,omitempty"` // namespace/name
+	Pod         string     `json:"pod,omitempty"`    // namespace/name
+	PodUID      string     `json:"podUID,omitempty"` // the pod object's UID (GC: a pod re-created under its name is another pod)
 	Netns       string     `json:"netns"`
 	Host        string     `json:"host"`
 	OFPort      uint32     `json:"ofport"`
@@ -71,7 +72,12 @@ func (a *Agent) loadPods() error {
 	return nil
 }
 
-func (a *Agent) podNode() podnet.Node { return podnet.Node{Netns: a.cfg.NetNS} }
+func (a *Agent) podNode() podNetwork {
+	if a.podNet != nil {
+		return a.podNet
+	}
+	return podnet.Node{Netns: a.cfg.NetNS}
+}
 
 func (a *Agent) podLog(p *podRecord) *slog.Logger {
 	return a.log.With("pod", p.Pod, "container", shortID(p.ContainerID))
@@ -84,18 +90,36 @@ func shortID(id string) string {
 	return id
 }
 
+// podPort is p's switch port number (0: not attached yet). The number
+// changes under a.mu (ADD, a reconnection's renumbering): read it so.
+func (a *Agent) podPort(p *podRecord) uint32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return p.OFPort
+}
+
 func (a *Agent) setPodPort(p *podRecord, no uint32) {
 	a.mu.Lock()
 	p.OFPort = no
 	a.mu.Unlock()
-	a.saveRecord(p)
-}
-
-func (a *Agent) saveRecord(p *podRecord) {
-	b, _ := json.Marshal(p)
-	if err := a.ipam.SetAttachment(p.ContainerID, p.IfName, b); err != nil {
+	if err := a.saveRecord(p); err != nil {
 		a.podLog(p).Error("save pod record", "err", err)
 	}
+}
+
+// saveRecord stores p with its allocation: without it, a restarted agent
+// would know the address but not the port and delete the pod's flows.
+func (a *Agent) saveRecord(p *podRecord) error {
+	a.mu.Lock()
+	b, err := json.Marshal(p)
+	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := a.ipam.SetAttachment(p.ContainerID, p.IfName, b); err != nil {
+		return fmt.Errorf("save the pod's record: %w", err)
+	}
+	return nil
 }
 
 func (p *podRecord) pipelinePod() (pipeline.Pod, bool) {
@@ -171,7 +195,7 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 	if err != nil {
 		return nil, err
 	}
-	rec := &podRecord{Key: key, ContainerID: req.ContainerID, IfName: req.IfName, Pod: podName, Netns: req.Netns,
+	rec := &podRecord{Key: key, ContainerID: req.ContainerID, IfName: req.IfName, Pod: podName, PodUID: cniserver.PodUID(req.Args), Netns: req.Netns,
 		Host: podnet.HostIfName(req.ContainerID, req.IfName), MAC: podnet.MACFor(al.IP).String(), IP: al.IP, Created: al.Created}
 	a.mu.Lock()
 	if old, ok := a.pods[key]; ok && old.OFPort != 0 {
@@ -194,15 +218,21 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 	if err := a.attachVF(rec); err != nil {
 		return nil, undo(fmt.Errorf("VF link: %w", err))
 	}
-	if rec.OFPort == 0 {
+	if a.podPort(rec) == 0 {
 		no, err := a.ensurePodPort(ctx, a.portName(rec))
 		if err != nil {
 			return nil, undo(fmt.Errorf("switch port: %w", err))
 		}
+		a.mu.Lock()
 		rec.OFPort = no
+		a.mu.Unlock()
 	}
-	a.saveRecord(rec)
+	if err := a.saveRecord(rec); err != nil {
+		return nil, undo(err)
+	}
+	a.mu.Lock()
 	pp, _ := rec.pipelinePod()
+	a.mu.Unlock()
 	a.swMu.Lock()
 	err = pl.AddPod(ctx, pp)
 	a.swMu.Unlock()
@@ -215,7 +245,7 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 	}
 	a.met.pods.Set(float64(a.podCount()))
 	a.podsChanged()
-	log.Info("pod attached", "ip", al.IP, "mac", rec.MAC, "port", rec.OFPort, "host", rec.Host, "repeat", !fresh)
+	log.Info("pod attached", "ip", al.IP, "mac", rec.MAC, "port", pp.Port, "host", rec.Host, "repeat", !fresh)
 
 	podIf := 1
 	result := &current.Result{
@@ -240,7 +270,7 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 func (a *Agent) ensurePodPort(ctx context.Context, host string) (uint32, error) {
 	a.swMu.Lock()
 	defer a.swMu.Unlock()
-	no, err := a.addPort(ctx, switchd.CtlRequest{Cmd: "port-add", Name: host, Kind: a.portKind()})
+	no, err := a.addPort(ctx, ctlproto.Request{Cmd: "port-add", Name: host, Kind: a.portKind()})
 	if err == nil || !strings.Contains(err.Error(), "port "+host+" exists") {
 		return no, err
 	}
@@ -281,7 +311,7 @@ func (a *Agent) detach(ctx context.Context, rec *podRecord, log *slog.Logger) er
 		if err := pl.DelPod(ctx, rec.Key); err != nil {
 			errs = append(errs, fmt.Errorf("flows: %w", err))
 		}
-		if _, err := a.call(ctx, switchd.CtlRequest{Cmd: "port-del", Name: a.portName(rec)}); err != nil && !isNoPort(err) {
+		if _, err := a.call(ctx, ctlproto.Request{Cmd: "port-del", Name: a.portName(rec)}); err != nil && !isNoPort(err) {
 			errs = append(errs, fmt.Errorf("switch port: %w", err))
 		}
 		a.swMu.Unlock()
@@ -354,12 +384,13 @@ func (a *Agent) Check(ctx context.Context, req *cniserver.Request) error {
 	if err != nil {
 		return cniError(fmt.Errorf("%w: %v", errSwitchDown, err))
 	}
+	no := a.podPort(rec)
 	for _, p := range ports {
-		if p.Name == a.portName(rec) && p.OFPort == rec.OFPort {
+		if p.Name == a.portName(rec) && p.OFPort == no {
 			return nil
 		}
 	}
-	return cniError(fmt.Errorf("pod %s: its port %s is not switch port %d", rec.Pod, a.portName(rec), rec.OFPort))
+	return cniError(fmt.Errorf("pod %s: its port %s is not switch port %d", rec.Pod, a.portName(rec), no))
 }
 
 // GC releases every attachment not in the runtime's list of valid ones.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
 	"github.com/nagare-net/nagare/pkg/agent/proxy"
-	"github.com/nagare-net/nagare/pkg/switchd"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 )
 
 // Services: the agent keeps the desired service state of its node in a
@@ -157,7 +157,7 @@ func (a *Agent) programServices(ctx context.Context, ch proxy.Changes) (pipeline
 func (a *Agent) flushStaleUDP(ctx context.Context, stale []pipeline.StaleEndpoint) {
 	for _, e := range stale {
 		zone := e.Zone
-		req := switchd.CtlRequest{Cmd: "conntrack-flush", Zone: &zone, Proto: "udp", Addr: e.Addr.String(), L4Port: e.Port}
+		req := ctlproto.Request{Cmd: "conntrack-flush", Zone: &zone, Proto: "udp", Addr: e.Addr.String(), L4Port: e.Port}
 		resp, err := a.call(ctx, req)
 		if err != nil {
 			a.log.Warn("services: flushing a gone endpoint's UDP connections", "endpoint", netip.AddrPortFrom(e.Addr, e.Port), "err", err)

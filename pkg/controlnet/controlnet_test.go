@@ -24,14 +24,19 @@ func TestEnsurePKIFirstStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]os.FileMode{"": 0o700, CAKey: 0o600, "switch.key": 0o600, "agent.key": 0o600, CACert: 0o644} {
-		fi, err := os.Stat(filepath.Join(dir, name))
+	ca := CAKeyDir(dir)
+	for path, want := range map[string]os.FileMode{dir: 0o700, ca: 0o700, filepath.Join(ca, CAKey): 0o600,
+		filepath.Join(dir, "switch.key"): 0o600, filepath.Join(dir, "agent.key"): 0o600, filepath.Join(dir, CACert): 0o644} {
+		fi, err := os.Stat(path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := fi.Mode().Perm(); got != want {
-			t.Errorf("%s: mode %o, want %o", filepath.Join(dir, name), got, want)
+			t.Errorf("%s: mode %o, want %o", path, got, want)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, CAKey)); err == nil {
+		t.Errorf("the CA key is beside the leaf certificates in %s", dir)
 	}
 	// A second start reuses everything.
 	again, err := EnsurePKI(dir, RoleSwitch, []net.IP{loop})
@@ -57,7 +62,7 @@ func TestEnsurePKIWithoutCAKey(t *testing.T) {
 	if _, err := EnsurePKI(dir, RoleAgent, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(dir, CAKey)); err != nil {
+	if err := os.Remove(filepath.Join(CAKeyDir(dir), CAKey)); err != nil {
 		t.Fatal(err)
 	}
 	// Given certificates are used as they are ...
@@ -67,6 +72,49 @@ func TestEnsurePKIWithoutCAKey(t *testing.T) {
 	// ... and what is missing cannot be made without the CA key.
 	if _, err := EnsurePKI(dir, RoleSwitch, []net.IP{loop}); err == nil || !strings.Contains(err.Error(), CAKey) {
 		t.Errorf("switch certificate missing, no CA key: %v", err)
+	}
+}
+
+// TestEnsurePKILegacyCAKey: a CA key a previous release wrote beside the
+// leaves moves to its own directory, and the CA stays the same.
+func TestEnsurePKILegacyCAKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	first, err := EnsurePKI(dir, RoleAgent, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(CAKeyDir(dir), CAKey), filepath.Join(dir, CAKey)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsurePKI(dir, RoleSwitch, []net.IP{loop}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, CAKey)); err == nil {
+		t.Error("the legacy CA key stayed beside the leaves")
+	}
+	again, err := EnsurePKI(dir, RoleAgent, nil)
+	if err != nil || !again.Pool.Equal(first.Pool) {
+		t.Errorf("the CA changed: %v", err)
+	}
+}
+
+// TestEnsurePKIRefusesLooseKeys: an operator's key file that others may
+// read is refused, with the fix in the error (before: used as it was).
+func TestEnsurePKIRefusesLooseKeys(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	if _, err := EnsurePKI(dir, RoleAgent, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{filepath.Join(dir, "agent.key"), filepath.Join(CAKeyDir(dir), CAKey)} {
+		if err := os.Chmod(key, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := EnsurePKI(dir, RoleAgent, nil); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+			t.Errorf("%s mode 0644: %v, want refused", key, err)
+		}
+		if err := os.Chmod(key, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

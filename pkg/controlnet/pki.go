@@ -3,11 +3,14 @@
 // control protocol over TCP with mutual TLS on the control address only,
 // and the host's agent dials it from the host's namespace.
 //
-// Certificates: a directory (the PKI dir) holds a CA and one leaf per
-// role. What is missing is made on first start: the CA, then the leaf,
-// signed by it; keys are written 0600 in a 0700 directory. An operator who
-// brings their own puts ca.crt and <role>.crt/.key there (no ca.key is
-// needed then). Both sides trust only that CA: the switch requires a client
+// Certificates: a directory (the PKI dir) holds the CA's certificate and
+// one leaf per role; the CA's key is kept apart, in the sibling directory
+// CAKeyDir (<dir>-ca), so that the PKI dir can be given to a side (a DPU)
+// without the power to issue certificates. What is missing is made on
+// first start: the CA, then the leaf, signed by it; keys are written 0600
+// in 0700 directories. An operator who brings their own puts ca.crt and
+// <role>.crt/.key in the PKI dir (no ca.key is needed then); a key file
+// that others may read (group or other permission bits) is refused. Both sides trust only that CA: the switch requires a client
 // certificate with the agent role, the agent checks the switch's by the
 // control address it dials.
 package controlnet
@@ -50,6 +53,9 @@ const (
 	CAKey  = "ca.key"
 )
 
+// CAKeyDir is where the CA's key of the PKI directory dir is kept.
+func CAKeyDir(dir string) string { return filepath.Clean(dir) + "-ca" }
+
 // PKI is what one side needs for mutual TLS.
 type PKI struct {
 	Dir  string
@@ -82,6 +88,9 @@ func EnsurePKI(dir string, role Role, ips []net.IP) (*PKI, error) {
 		return nil, err
 	}
 	certPath, keyPath := filepath.Join(dir, string(role)+".crt"), filepath.Join(dir, string(role)+".key")
+	if err := checkKeyMode(keyPath); err != nil {
+		return nil, err
+	}
 	cert, err := tls.LoadX509KeyPair(certPath, keyPath)
 	if err == nil && !covers(cert, ips) {
 		err = errors.New("stale")
@@ -118,11 +127,23 @@ func covers(c tls.Certificate, ips []net.IP) bool {
 // ensureCA loads or makes the CA; its key is nil when only the
 // certificate was provided.
 func ensureCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
-	certPath, keyPath := filepath.Join(dir, CACert), filepath.Join(dir, CAKey)
+	certPath, keyPath := filepath.Join(dir, CACert), filepath.Join(CAKeyDir(dir), CAKey)
+	if err := os.MkdirAll(CAKeyDir(dir), 0o700); err != nil {
+		return nil, nil, fmt.Errorf("CA key dir: %w", err)
+	}
+	if err := os.Chmod(CAKeyDir(dir), 0o700); err != nil {
+		return nil, nil, err
+	}
+	if err := moveCAKey(filepath.Join(dir, CAKey), keyPath); err != nil {
+		return nil, nil, err
+	}
 	if b, err := os.ReadFile(certPath); err == nil {
 		cert, err := parseCert(b)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", certPath, err)
+		}
+		if err := checkKeyMode(keyPath); err != nil {
+			return nil, nil, err
 		}
 		kb, err := os.ReadFile(keyPath)
 		if errors.Is(err, os.ErrNotExist) {
@@ -158,6 +179,44 @@ func ensureCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	}
 	cert, err := x509.ParseCertificate(der)
 	return cert, key, err
+}
+
+// moveCAKey takes a CA key a previous release left beside the leaves
+// (legacy) to its own directory (to).
+func moveCAKey(legacy, to string) error {
+	old, err := os.ReadFile(legacy)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if cur, err := os.ReadFile(to); err == nil {
+		if string(cur) != string(old) {
+			return fmt.Errorf("PKI: two different CA keys, %s and %s: remove one", legacy, to)
+		}
+		return os.Remove(legacy)
+	}
+	if err := checkKeyMode(legacy); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(to, 0o600, func(w io.Writer) error { _, err := w.Write(old); return err }); err != nil {
+		return err
+	}
+	return os.Remove(legacy)
+}
+
+// checkKeyMode refuses a private key file others may read (a missing
+// one is for the caller to find).
+func checkKeyMode(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	if m := fi.Mode().Perm(); m&0o077 != 0 {
+		return fmt.Errorf("PKI: private key %s has mode %04o, readable by others: want 0600 (chmod 600 %s)", path, m, path)
+	}
+	return nil
 }
 
 func issue(certPath, keyPath string, role Role, ips []net.IP, ca *x509.Certificate, caKey *ecdsa.PrivateKey) error {

@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -41,6 +42,50 @@ const (
 	xskTxFrames = 1024
 )
 
+// xskUMEM is one socket's UMEM: every frame, pinned at once
+// (MAP_POPULATE), so 12 MiB per socket whatever the traffic.
+const xskUMEM = (xskRxFrames + xskTxFrames) * xskFrame
+
+// DefaultXSKMemoryMax is the default cap on all UMEMs together: 256 MiB,
+// 21 sockets (ports × receive queues).
+const DefaultXSKMemoryMax = 256 << 20
+
+// ErrXSKMemory is what NewXSK wraps when the UMEM cap is reached.
+var ErrXSKMemory = errors.New("AF_XDP UMEM memory cap reached")
+
+// umemBudget is the process's UMEM memory: every socket takes xskUMEM of
+// it, so a switch with many ports (or queues) on the AF_XDP path cannot
+// pin the node's memory. Ports past the cap keep the ring path.
+var umemBudget = struct {
+	sync.Mutex
+	used, max int64
+}{max: DefaultXSKMemoryMax}
+
+// SetXSKMemoryMax sets the cap on all UMEMs together (bytes; 0: none).
+// Sockets open keep their memory.
+func SetXSKMemoryMax(bytes int64) {
+	umemBudget.Lock()
+	umemBudget.max = bytes
+	umemBudget.Unlock()
+}
+
+func reserveUMEM() error {
+	umemBudget.Lock()
+	defer umemBudget.Unlock()
+	if m := umemBudget.max; m > 0 && umemBudget.used+xskUMEM > m {
+		return fmt.Errorf("datapath: %w: %d MiB in use, %d MiB more would pass the cap of %d MiB (nagare-switch --xsk-memory-max)",
+			ErrXSKMemory, umemBudget.used>>20, xskUMEM>>20, m>>20)
+	}
+	umemBudget.used += xskUMEM
+	return nil
+}
+
+func releaseUMEM() {
+	umemBudget.Lock()
+	umemBudget.used -= xskUMEM
+	umemBudget.Unlock()
+}
+
 // xskRing is one mapped ring.
 type xskRing struct {
 	mem        []byte
@@ -75,17 +120,22 @@ type XSK struct {
 	rxHeld   []uint64 // frames received and not yet given back to fill
 	// dropsSeen is RxDrops when its owner last looked (xsk_onload.go).
 	dropsSeen uint64
+	reserved  bool // holds xskUMEM of umemBudget until Close
 }
 
 // NewXSK opens an AF_XDP socket on receive queue queue of ifindex (copy
 // mode). The device must be in the calling thread's network namespace. It
 // receives only what an XDP program redirects to it (an XSKMAP entry).
 func NewXSK(ifindex, queue int) (*XSK, error) {
+	if err := reserveUMEM(); err != nil {
+		return nil, err
+	}
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		releaseUMEM()
 		return nil, fmt.Errorf("datapath: AF_XDP socket: %w", err)
 	}
-	x := &XSK{fd: fd, Ifindex: ifindex, RxQueue: queue}
+	x := &XSK{fd: fd, Ifindex: ifindex, RxQueue: queue, reserved: true}
 	if err := x.setup(); err != nil {
 		x.Close()
 		return nil, err
@@ -94,7 +144,7 @@ func NewXSK(ifindex, queue int) (*XSK, error) {
 }
 
 func (x *XSK) setup() error {
-	total := (xskRxFrames + xskTxFrames) * xskFrame
+	total := xskUMEM
 	mem, err := unix.Mmap(-1, 0, total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {
 		return fmt.Errorf("datapath: UMEM: %w", err)
@@ -288,6 +338,10 @@ func (x *XSK) Close() error {
 	if x.umem != nil {
 		_ = unix.Munmap(x.umem)
 		x.umem = nil
+	}
+	if x.reserved {
+		releaseUMEM()
+		x.reserved = false
 	}
 	return err
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/ofproto"
 	"github.com/nagare-net/nagare/pkg/openflow"
 	"github.com/nagare-net/nagare/pkg/steering"
+	"github.com/nagare-net/nagare/pkg/unixsock"
 )
 
 // Fail modes: what the switch does while no controller is connected.
@@ -510,19 +511,12 @@ func (s *Switch) stopListeners() {
 
 func (s *Switch) listen(t Target) (net.Listener, error) {
 	if t.Network == "unix" {
-		if err := os.MkdirAll(filepath.Dir(t.Address), 0o755); err != nil {
-			return nil, err
-		}
 		_ = os.Remove(t.Address) // a stale socket from a previous run
-		l, err := net.Listen("unix", t.Address)
+		// Local only, owner only, from its creation on: whoever can
+		// write this socket controls the switch.
+		l, err := unixsock.Listen(t.Address, 0o600, 0o755)
 		if err != nil {
 			return nil, fmt.Errorf("listen %s: %w", t, err)
-		}
-		// Local only, owner only: whoever can write this socket controls
-		// the switch.
-		if err := os.Chmod(t.Address, 0o600); err != nil {
-			l.Close()
-			return nil, err
 		}
 		return l, nil
 	}

@@ -489,14 +489,18 @@ func (s *Switch) packetInTargets(reason uint8, port uint32) []*ofConn {
 		if !c.wants(openflow.TypePacketIn, reason) {
 			continue
 		}
-		if !c.pins.take(port, now) {
-			c.drops.packetInRate.Add(1)
-			s.refused.add(port, refusedPacketInCap)
-			continue
-		}
+		// The queue slot first: a PACKET_IN that cannot be queued must
+		// not spend a rate token (a controller that reads slowly would
+		// otherwise eat the budget and then get nothing once it reads).
 		if !c.pins.reserve(port, len(c.txq)) { // a controller that is not reading
 			c.drops.packetInQueue.Add(1)
 			s.refused.add(port, refusedPacketInQ)
+			continue
+		}
+		if !c.pins.take(port, now) {
+			c.pins.release(port)
+			c.drops.packetInRate.Add(1)
+			s.refused.add(port, refusedPacketInCap)
 			continue
 		}
 		out = append(out, c)

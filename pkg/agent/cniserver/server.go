@@ -9,14 +9,14 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/nagare-net/nagare/pkg/unixsock"
 )
 
 // One call on the socket: the shim writes one JSON Request and a newline,
@@ -33,9 +33,6 @@ var CallTimeouts = map[string]time.Duration{
 // (the umask is narrowed around bind). A stale socket of a dead agent is
 // replaced; a live one is refused.
 func Listen(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
-	}
 	if _, err := os.Lstat(path); err == nil {
 		c, err := net.DialTimeout("unix", path, time.Second)
 		if err == nil {
@@ -46,17 +43,7 @@ func Listen(path string) (net.Listener, error) {
 			return nil, fmt.Errorf("remove stale %s: %w", path, err)
 		}
 	}
-	old := syscall.Umask(0o177)
-	l, err := net.Listen("unix", path)
-	syscall.Umask(old)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l, nil
+	return unixsock.Listen(path, 0o600, 0o700)
 }
 
 // Observer hears of every call served: its command, how long it took,
@@ -233,6 +220,16 @@ func PodName(args string) string {
 		return ""
 	}
 	return ns + "/" + name
+}
+
+// PodUID is K8S_POD_UID from CNI_ARGS (containerd and CRI-O pass it), or "".
+func PodUID(args string) string {
+	for _, kv := range strings.Split(args, ";") {
+		if k, v, _ := strings.Cut(kv, "="); k == "K8S_POD_UID" {
+			return v
+		}
+	}
+	return ""
 }
 
 func short(id string) string {

@@ -137,17 +137,28 @@ func (s *Source) WatchServices(h ServiceHandler) { s.services = h }
 // report function): a log line and a Warning Event on the object, so
 // `kubectl describe service` shows why it is not served.
 func (s *Source) ReportProblem(p proxy.Problem) {
-	s.eventsOnce.Do(func() {
-		b := record.NewBroadcaster()
-		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
-		s.events = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nagare-agent", Host: s.nodeName})
-	})
 	s.log.Warn("service input refused", "object", p.Object, "namespace", p.Service.Namespace, "name", p.Name, "reason", p.Reason, "problem", p.Message)
 	ref := &corev1.ObjectReference{Kind: p.Object, APIVersion: "v1", Namespace: p.Service.Namespace, Name: p.Name}
 	if p.Object == "EndpointSlice" {
 		ref.APIVersion = "discovery.k8s.io/v1"
 	}
-	s.events.Event(ref, corev1.EventTypeWarning, p.Reason, p.Message)
+	s.recorder().Event(ref, corev1.EventTypeWarning, p.Reason, p.Message)
+}
+
+// recorder is the agent's Event recorder, made on first use.
+func (s *Source) recorder() record.EventRecorder {
+	s.eventsOnce.Do(func() {
+		b := record.NewBroadcaster()
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
+		s.events = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nagare-agent", Host: s.nodeName})
+	})
+	return s.events
+}
+
+// ReportNodeProblem is a Warning Event on a Node the agent refuses to
+// use (its pod CIDR overlaps another node's), beside the log line.
+func (s *Source) ReportNodeProblem(node, reason, message string) {
+	s.recorder().Event(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node}, corev1.EventTypeWarning, reason, message)
 }
 
 // NodeFrom turns a Node object into the agent's node, or says why it

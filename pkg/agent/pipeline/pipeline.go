@@ -192,7 +192,7 @@ var RemoteGatewayMAC = net.HardwareAddr{0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}
 type Node struct {
 	Name        string
 	PodCIDR     netip.Prefix
-	ClusterCIDR netip.Prefix // informational; routing is by the known nodes' pod CIDRs
+	ClusterCIDR netip.Prefix // the spoof guard's pod network; invalid: the known nodes' pod CIDRs (routing is by those)
 	GatewayIP   netip.Addr
 	GatewayMAC  net.HardwareAddr
 	GatewayPort uint32

@@ -13,7 +13,7 @@ import "github.com/nagare-net/nagare/pkg/openflow"
 // remoteFlows are one remote node's flows, with that node's cookie.
 func (p *Pipeline) remoteFlows(r RemoteNode) []*openflow.FlowMod {
 	c := nodeObject(r.Name)
-	return []*openflow.FlowMod{
+	fs := []*openflow.FlowMod{
 		classifierFromTunnel(c, r),
 		spoofGuardTunnel(c, p.node, r),
 		spoofGuardTunnelCluster(c, p.node, r),
@@ -21,6 +21,10 @@ func (p *Pipeline) remoteFlows(r RemoteNode) []*openflow.FlowMod {
 		l3PodToRemote(c, p.node, r),
 		l3NodeToRemote(c, p.node, r),
 	}
+	if !p.node.ClusterCIDR.IsValid() {
+		fs = append(fs, spoofGuardTunnelOthers(c, p.node, r))
+	}
+	return fs
 }
 
 // tunnelFlows are the node-wide flows for tunnel traffic.
@@ -51,6 +55,14 @@ func spoofGuardTunnelCluster(c uint64, n Node, r RemoteNode) *openflow.FlowMod {
 	}
 	return flow(TableSpoofGuard, prioKind, c,
 		match(inPort(r.Port), openflow.Uint(openflow.FieldTunnelID, uint64(n.VNI)), ethType(etherIPv4), openflow.Prefix(openflow.FieldIPv4Src, cluster)))
+}
+
+// spoofGuardTunnelOthers drops packets from any tunnel that claim this remote's pod addresses
+// but did not come from its own endpoint (without a cluster CIDR, whose flow does it: the pod
+// network is then the union of the known nodes' pod CIDRs, so each remote guards its own subnet).
+func spoofGuardTunnelOthers(c uint64, n Node, r RemoteNode) *openflow.FlowMod {
+	return flow(TableSpoofGuard, prioKind, c,
+		match(source(metaFromTunnel), openflow.Uint(openflow.FieldTunnelID, uint64(n.VNI)), ethType(etherIPv4), openflow.Prefix(openflow.FieldIPv4Src, r.PodCIDR)))
 }
 
 // spoofGuardTunnelNode passes a remote node's own traffic (sources outside the pod network).

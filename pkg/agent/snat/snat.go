@@ -37,9 +37,10 @@ const chainName = "postrouting"
 type Config struct {
 	NetNS   string       // network namespace path ("" = the current one)
 	PodCIDR netip.Prefix // this node's pods
-	// ClusterCIDR: traffic to it is never masqueraded (invalid: only the
-	// node's own PodCIDR is excluded).
-	ClusterCIDR netip.Prefix
+	// PodNetwork: traffic to it is never masqueraded: the cluster CIDR,
+	// or without one every known node's pod CIDR (empty: only the node's
+	// own PodCIDR is excluded).
+	PodNetwork []netip.Prefix
 	// ExternalInterface: masquerade only out of it ("" = out of any
 	// interface but Gateway).
 	ExternalInterface string
@@ -68,10 +69,6 @@ func Ensure(cfg Config) error {
 	if !cfg.PodCIDR.IsValid() || !cfg.PodCIDR.Addr().Is4() {
 		return fmt.Errorf("snat: pod CIDR %v: want IPv4", cfg.PodCIDR)
 	}
-	exclude := cfg.ClusterCIDR
-	if !exclude.IsValid() {
-		exclude = cfg.PodCIDR
-	}
 	c, done, err := conn(cfg.NetNS)
 	if err != nil {
 		return err
@@ -83,6 +80,16 @@ func Ensure(cfg Config) error {
 	c.AddTable(t)
 	ch := c.AddChain(&nftables.Chain{Name: chainName, Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: masquerade(cfg)})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("snat: nftables: %w", err)
+	}
+	return nil
+}
+
+// masquerade is the rule: out of the external interface (or not into
+// the gateway), from the node's pods, to none of the pod network.
+func masquerade(cfg Config) []expr.Any {
 	var exprs []expr.Any
 	if cfg.ExternalInterface != "" {
 		exprs = append(exprs, ifname(cfg.ExternalInterface, expr.CmpOpEq)...)
@@ -90,13 +97,14 @@ func Ensure(cfg Config) error {
 		exprs = append(exprs, ifname(cfg.Gateway, expr.CmpOpNeq)...)
 	}
 	exprs = append(exprs, prefixMatch(12, cfg.PodCIDR, expr.CmpOpEq)...)
-	exprs = append(exprs, prefixMatch(16, exclude, expr.CmpOpNeq)...)
-	exprs = append(exprs, &expr.Counter{}, &expr.Masq{})
-	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("snat: nftables: %w", err)
+	exclude := cfg.PodNetwork
+	if len(exclude) == 0 {
+		exclude = []netip.Prefix{cfg.PodCIDR}
 	}
-	return nil
+	for _, p := range exclude {
+		exprs = append(exprs, prefixMatch(16, p, expr.CmpOpNeq)...)
+	}
+	return append(exprs, &expr.Counter{}, &expr.Masq{})
 }
 
 func ifname(name string, op expr.CmpOp) []expr.Any {

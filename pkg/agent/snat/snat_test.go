@@ -29,7 +29,7 @@ func TestMasquerade(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := Config{NetNS: node.Path, PodCIDR: netip.MustParsePrefix("10.66.1.0/24"),
-		ClusterCIDR: netip.MustParsePrefix("10.66.0.0/16"), ExternalInterface: "ext0", Gateway: "gw"}
+		PodNetwork: []netip.Prefix{netip.MustParsePrefix("10.66.0.0/16")}, ExternalInterface: "ext0", Gateway: "gw"}
 	for i := 0; i < 2; i++ {
 		if err := Ensure(cfg); err != nil {
 			t.Fatal(err)

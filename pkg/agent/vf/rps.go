@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,9 +21,13 @@ import (
 // host's, each hand-off an inter-processor interrupt. Without CPU sets
 // the crossing is only the two extra veth hops.
 
-// CPUMask parses a CPU list ("1", "0,2-3") into the hex mask sysfs takes.
-func CPUMask(list string) (string, error) {
-	var mask uint64
+// maxCPU bounds a CPU number in a list (the kernel's NR_CPUS ceiling).
+const maxCPU = 8191
+
+// ParseCPUList parses a CPU list ("1", "0,2-3") into its CPUs, ascending
+// and without repeats.
+func ParseCPUList(list string) ([]int, error) {
+	set := map[int]bool{}
 	for _, part := range strings.Split(list, ",") {
 		part = strings.TrimSpace(part)
 		if part == "" {
@@ -31,25 +36,64 @@ func CPUMask(list string) (string, error) {
 		lo, hi, isRange := strings.Cut(part, "-")
 		a, err := strconv.Atoi(lo)
 		if err != nil {
-			return "", fmt.Errorf("CPU list %q: %w", list, err)
+			return nil, fmt.Errorf("CPU list %q: %w", list, err)
 		}
 		b := a
 		if isRange {
 			if b, err = strconv.Atoi(hi); err != nil {
-				return "", fmt.Errorf("CPU list %q: %w", list, err)
+				return nil, fmt.Errorf("CPU list %q: %w", list, err)
 			}
 		}
-		if a < 0 || b < a || b > 63 {
-			return "", fmt.Errorf("CPU list %q: want CPUs 0-63", list)
+		if a < 0 || b < a || b > maxCPU {
+			return nil, fmt.Errorf("CPU list %q: want CPUs 0-%d", list, maxCPU)
 		}
 		for c := a; c <= b; c++ {
-			mask |= 1 << c
+			set[c] = true
 		}
 	}
-	if mask == 0 {
-		return "", fmt.Errorf("CPU list %q is empty", list)
+	if len(set) == 0 {
+		return nil, fmt.Errorf("CPU list %q is empty", list)
 	}
-	return strconv.FormatUint(mask, 16), nil
+	out := make([]int, 0, len(set))
+	for c := range set {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// FormatCPUMask writes cpus as the kernel's cpumask text (what
+// rps_cpus reads and shows, bitmap_parse): 32-bit hex words, most
+// significant first, separated by commas; the first word unpadded, the
+// others eight digits ("1,00000000" is CPU 32). A single 64-bit hex
+// number is refused by the kernel beyond 32 CPUs.
+func FormatCPUMask(cpus []int) string {
+	top := 0
+	for _, c := range cpus {
+		top = max(top, c)
+	}
+	words := make([]uint32, top/32+1)
+	for _, c := range cpus {
+		words[c/32] |= 1 << (c % 32)
+	}
+	var b strings.Builder
+	for i := len(words) - 1; i >= 0; i-- {
+		if i == len(words)-1 {
+			fmt.Fprintf(&b, "%x", words[i])
+		} else {
+			fmt.Fprintf(&b, ",%08x", words[i])
+		}
+	}
+	return b.String()
+}
+
+// CPUMask parses a CPU list into the mask text sysfs takes.
+func CPUMask(list string) (string, error) {
+	cpus, err := ParseCPUList(list)
+	if err != nil {
+		return "", err
+	}
+	return FormatCPUMask(cpus), nil
 }
 
 // setRPS writes the receive-steering mask of dev's first queue in the

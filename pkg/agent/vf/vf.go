@@ -27,6 +27,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -99,6 +102,7 @@ type Config struct {
 
 // VF is the loaded program and its maps.
 type VF struct {
+	mu                sync.Mutex // Attach, Detach and Reconcile one at a time
 	cfg               Config
 	objs              vfObjects
 	dpuMask, hostMask string // RPS masks, "" = none
@@ -180,6 +184,8 @@ func ipU32(a netip.Addr) uint32 {
 // devices and records the link. The representor it returns is the port
 // the DPU's switch attaches. Idempotent.
 func (v *VF) Attach(l Link) (rep string, err error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	wire, rep := WireName(l.Host), RepName(l.Host)
 	hh, err := podnet.HandleAt(v.cfg.HostNetns)
 	if err != nil {
@@ -317,6 +323,8 @@ func dfKey(netID uint32, mac net.HardwareAddr) vfDfKey {
 // Detach removes the crossing pair and the link's entries; the pod's own
 // pair is podnet's. A missing device is fine.
 func (v *VF) Detach(host string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	hh, err := podnet.HandleAt(v.cfg.HostNetns)
 	if err != nil {
 		return err
@@ -328,7 +336,16 @@ func (v *VF) Detach(host string) error {
 		if err != nil {
 			continue
 		}
-		if err := v.objs.VfLinks.Delete(uint32(l.Attrs().Index)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		idx := uint32(l.Attrs().Index)
+		var e vfVfLink
+		if name == WireName(host) && v.objs.VfLinks.Lookup(idx, &e) == nil && e.HostIfindex != idx {
+			// The host end's entry, also when the host end is gone
+			// (its pod's namespace went first) and cannot be named.
+			if err := v.objs.VfLinks.Delete(e.HostIfindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		if err := v.objs.VfLinks.Delete(idx); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, err)
 		}
 		if name == WireName(host) {
@@ -338,6 +355,87 @@ func (v *VF) Detach(host string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Reconcile makes vf_links hold only the links of hosts() (the host ends
+// of the pods the agent knows, read once no Attach runs, so a pod whose
+// Attach ends first is in it): an entry whose host end vanished without a
+// Detach (its pod's namespace deleted, the agent away) would stay until
+// the map is full and every Attach fails; a device number the kernel
+// gives again must not inherit it. Crossing pairs (nvf*) of no attached
+// host end go too. It returns how many entries went.
+func (v *VF) Reconcile(hosts func() []string) (int, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	hh, err := podnet.HandleAt(v.cfg.HostNetns)
+	if err != nil {
+		return 0, err
+	}
+	defer hh.Close()
+	live := map[uint32]uint32{} // host ifindex -> its wire's ifindex
+	wires := map[string]bool{}
+	for _, h := range hosts() {
+		wires[WireName(h)] = true
+		hl, err := hh.LinkByName(h)
+		if err != nil {
+			continue
+		}
+		wl, err := hh.LinkByName(WireName(h))
+		if err != nil {
+			continue
+		}
+		live[uint32(hl.Attrs().Index)] = uint32(wl.Attrs().Index)
+	}
+	entries, err := v.links()
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	stale := staleLinks(entries, live)
+	for _, k := range stale {
+		if err := v.objs.VfLinks.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	links, err := hh.LinkList()
+	if err != nil {
+		return len(stale), errors.Join(append(errs, err)...)
+	}
+	for _, l := range links {
+		if n := l.Attrs().Name; strings.HasPrefix(n, "nvf") && !wires[n] {
+			if err := hh.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+				errs = append(errs, fmt.Errorf("delete %s: %w", n, err))
+			}
+		}
+	}
+	return len(stale), errors.Join(errs...)
+}
+
+// links is vf_links, by key.
+func (v *VF) links() (map[uint32]vfVfLink, error) {
+	out := map[uint32]vfVfLink{}
+	var k uint32
+	var e vfVfLink
+	it := v.objs.VfLinks.Iterate()
+	for it.Next(&k, &e) {
+		out[k] = e
+	}
+	return out, it.Err()
+}
+
+// staleLinks is the vf_links keys that are not an attached link's: live
+// maps each attached host end's ifindex to its wire's, and an entry is
+// kept only under one of the two, naming exactly that pair.
+func staleLinks(entries map[uint32]vfVfLink, live map[uint32]uint32) []uint32 {
+	var out []uint32
+	for k, e := range entries {
+		wire, ok := live[e.HostIfindex]
+		if !ok || wire != e.WireIfindex || (k != e.HostIfindex && k != e.WireIfindex) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Entry is one direct-forward table entry.

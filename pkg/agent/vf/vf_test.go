@@ -2,9 +2,12 @@ package vf
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -161,14 +164,47 @@ func TestWireAndUnknownLinks(t *testing.T) {
 }
 
 func TestCPUMask(t *testing.T) {
-	for in, want := range map[string]string{"0": "1", "1": "2", "0,2-3": "d", " 1 , 3": "a", "63": "8000000000000000"} {
+	for in, want := range map[string]string{"0": "1", "1": "2", "0,2-3": "d", " 1 , 3": "a",
+		"31": "80000000", "32": "1,00000000", "63": "80000000,00000000", "64": "1,00000000,00000000", "0,64": "1,00000000,00000001"} {
 		if got, err := CPUMask(in); err != nil || got != want {
 			t.Errorf("CPUMask(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", ",", "x", "3-1", "-1", "64", "1-"} {
+	for _, bad := range []string{"", ",", "x", "3-1", "-1", "8192", "1-"} {
 		if got, err := CPUMask(bad); err == nil {
 			t.Errorf("CPUMask(%q) = %q, accepted", bad, got)
 		}
+	}
+}
+
+// TestCPUMaskAllCPUs: every CPU of a machine of n CPUs, in the kernel's
+// comma-separated form (before: one 64-bit hex number, refused by the
+// kernel past 32 CPUs, and lists past CPU 63 refused outright).
+func TestCPUMaskAllCPUs(t *testing.T) {
+	f := strings.Repeat(",ffffffff", 8)[1:]
+	for n, want := range map[int]string{1: "1", 2: "3", 33: "1,ffffffff", 64: "ffffffff,ffffffff", 65: "1,ffffffff,ffffffff", 256: f} {
+		if got, err := CPUMask(fmt.Sprintf("0-%d", n-1)); err != nil || got != want {
+			t.Errorf("%d CPUs: %q, %v; want %q", n, got, err, want)
+		}
+	}
+}
+
+// TestStaleLinks: vf_links keeps exactly the attached pairs. An entry of
+// a host end that vanished without a Detach goes (before: it stayed until
+// the map was full and every Attach failed), as does an entry whose
+// ifindex the kernel gave to another pair.
+func TestStaleLinks(t *testing.T) {
+	pair := func(h, w uint32) vfVfLink { return vfVfLink{HostIfindex: h, WireIfindex: w} }
+	entries := map[uint32]vfVfLink{
+		10: pair(10, 11), 11: pair(10, 11), // attached
+		20: pair(20, 21), 21: pair(20, 21), // host end 20 vanished
+		30: pair(30, 31), 31: pair(30, 31), // 30 is now another pod's host end, with wire 32
+		40: pair(10, 11), // an entry under a key not of its pair
+	}
+	live := map[uint32]uint32{10: 11, 30: 32}
+	got := staleLinks(entries, live)
+	want := []uint32{20, 21, 30, 31, 40}
+	if !slices.Equal(got, want) {
+		t.Errorf("stale %v, want %v", got, want)
 	}
 }

@@ -1,4 +1,4 @@
-package switchd
+package ctlproto
 
 import (
 	"fmt"
