@@ -649,7 +649,7 @@ static __always_inline int ct_commit(struct __sk_buff *skb, struct ct_scratch *s
 	__builtin_memcpy(&s->orig, &s->tuple, sizeof(s->orig));
 	__builtin_memset(&s->conn, 0, sizeof(s->conn));
 	ct_reverse(&s->rtuple, &s->orig);
-	if ((a->flags & CT_NAT) && *((const __u8 *)&a->u64[0] + 4) != NAT_NONE) {
+	if (a->flags & CT_NAT) {
 		err = nat_choose(s, a);
 		if (err < 0)
 			return err;

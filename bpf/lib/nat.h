@@ -173,6 +173,27 @@ __noinline int nat_choose(struct ct_scratch *s, const struct action *a)
 		}
 		return -DROP_NAT_NO_PORT;
 	}
+	if (kind == NAT_NONE) {
+		/* Bare nat on a new connection: the null binding Linux's OVS
+		 * datapath makes (nf_nat_alloc_null_binding): no translation,
+		 * unless the reply tuple is another connection's — a client
+		 * that reached the same endpoint through a Service from this
+		 * port — then the client's port moves, as above. */
+		client = s->rtuple.dport;
+		if (ct_reap(&s->rtuple, now, 0))
+			return 0;
+		if (ports && bpf_ntohs(client) >= 1024) {
+			for (i = 0; i < NAT_TRIES; i++) {
+				s->rtuple.dport = bpf_htons(1024 + (h + i * 7919) % 64512);
+				if (ct_reap(&s->rtuple, now, 0)) {
+					s->conn.flags |= CTF_SNAT;
+					return 0;
+				}
+			}
+			s->rtuple.dport = client;
+		}
+		return ct_reap(&s->rtuple, now, 1) ? 0 : -DROP_NAT_NO_PORT;
+	}
 	if (kind != NAT_SRC)
 		return 0;
 	if (s->nat_min[0] | s->nat_min[1] | s->nat_min[2] | s->nat_min[3])

@@ -281,10 +281,36 @@ func TestCTDNATClash(t *testing.T) {
 	closeConn(4001)
 	moved("Service SYN onto a TIME_WAIT tuple", 4001)
 
+	// The other way round: the Service connection from 4002 is live, a
+	// direct one from 4002 commits with bare nat (the null binding) and
+	// moves; without nat it is refused (no translation asked for).
+	viaService()
+	c.second(tcpSeg(t, cl, vip, 4002, 80, synF), "lo")
+	first(flow.CT{Zone: 1, Flags: flow.CTCommit}, flow.Recirc{ID: 1})
+	if v := c.run(tcpSeg(t, cl, ep, 4002, 80, synF), "lo"); v.verdict != tcActShot || c.drops()[DropNATNoPort] != 1 {
+		t.Fatalf("a direct connection onto a Service connection's reply tuple, no nat: verdict %d, drops %v", v.verdict, c.drops())
+	}
+	first(flow.CT{Zone: 1, Flags: flow.CTCommit, NAT: &flow.NAT{}}, flow.Recirc{ID: 1})
+	u0 := c.second(tcpSeg(t, cl, ep, 4002, 80, synF), "lo")
+	wantState(t, "direct SYN with bare nat onto a live reply tuple", u0.Key.CtState, trk|nw|flow.CtSNAT)
+	if u0.Key.TpSrc == 4002 || u0.Key.TpSrc < 1024 || u0.Key.IPDst != [16]byte{10, 1, 0, 5} {
+		t.Fatalf("direct SYN left as %s, want from another port", flow.Format(u0.Key, flow.ExactMask()))
+	}
+	u0 = c.second(tcpSeg(t, ep, cl, 80, u0.Key.TpSrc, synAckF), "dummy0")
+	if u0.Key.IPSrc != [16]byte{10, 1, 0, 5} || u0.Key.TpDst != 4002 {
+		t.Fatalf("direct reply not translated back: %s", flow.Format(u0.Key, flow.ExactMask()))
+	}
+	// Bare nat without a clash translates nothing.
+	u0 = c.second(tcpSeg(t, cl, ep, 4003, 80, synF), "lo")
+	wantState(t, "direct SYN with bare nat, no clash", u0.Key.CtState, trk|nw)
+	if u0.Key.TpSrc != 4003 {
+		t.Fatalf("port 4003 moved to %d without a clash", u0.Key.TpSrc)
+	}
+
 	// A privileged port stays: taken over when closed, refused when live.
 	open(900)
 	viaService()
-	if v := c.run(tcpSeg(t, cl, vip, 900, 80, synF), "lo"); v.verdict != tcActShot || c.drops()[DropNATNoPort] != 1 {
+	if v := c.run(tcpSeg(t, cl, vip, 900, 80, synF), "lo"); v.verdict != tcActShot || c.drops()[DropNATNoPort] != 2 {
 		t.Fatalf("a Service connection from port 900 onto a live connection's reply tuple: verdict %d, drops %v", v.verdict, c.drops())
 	}
 	closeConn(900)

@@ -315,10 +315,16 @@ func (*nagarePlane) UplinkSupport() error {
 	return notAvailable("the agent's pipeline has no uplink port towards a plain tester namespace (pods get IPAM addresses and are routed through its gateway); nagare-switch runs the same fast path with uplink ports")
 }
 
-// NodePortAddress: not yet. TODO(nodeport): nagare's NodePort from
-// outside the node is being built on branch nodeport; once it lands,
-// return the node's address here (and reach it from where the lab's
-// NodePort client sits) so seed3-containers' NodePort cell fills in.
-func (p *nagarePlane) NodePortAddress(*Topology, *Node) (string, error) {
-	return "", notAvailable("not yet: nagare's NodePort (from outside the node) is being built on branch nodeport")
+// NodePortAddress is the node's underlay address, its Node object's
+// InternalIP: the agent makes every address of a node a NodePort frontend
+// in the switch, so a pod's packet to it is translated there (no trip
+// through the node's stack), as kube-proxy's planes reach br0's.
+func (p *nagarePlane) NodePortAddress(_ *Topology, n *Node) (string, error) {
+	if p.dpu {
+		return "", notAvailable("Services are measured on nagare in host mode only")
+	}
+	if n == nil {
+		return "", nil // asked whether the plane has NodePorts at all
+	}
+	return n.UnderlayIP, nil
 }

@@ -224,7 +224,7 @@ measurements:
 		plane   string
 		keep    string
 		skipped int
-	}{{"veth", "pod", 0}, {"nagare", "pod cip", 1}, {"kube-proxy-iptables", "pod cip np", 0}} {
+	}{{"veth", "pod", 0}, {"nagare", "pod cip np", 0}, {"kube-proxy-iptables", "pod cip np", 0}} {
 		dp, err := NewDataPlane(c.plane)
 		if err != nil {
 			t.Fatal(err)

@@ -25,7 +25,7 @@ import (
 //	ServiceLB      +new+trk, proto, nw_dst=frontend, tp_dst=port
 //	                 → load the port's tag into reg5, group:<port's group>
 //	               no endpoint anywhere → controller (the agent rejects: service_reject.go)
-//	               other +new+trk → ct(commit, zone=CtZone, table=L3Forwarding)
+//	               other +new+trk → ct(commit, zone=CtZone, nat, table=L3Forwarding)
 //	               else → L3 forwarding
 //	group          one bucket per endpoint: reg3=IP, reg4[0..15]=port,
 //	                 resubmit(,EndpointDNAT)
@@ -417,10 +417,19 @@ func conntrackFlows(c uint64) []*openflow.FlowMod {
 // UDP client that sends several datagrams before the first answer (nc
 // -u: the conformance spec "same port and different protocols") lost all
 // but the first.
+//
+// With bare nat: the null binding (no translation), unless the connection's
+// reply tuple is a Service connection's — the client reached the endpoint
+// through the Service and directly from the same port, as a kernel picks
+// ports per destination — then the switch moves the client's port
+// (docs/conntrack.md), as kube-proxy's netfilter does; without it the SYN
+// was dropped (nat-no-port) and the endpoint would have taken it for the
+// other connection.
 func conntrackCommitOthers(c uint64) *openflow.FlowMod {
 	return flow(TableServiceLB, prioKind, c, match(ethType(etherIPv4),
 		openflow.CtState(openflow.CtStateNew|openflow.CtStateTrk, openflow.CtStateNew|openflow.CtStateTrk|openflow.CtStateDNAT)),
-		apply(openflow.ActionNXCT{Flags: openflow.NXCTFlagCommit, Zone: CtZone, Table: TableL3.ID}))
+		apply(openflow.ActionNXCT{Flags: openflow.NXCTFlagCommit, Zone: CtZone, Table: TableL3.ID,
+			Actions: openflow.Actions{openflow.ActionNXNAT{}}}))
 }
 
 // conntrackZoneIP sends every IPv4 packet through the node's zone (nat restores established translations).
