@@ -104,7 +104,7 @@ static __always_inline int pass_run(struct __sk_buff *skb, struct pass *st, stru
 	__u32 fid = NO_FLOW;
 	__u64 hash = 0;
 
-	if (cfg->emc || cfg->mask_cache)
+	if (cfg->emc || (cfg->mask_cache && cfg->n_masks > MASK_CACHE_MIN_MASKS))
 		hash = key_hash(key);
 	if (cfg->emc) {
 		__u32 slot = hash >> (64 - EMC_BITS);
