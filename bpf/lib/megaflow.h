@@ -95,7 +95,9 @@ static __always_inline int key_equal(const struct flow_key *a, const struct flow
  *     mask_seqs[1 + c] for every c > j; an entry is used only while
  *     mask_seqs[1 + slot] <= its seq. The walk reads mask_seqs[0] before
  *     its first probe, so a megaflow it may have missed went in after
- *     that read, and the bump that follows it invalidates the entry.
+ *     that read, and the bump that follows it invalidates the entry (on
+ *     x86, which does not reorder loads with loads; a weaker CPU would
+ *     need a barrier between that read and the probes).
  *   - a deletion needs no bump: it cannot make an earlier slot match. If
  *     it removed the remembered megaflow, the probe misses and the walk
  *     runs. A slot that got a new mask is the same: the probe finds the
@@ -122,8 +124,8 @@ struct {
 } mask_cache SEC(".maps");
 
 /* [0]: install sequence; [1 + slot]: the sequence of the last install
- * that can change what the walk finds before or at slot. Mmapped by
- * userspace (pkg/datapath.bumpMaskSeqs), which alone writes it. */
+ * under a slot before slot. Mmapped by userspace
+ * (pkg/datapath.bumpMaskSeqs), which alone writes it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1 + MAX_MASKS);

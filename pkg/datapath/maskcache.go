@@ -1,8 +1,6 @@
 package datapath
 
 import (
-	"fmt"
-	"os"
 	"sync/atomic"
 	"unsafe"
 
@@ -13,20 +11,15 @@ import (
 // mask slot where the walk over the masks found the key's megaflow, and
 // is trusted only while no megaflow installed since could be found
 // before it. mask_seqs says when that was: [0] counts installs, [1+slot]
-// is the count at the last install under a slot before slot (or a new
-// mask in slot itself). Userspace alone writes it, through this mapping,
-// after the megaflows are in the table.
+// is the count at the last install under a slot before slot. Userspace
+// alone writes it, through this mapping, after the megaflows are in the
+// table.
 
 // mapMaskSeqs maps the mask_seqs array into this process.
 func (d *Datapath) mapMaskSeqs() error {
-	page := os.Getpagesize()
-	size := ((1+MaxMasks)*8 + page - 1) / page * page
-	mem, err := unix.Mmap(d.objs.MaskSeqs.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fmt.Errorf("datapath: mapping mask_seqs (BPF_F_MMAPABLE): %w: %w", err, ErrNotSupported)
-	}
+	mem, err := mmapArray(d.objs.MaskSeqs, "mask_seqs", (1+MaxMasks)*8)
 	d.maskSeqs = mem
-	return nil
+	return err
 }
 
 func (d *Datapath) unmapMaskSeqs() {
@@ -41,9 +34,9 @@ func (d *Datapath) maskSeq(i int) *uint64 {
 }
 
 // bumpMaskSeqs invalidates the mask cache's entries for slots from on:
-// called after megaflows were installed under slot from-1 (or a new mask
-// took slot from), so an entry written by a walk that began before could
-// have missed them. Callers hold d.mu.
+// called after megaflows were installed under slot from-1, so an entry
+// for a later slot written by a walk that began before could have missed
+// them. Callers hold d.mu.
 func (d *Datapath) bumpMaskSeqs(from int) {
 	if d.maskSeqs == nil || from >= MaxMasks {
 		return
