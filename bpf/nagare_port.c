@@ -72,31 +72,6 @@ static __always_inline struct port_info *port_lookup(__u32 ifindex)
 	return bpf_map_lookup_elem(&ports_big, &ifindex);
 }
 
-/* emc_hash spreads a key over the EMC slots: two xor lanes, two
- * multiplies, a final mix (cheaper than hashing 160 bytes word by word). */
-static __always_inline __u32 emc_hash(const struct flow_key *key)
-{
-	const __u64 *k = (const __u64 *)key;
-	__u64 a = k[0] ^ k[2] ^ k[4] ^ k[6] ^ k[8] ^ k[10] ^ k[12] ^ k[14] ^ k[16] ^ k[18];
-	__u64 b = k[1] ^ k[3] ^ k[5] ^ k[7] ^ k[9] ^ k[11] ^ k[13] ^ k[15] ^ k[17] ^ k[19];
-	__u64 h = a * 0x9E3779B97F4A7C15ull ^ b * 0xC2B2AE3D27D4EB4Full;
-
-	h ^= h >> 29;
-	h *= 0x165667B19E3779F9ull;
-	return h >> (64 - EMC_BITS);
-}
-
-static __always_inline int key_equal(const struct flow_key *a, const struct flow_key *b)
-{
-	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
-
-	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) |
-		 (x[4] ^ y[4]) | (x[5] ^ y[5]) | (x[6] ^ y[6]) | (x[7] ^ y[7]) |
-		 (x[8] ^ y[8]) | (x[9] ^ y[9]) | (x[10] ^ y[10]) | (x[11] ^ y[11]) |
-		 (x[12] ^ y[12]) | (x[13] ^ y[13]) | (x[14] ^ y[14]) | (x[15] ^ y[15]) |
-		 (x[16] ^ y[16]) | (x[17] ^ y[17]) | (x[18] ^ y[18]) | (x[19] ^ y[19]));
-}
-
 /* flow_alive: is (fid, gen) still the installed flow? */
 static __always_inline int flow_alive(__u32 fid, __u32 gen)
 {
@@ -127,9 +102,12 @@ static __always_inline int pass_run(struct __sk_buff *skb, struct pass *st, stru
 	const struct flow_entry *fe = NULL;
 	struct emc_entry *emc_slot = NULL;
 	__u32 fid = NO_FLOW;
+	__u64 hash = 0;
 
+	if (cfg->emc || (cfg->mask_cache && cfg->n_masks > MASK_CACHE_MIN_MASKS))
+		hash = key_hash(key);
 	if (cfg->emc) {
-		__u32 slot = emc_hash(key);
+		__u32 slot = hash >> (64 - EMC_BITS);
 
 		emc_slot = bpf_map_lookup_elem(&emc, &slot);
 		if (emc_slot && key_equal(&emc_slot->key, key) &&
@@ -140,7 +118,7 @@ static __always_inline int pass_run(struct __sk_buff *skb, struct pass *st, stru
 		}
 	}
 	if (!fe) {
-		fid = megaflow_lookup(key, cfg->n_masks);
+		fid = megaflow_lookup(key, cfg->n_masks, hash, cfg->mask_cache);
 		if (fid != NO_FLOW)
 			fe = bpf_map_lookup_elem(&flows, &fid);
 		if (fe) {

@@ -63,6 +63,7 @@ struct dp_config {
 	__u32 layout;    /* 0 until userspace has initialised the maps */
 	__u32 upcall_rate;  /* upcalls per second per port; 0 = no limit */
 	__u32 upcall_burst; /* upcalls a port may send at once */
+	__u32 mask_cache;   /* megaflow.h's mask cache: 0 off, 1 on */
 };
 
 struct mf_mask {
@@ -194,6 +195,7 @@ enum counter {
 	CTR_EXECUTED = 4,     /* packets executed for userspace */
 	CTR_MASK_PROBES = 5,  /* hash map lookups done by the megaflow search */
 	CTR_EMC_INSERT = 6,   /* exact-match cache entries written */
+	CTR_MASK_CACHE_HIT = 7, /* megaflow hits found under the mask cache's slot (megaflow.h) */
 	CTR_ONLOAD = 10,      /* packets of onloaded flows handed to userspace */
 	CTR_ONLOAD_GSO = 11,  /* packets of onloaded flows run here: too big for the ring (over ONLOAD_GSO) */
 	CTR__MAX = 16,

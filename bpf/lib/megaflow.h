@@ -52,13 +52,136 @@ struct {
 	__type(value, struct megaflow_key);
 } mf_scratch SEC(".maps");
 
-/* megaflow_lookup returns the flow id of the first mask (in probe order)
- * whose megaflow matches key, or NO_FLOW. Global, so verified once. */
-__noinline __u32 megaflow_lookup(const struct flow_key *key, __u32 n_masks)
+/* key_hash spreads a whole key over 64 bits: two xor lanes, two
+ * multiplies, a final mix (cheaper than hashing 160 bytes word by word).
+ * The exact-match cache and the mask cache index by its top bits. */
+static __always_inline __u64 key_hash(const struct flow_key *key)
 {
 	const __u64 *k = (const __u64 *)key;
+	__u64 a = k[0] ^ k[2] ^ k[4] ^ k[6] ^ k[8] ^ k[10] ^ k[12] ^ k[14] ^ k[16] ^ k[18];
+	__u64 b = k[1] ^ k[3] ^ k[5] ^ k[7] ^ k[9] ^ k[11] ^ k[13] ^ k[15] ^ k[17] ^ k[19];
+	__u64 h = a * 0x9E3779B97F4A7C15ull ^ b * 0xC2B2AE3D27D4EB4Full;
+
+	h ^= h >> 29;
+	h *= 0x165667B19E3779F9ull;
+	return h;
+}
+
+static __always_inline int key_equal(const struct flow_key *a, const struct flow_key *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+
+	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) |
+		 (x[4] ^ y[4]) | (x[5] ^ y[5]) | (x[6] ^ y[6]) | (x[7] ^ y[7]) |
+		 (x[8] ^ y[8]) | (x[9] ^ y[9]) | (x[10] ^ y[10]) | (x[11] ^ y[11]) |
+		 (x[12] ^ y[12]) | (x[13] ^ y[13]) | (x[14] ^ y[14]) | (x[15] ^ y[15]) |
+		 (x[16] ^ y[16]) | (x[17] ^ y[17]) | (x[18] ^ y[18]) | (x[19] ^ y[19]));
+}
+
+/* The mask cache: per CPU, a key → the mask slot where the walk last
+ * found that key's megaflow, probed first next time, so an established
+ * flow costs one probe however many masks come before its own. Open
+ * vSwitch's kernel datapath keeps one in front of its mask walk
+ * (flow_table.c), keyed by the skb hash alone: any flow under the
+ * remembered mask that matches is taken, right because its megaflows do
+ * not overlap. Ours may overlap, and the first mask in probe order wins
+ * (docs/architecture.md), so a hit must be the walk's answer:
+ *   - an entry holds the whole key (hashes are easy to collide on
+ *     purpose: key_hash xors words), so it speaks for that key only;
+ *   - it says "when mask_seqs[0] was seq, no slot before this one had a
+ *     megaflow matching the key". Installing a megaflow under slot j can
+ *     make that false for the slots after j, so userspace, once the
+ *     megaflows are in, bumps mask_seqs[0] and writes the new value into
+ *     mask_seqs[1 + c] for every c > j; an entry is used only while
+ *     mask_seqs[1 + slot] <= its seq. The walk reads mask_seqs[0] before
+ *     its first probe, so a megaflow it may have missed went in after
+ *     that read, and the bump that follows it invalidates the entry (on
+ *     x86, which does not reorder loads with loads; a weaker CPU would
+ *     need a barrier between that read and the probes).
+ *   - a deletion needs no bump: it cannot make an earlier slot match. If
+ *     it removed the remembered megaflow, the probe misses and the walk
+ *     runs. A slot that got a new mask is the same: the probe finds the
+ *     key's megaflow under it, which the walk would find too (no earlier
+ *     slot matches), or misses.
+ * Unlike the exact-match cache the entry holds no actions (176 bytes, not
+ * 700), so every walk that hits writes one. */
+#define MASK_CACHE_BITS 12
+#define MASK_CACHE_ENTRIES (1 << MASK_CACHE_BITS)
+#define MASK_CACHE_MIN_MASKS 2 /* used above this many masks */
+
+struct mask_cache_entry {
+	struct flow_key key;
+	__u64 seq;  /* mask_seqs[0] when the walk that wrote it began */
+	__u32 slot; /* the mask slot where it found key's megaflow */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MASK_CACHE_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct mask_cache_entry);
+} mask_cache SEC(".maps");
+
+/* [0]: install sequence; [1 + slot]: the sequence of the last install
+ * under a slot before slot. Mmapped by userspace
+ * (pkg/datapath.bumpMaskSeqs), which alone writes it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1 + MAX_MASKS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} mask_seqs SEC(".maps");
+
+/* mask_probe looks key up under mask slot idx: the filter first, then
+ * the megaflow table. */
+static __always_inline __u32 mask_probe(const __u64 *k, struct megaflow_key *mk, __u32 idx)
+{
+	struct mf_mask *m;
+	__u32 slot, *cnt, *fid;
+	const __u64 *mw;
+	__u64 *o;
+
+	m = bpf_map_lookup_elem(&masks, &idx);
+	if (!m || !m->valid)
+		return NO_FLOW;
+	slot = idx * FILTER_SLOTS + filter_hash(k, m);
+	cnt = bpf_map_lookup_elem(&mask_filter, &slot);
+	if (!cnt || !*cnt)
+		return NO_FLOW;
+
+	mw = (const __u64 *)&m->mask;
+	o = (__u64 *)&mk->masked;
+	mk->mask_id = idx;
+	mk->pad = 0;
+	o[0] = k[0] & mw[0]; o[1] = k[1] & mw[1]; o[2] = k[2] & mw[2];
+	o[3] = k[3] & mw[3]; o[4] = k[4] & mw[4]; o[5] = k[5] & mw[5];
+	o[6] = k[6] & mw[6]; o[7] = k[7] & mw[7]; o[8] = k[8] & mw[8];
+	o[9] = k[9] & mw[9]; o[10] = k[10] & mw[10]; o[11] = k[11] & mw[11];
+	o[12] = k[12] & mw[12]; o[13] = k[13] & mw[13];
+	if (m->words >> 14) {
+		o[14] = k[14] & mw[14]; o[15] = k[15] & mw[15]; o[16] = k[16] & mw[16];
+		o[17] = k[17] & mw[17]; o[18] = k[18] & mw[18]; o[19] = k[19] & mw[19];
+	} else {
+		o[14] = 0; o[15] = 0; o[16] = 0; o[17] = 0; o[18] = 0; o[19] = 0;
+	}
+	count(CTR_MASK_PROBES);
+	fid = bpf_map_lookup_elem(&megaflows, mk);
+	return fid ? *fid : NO_FLOW;
+}
+
+/* megaflow_lookup returns the flow id of the first mask (in probe order)
+ * whose megaflow matches key, or NO_FLOW: through the mask cache when it
+ * is on (cache != 0) and knows the key (hash = key_hash(key)), else by
+ * walking the masks. Global, so verified once. */
+__noinline __u32 megaflow_lookup(const struct flow_key *key, __u32 n_masks, __u64 hash, __u32 cache)
+{
+	const __u64 *k = (const __u64 *)key;
+	struct mask_cache_entry *mc = NULL;
 	struct megaflow_key *mk;
-	__u32 i, zero = 0;
+	__u32 i, zero = 0, fid;
+	__u64 seq = 0, *s;
 
 	if (!key)
 		return NO_FLOW;
@@ -67,41 +190,40 @@ __noinline __u32 megaflow_lookup(const struct flow_key *key, __u32 n_masks)
 		return NO_FLOW;
 	if (n_masks > MAX_MASKS)
 		n_masks = MAX_MASKS;
-	for (i = 0; i < MAX_MASKS; i++) {
-		struct mf_mask *m;
-		__u32 idx = i, slot, *cnt, *fid;
-		const __u64 *mw;
-		__u64 *o;
+	/* Walking one or two masks costs no more than the cache (the key's
+	 * hash, a 160-byte compare): BenchmarkMegaflowSearch. */
+	if (cache && n_masks > MASK_CACHE_MIN_MASKS) {
+		__u32 b = hash >> (64 - MASK_CACHE_BITS);
 
+		s = bpf_map_lookup_elem(&mask_seqs, &zero);
+		if (s)
+			seq = *s;
+		mc = bpf_map_lookup_elem(&mask_cache, &b);
+		if (mc && mc->slot < n_masks && key_equal(&mc->key, key)) {
+			__u32 at = 1 + mc->slot;
+
+			s = bpf_map_lookup_elem(&mask_seqs, &at);
+			if (s && *s <= mc->seq) {
+				fid = mask_probe(k, mk, mc->slot);
+				if (fid != NO_FLOW) {
+					count(CTR_MASK_CACHE_HIT);
+					return fid;
+				}
+			}
+		}
+	}
+	for (i = 0; i < MAX_MASKS; i++) {
 		if (i >= n_masks)
 			break;
-		m = bpf_map_lookup_elem(&masks, &idx);
-		if (!m || !m->valid)
-			continue;
-		slot = idx * FILTER_SLOTS + filter_hash(k, m);
-		cnt = bpf_map_lookup_elem(&mask_filter, &slot);
-		if (!cnt || !*cnt)
-			continue;
-
-		mw = (const __u64 *)&m->mask;
-		o = (__u64 *)&mk->masked;
-		mk->mask_id = idx;
-		mk->pad = 0;
-		o[0] = k[0] & mw[0]; o[1] = k[1] & mw[1]; o[2] = k[2] & mw[2];
-		o[3] = k[3] & mw[3]; o[4] = k[4] & mw[4]; o[5] = k[5] & mw[5];
-		o[6] = k[6] & mw[6]; o[7] = k[7] & mw[7]; o[8] = k[8] & mw[8];
-		o[9] = k[9] & mw[9]; o[10] = k[10] & mw[10]; o[11] = k[11] & mw[11];
-		o[12] = k[12] & mw[12]; o[13] = k[13] & mw[13];
-		if (m->words >> 14) {
-			o[14] = k[14] & mw[14]; o[15] = k[15] & mw[15]; o[16] = k[16] & mw[16];
-			o[17] = k[17] & mw[17]; o[18] = k[18] & mw[18]; o[19] = k[19] & mw[19];
-		} else {
-			o[14] = 0; o[15] = 0; o[16] = 0; o[17] = 0; o[18] = 0; o[19] = 0;
+		fid = mask_probe(k, mk, i);
+		if (fid != NO_FLOW) {
+			if (mc) {
+				__builtin_memcpy(&mc->key, key, sizeof(*key));
+				mc->seq = seq;
+				mc->slot = i;
+			}
+			return fid;
 		}
-		count(CTR_MASK_PROBES);
-		fid = bpf_map_lookup_elem(&megaflows, mk);
-		if (fid)
-			return *fid;
 	}
 	return NO_FLOW;
 }

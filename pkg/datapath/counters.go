@@ -75,7 +75,7 @@ const (
 )
 
 // counterNames lists enum counter in bpf/lib/maps.h.
-var counterNames = []string{0: "emc-hit", 1: "megaflow-hit", 2: "miss", 3: "upcall", 4: "executed", 5: "mask-probe", 6: "emc-insert",
+var counterNames = []string{0: "emc-hit", 1: "megaflow-hit", 2: "miss", 3: "upcall", 4: "executed", 5: "mask-probe", 6: "emc-insert", 7: "mask-cache-hit",
 	10: "onload", 11: "onload-gso"}
 
 // Drops returns the non-zero drop counters, summed over CPUs.

@@ -134,6 +134,9 @@ type Datapath struct {
 	// still on their way through userspace.
 	seqs    []byte
 	retired map[uint32]retiredFlow // by generation
+
+	// maskSeqs is the mmapped mask_seqs array (maskcache.go).
+	maskSeqs []byte
 }
 
 type maskSlot struct {
@@ -252,6 +255,9 @@ func (d *Datapath) load() error {
 	if err := d.objs.RecircProgs.Put(uint32(0), d.objs.NagareRecirc); err != nil {
 		return fmt.Errorf("datapath: recirculation program: %w", err)
 	}
+	if err := d.mapMaskSeqs(); err != nil {
+		return err
+	}
 	return d.mapOnloadSeqs()
 }
 
@@ -271,6 +277,7 @@ var unpinned = map[string]bool{"out_traces": true, ".rodata": true, ".bss": true
 // stay: traffic keeps flowing through the installed flows.
 func (d *Datapath) Close() error {
 	d.unmapOnloadSeqs()
+	d.unmapMaskSeqs()
 	err := d.objs.Close()
 	d.closeOnce.Do(func() { close(d.nsStop) })
 	if d.ns >= 0 {

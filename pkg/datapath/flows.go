@@ -128,11 +128,16 @@ func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 		mids, keys = append(mids, makeMegaflowID(b[i].in.slot, &b[i].in.key)), append(keys, b[i].in.id)
 	}
 	batchPut(d.objs.Megaflows, mids, keys, func(i int, err error) { fail(&b[i], stageFilter, err) })
+	from := MaxMasks
 	for i := range b {
 		if b[i].in != nil {
 			ids[b[i].idx] = b[i].in.id
+			from = min(from, b[i].in.slot+1)
 		}
 	}
+	// Now that they are reachable: mask cache entries of later slots
+	// may have been written by walks that missed them.
+	d.bumpMaskSeqs(from)
 }
 
 // batchScratch is InstallBatch's working memory, kept between calls (under

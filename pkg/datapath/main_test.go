@@ -337,7 +337,7 @@ func checksumsOK(tb testing.TB, pkt []byte) {
 // exact-match cache is then the same from one run to the next, however
 // busy the machine is (the scheduler moved the thread between runs, and
 // an EMC hit became a megaflow hit).
-func (d *testDP) pinCPU(t *testing.T) {
+func (d *testDP) pinCPU(t testing.TB) {
 	t.Helper()
 	var one, all unix.CPUSet
 	one.Set(0)

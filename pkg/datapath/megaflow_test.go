@@ -80,6 +80,67 @@ func TestOverlapAndInvalidation(t *testing.T) {
 	}
 }
 
+// TestMaskCacheKeepsProbeOrder: the mask cache (bpf/lib/megaflow.h)
+// sends a known key straight to the slot where the walk found it; a
+// megaflow installed later under an earlier slot, whether under a mask in
+// use or under a new mask in a freed slot, must win at once, as it does
+// for the walk. The EMC is off so that every packet takes the search.
+func TestMaskCacheKeepsProbeOrder(t *testing.T) {
+	d := newTestDP(t)
+	d.pinCPU(t) // the mask cache is per CPU
+	if err := d.SetEMC(false); err != nil {
+		t.Fatal(err)
+	}
+	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, "x")
+	out0, out1 := d.ifindex["dummy0"], d.ifindex["dummy1"]
+	other := dstFlow("10.9.9.9", portOut) // slot 0, does not match pkt
+	d.put(other)
+	d.put(inPortFlow(flow.Output{Port: portOut2})) // slot 1, matches
+	// Slot 2, does not match: the cache is used above two masks.
+	d.put(flow.Flow{Key: flow.Key{InPort: portIn, TpSrc: 9}, Mask: flow.Mask{InPort: 0xffffffff, TpSrc: 0xffff}, Actions: []flow.Action{flow.Drop{}}})
+	hits := func() uint64 { return d.counters()["mask-cache-hit"] }
+	for i := 0; i < 3; i++ {
+		if got := d.outputOf(pkt); got != out1 {
+			t.Fatalf("packet %d went to %d, want %d", i, got, out1)
+		}
+	}
+	if h := hits(); h != 2 {
+		t.Fatalf("%d mask cache hits, want 2 (the first packet walks)", h)
+	}
+
+	// Under the mask of slot 0, which is in use.
+	d.put(dstFlow("10.0.0.2", portOut))
+	if got := d.outputOf(pkt); got != out0 {
+		t.Fatalf("after an install under an earlier mask the packet went to %d, want %d", got, out0)
+	}
+	if _, err := d.Delete(dstFlow("10.0.0.2", portOut).Key, dstFlow("10.0.0.2", portOut).Mask); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // the walk, then the cache, find slot 1 again
+		if got := d.outputOf(pkt); got != out1 {
+			t.Fatalf("after the delete the packet went to %d, want %d", got, out1)
+		}
+	}
+	before := hits()
+
+	// Under a new mask that takes the freed slot 0.
+	if _, err := d.Delete(other.Key, other.Mask); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.NumMasks(); n != 2 {
+		t.Fatalf("%d masks, want 2 (slot 0 freed)", n)
+	}
+	k := flow.Key{InPort: portIn, EthType: 0x0800, NwProto: 17}
+	d.put(flow.Flow{Key: k, Mask: flow.Mask{InPort: 0xffffffff, EthType: 0xffff, NwProto: 0xff},
+		Actions: []flow.Action{flow.Output{Port: portOut}}})
+	if got := d.outputOf(pkt); got != out0 {
+		t.Fatalf("after a new mask in an earlier slot the packet went to %d, want %d", got, out0)
+	}
+	if h := hits(); h != before {
+		t.Fatalf("a stale mask cache entry was used (%d hits, %d before)", h, before)
+	}
+}
+
 // TestReusedIDDoesNotResurrectEMC: a flow id freed by a delete and reused by
 // another flow must not let the old flow's EMC entries forward packets.
 func TestReusedIDDoesNotResurrectEMC(t *testing.T) {

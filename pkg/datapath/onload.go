@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/nagare-net/nagare/pkg/flow"
@@ -34,15 +35,21 @@ const onloadSeqSize = 16
 
 // mapOnloadSeqs maps the onload_seqs array into this process.
 func (d *Datapath) mapOnloadSeqs() error {
-	size := d.cfg.MaxFlows * onloadSeqSize
+	mem, err := mmapArray(d.objs.OnloadSeqs, "onload_seqs", d.cfg.MaxFlows*onloadSeqSize)
+	d.seqs = mem
+	return err
+}
+
+// mmapArray maps the first size bytes (rounded up to pages) of a
+// BPF_F_MMAPABLE array into this process.
+func mmapArray(m *ebpf.Map, name string, size int) ([]byte, error) {
 	page := os.Getpagesize()
 	size = (size + page - 1) / page * page
-	mem, err := unix.Mmap(d.objs.OnloadSeqs.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return fmt.Errorf("datapath: mapping onload_seqs (BPF_F_MMAPABLE): %w: %w", err, ErrNotSupported)
+		return nil, fmt.Errorf("datapath: mapping %s (BPF_F_MMAPABLE): %w: %w", name, err, ErrNotSupported)
 	}
-	d.seqs = mem
-	return nil
+	return mem, nil
 }
 
 func (d *Datapath) unmapOnloadSeqs() {

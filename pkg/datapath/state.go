@@ -37,6 +37,12 @@ func (d *Datapath) SetEMC(on bool) error {
 	})
 }
 
+// SetMaskCache turns the mask cache (bpf/lib/megaflow.h) on or off: on by
+// default; the megaflow search benchmarks compare the two.
+func (d *Datapath) SetMaskCache(on bool) error {
+	return d.writeConfig(func(c *nagareDpConfig) { c.MaskCache = b2u(on) })
+}
+
 // SetUpcalls chooses whether misses go to userspace (on) or are dropped
 // and counted (off).
 func (d *Datapath) SetUpcalls(on bool) error {
@@ -63,7 +69,7 @@ func (d *Datapath) restore() error {
 	}
 	if c.Layout == 0 {
 		c = nagareDpConfig{Emc: d.cfg.EMCInsertInvProb, Upcalls: 1, Layout: layoutV1,
-			UpcallRate: d.cfg.UpcallRate, UpcallBurst: d.cfg.UpcallBurst}
+			UpcallRate: d.cfg.UpcallRate, UpcallBurst: d.cfg.UpcallBurst, MaskCache: 1}
 		return d.objs.Config.Put(uint32(0), c)
 	}
 	if c.Layout != layoutV1 {
@@ -79,8 +85,9 @@ func (d *Datapath) restore() error {
 	for _, k := range stale {
 		_ = d.objs.ActionMeters.Delete(k)
 	}
-	if c.UpcallRate != d.cfg.UpcallRate || c.UpcallBurst != d.cfg.UpcallBurst {
+	if c.UpcallRate != d.cfg.UpcallRate || c.UpcallBurst != d.cfg.UpcallBurst || c.MaskCache == 0 {
 		c.UpcallRate, c.UpcallBurst = d.cfg.UpcallRate, d.cfg.UpcallBurst // this process's budget wins
+		c.MaskCache = 1
 		if err := d.objs.Config.Put(uint32(0), c); err != nil {
 			return err
 		}
