@@ -34,6 +34,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
+// MaxPortRange is the widest endPort range a rule may have (short of
+// every port, which is the protocol alone): the switch matches one port
+// per flow. A wider range allows nothing and is reported.
+const MaxPortRange = 4096
+
 // MaxRulesPerPolicy is the most rules (ingress plus egress) one policy may
 // have; past it the policy fails closed (its pods isolated, no rule).
 const MaxRulesPerPolicy = 1000
@@ -480,6 +485,12 @@ func (e *Engine) realizeRule(c *compiled, dir Direction, idx int, applied []*Pod
 			}
 			if lo < 1 || lo > 65535 || hi < lo || hi > 65535 {
 				problem("%s rule %d: bad port range %d-%d: the port is skipped", dir, idx, lo, hi)
+				continue
+			}
+			if lo == 1 && hi == 65535 {
+				lo = 0 // every port: the protocol alone
+			} else if hi-lo+1 > MaxPortRange {
+				problem("%s rule %d: port range %d-%d is wider than %d ports: the port is skipped (allows nothing)", dir, idx, lo, hi, MaxPortRange)
 				continue
 			}
 			numeric = append(numeric, PortRange{proto, uint16(lo), uint16(hi)})
