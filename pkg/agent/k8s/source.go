@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -33,6 +34,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/agent/netpol"
 	"github.com/nagare-net/nagare/pkg/agent/proxy"
 )
 
@@ -56,12 +58,25 @@ type ServiceHandler interface {
 	DeleteEndpointSlice(*discoveryv1.EndpointSlice)
 }
 
+// PolicyHandler hears about what NetworkPolicies look at: the policies,
+// every namespace's labels and every pod of the cluster (*netpol.Engine
+// behind a wrapper that wakes the agent's policy loop).
+type PolicyHandler interface {
+	SetPolicy(*networkingv1.NetworkPolicy)
+	DeletePolicy(namespace, name string)
+	SetPod(*netpol.Pod)
+	DeletePod(namespace, name string)
+	SetNamespace(name string, labels map[string]string)
+	DeleteNamespace(name string)
+}
+
 // Source watches the API server.
 type Source struct {
 	client   kubernetes.Interface
 	nodeName string
 	log      *slog.Logger
 	services ServiceHandler // nil: Services are not watched
+	policies PolicyHandler  // nil: NetworkPolicies are not watched
 
 	eventsOnce sync.Once
 	events     record.EventRecorder
@@ -137,17 +152,23 @@ func (s *Source) WatchServices(h ServiceHandler) { s.services = h }
 // report function): a log line and a Warning Event on the object, so
 // `kubectl describe service` shows why it is not served.
 func (s *Source) ReportProblem(p proxy.Problem) {
-	s.eventsOnce.Do(func() {
-		b := record.NewBroadcaster()
-		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
-		s.events = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nagare-agent", Host: s.nodeName})
-	})
+	s.recorder()
 	s.log.Warn("service input refused", "object", p.Object, "namespace", p.Service.Namespace, "name", p.Name, "reason", p.Reason, "problem", p.Message)
 	ref := &corev1.ObjectReference{Kind: p.Object, APIVersion: "v1", Namespace: p.Service.Namespace, Name: p.Name}
 	if p.Object == "EndpointSlice" {
 		ref.APIVersion = "discovery.k8s.io/v1"
 	}
 	s.events.Event(ref, corev1.EventTypeWarning, p.Reason, p.Message)
+}
+
+// recorder starts the Event recorder the first time bad input is reported.
+func (s *Source) recorder() record.EventRecorder {
+	s.eventsOnce.Do(func() {
+		b := record.NewBroadcaster()
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
+		s.events = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nagare-agent", Host: s.nodeName})
+	})
+	return s.events
 }
 
 // NodeFrom turns a Node object into the agent's node, or says why it
@@ -219,6 +240,13 @@ func (s *Source) Run(ctx context.Context, h NodeHandler) error {
 			return err
 		}
 		synced = append(synced, si.HasSynced, ei.HasSynced)
+	}
+	if s.policies != nil {
+		ps, err := s.policyInformers(nf)
+		if err != nil {
+			return err
+		}
+		synced = append(synced, ps...)
 	}
 	nf.Start(ctx.Done())
 	pf.Start(ctx.Done())
