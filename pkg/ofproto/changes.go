@@ -116,7 +116,7 @@ func (c *Changes) Affects(refs []RuleRef) bool {
 	for _, s := range c.sets {
 		for _, r := range refs {
 			switch r.kind {
-			case refRule:
+			case refRule, refClause:
 				if s.rules[r.rule] || s.tables[r.table.id] {
 					return true
 				}

@@ -317,28 +317,11 @@ func (x *xlate) lookupTSS(c *classifier) *rule {
 			}
 			continue
 		}
-		missed := false
-		for i := range st.stages {
-			if i == st.prefixAt && x.prefixMiss(st, pw) {
-				missed = true
-				break
-			}
-			sg := &st.stages[i]
-			if _, ok := sg.hashes[hashWords(pw, &sg.mask)]; !ok {
-				x.need(&sg.mask)
-				missed = true
-				break
-			}
-		}
-		if missed || (st.prefixAt == len(st.stages) && x.prefixMiss(st, pw)) {
+		if x.stagedMiss(st, pw) {
 			continue
 		}
 		x.need(&st.mask)
-		var key words
-		for _, i := range st.nz {
-			key[i] = pw[i] & st.mask[i]
-		}
-		for _, r := range st.byVal[key] {
+		for _, r := range st.byVal[st.key(pw)] {
 			if r.cm.never {
 				continue
 			}
@@ -349,4 +332,30 @@ func (x *xlate) lookupTSS(c *classifier) *rule {
 		}
 	}
 	return best
+}
+
+// stagedMiss reports whether the stages or the prefix indexes of a hashed
+// subtable prove that none of its rules matches pw, and if so
+// un-wildcards the bits that prove it.
+func (x *xlate) stagedMiss(st *subtable, pw *words) bool {
+	for i := range st.stages {
+		if i == st.prefixAt && x.prefixMiss(st, pw) {
+			return true
+		}
+		sg := &st.stages[i]
+		if _, ok := sg.hashes[hashWords(pw, &sg.mask)]; !ok {
+			x.need(&sg.mask)
+			return true
+		}
+	}
+	return st.prefixAt == len(st.stages) && x.prefixMiss(st, pw)
+}
+
+// key is pw under the subtable's mask: the key of byVal.
+func (st *subtable) key(pw *words) words {
+	var key words
+	for _, i := range st.nz {
+		key[i] = pw[i] & st.mask[i]
+	}
+	return key
 }

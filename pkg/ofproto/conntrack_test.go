@@ -238,10 +238,6 @@ func TestConntrackRefusals(t *testing.T) {
 	}{
 		{"alg", nxFlow(t, "tcp,actions=drop", nil, openflow.ActionNXCT{Flags: openflow.NXCTFlagCommit, Table: openflow.NXCTRecircNone, Alg: openflow.NXCTAlgFTP}),
 			openflow.ErrTypeBadAction, openflow.BadActionBadArgument},
-		{"conjunction", nxFlow(t, "ip,actions=drop", nil, openflow.ActionNXConjunction{ID: 1, Clause: 1, NClauses: 2}),
-			openflow.ErrTypeBadAction, openflow.BadActionBadExpType},
-		{"conj_id", nxFlow(t, "ip,actions=drop", []openflow.OXM{openflow.NXUint(openflow.NXMConjID, 1)}),
-			openflow.ErrTypeBadMatch, openflow.BadMatchBadField},
 		{"ct_ipv6_src", nxFlow(t, "ipv6,actions=drop", []openflow.OXM{ctState(openflow.CtStateTrk, openflow.CtStateTrk|openflow.CtStateInv),
 			openflow.NXAddr(openflow.NXMCtIPv6Src, netip.MustParseAddr("fd00::1"))}),
 			openflow.ErrTypeBadMatch, openflow.BadMatchBadField},

@@ -90,8 +90,22 @@ var nxFields = func() map[openflow.FieldKey]*nxField {
 	return m
 }()
 
-// lookupNX returns the extension field an OXM names, or nil.
-func lookupNX(o openflow.OXM) *nxField { return nxFields[o.Key()] }
+// conjIDField is conj_id, matched but never written by an action: a
+// pipeline word (conjWord) that is zero except while a table is looked
+// up again for a completed conjunction (conjunction.go). It is kept out
+// of nxFields, which lists the fields actions may read and write.
+var conjIDField = &nxField{name: "conj_id", len: 4, reg: nRegs}
+
+// conjWord is the pipeline word that holds conj_id (upper 32 bits).
+const conjWord = regWord0 + nRegs/2
+
+// lookupNX returns the extension field an OXM names for matching, or nil.
+func lookupNX(o openflow.OXM) *nxField {
+	if k := o.Key(); k.Class == openflow.ClassNXM1 && k.Field == openflow.NXMConjID {
+		return conjIDField
+	}
+	return nxFields[o.Key()]
+}
 
 // placeNX writes the field bytes b (a value or a mask) into w.
 func (f *nxField) placeNX(w *words, b []byte) {
@@ -176,9 +190,6 @@ var (
 // room for an IPv6 original tuple.
 func nxPrereq(m openflow.Match, o openflow.OXM) error {
 	id := o.Key()
-	if id.Class == openflow.ClassNXM1 && id.Field == openflow.NXMConjID {
-		return ofErr(openflow.ErrTypeBadMatch, openflow.BadMatchBadField, "conj_id: conjunctive matches are not supported yet")
-	}
 	if id.Class == openflow.ClassNXM1 && (id.Field == openflow.NXMCtIPv6Src || id.Field == openflow.NXMCtIPv6Dst) {
 		return ofErr(openflow.ErrTypeBadMatch, openflow.BadMatchBadField,
 			"ct_ipv6_src/ct_ipv6_dst are not in the datapath flow key (IPv4 original tuples only)")

@@ -124,6 +124,9 @@ func (p *Pipeline) addFlow(fm *openflow.FlowMod, cm *compiledMatch) error {
 		t.replace(old, r)
 		p.releaseRule(old)
 		c.addRule(old)
+		if old.conjs != nil || r.conjs != nil {
+			c.addTable(t.id) // conjunctions may complete now (conjunction.go)
+		}
 	} else {
 		t.insert(r)
 		p.nrules++
@@ -135,7 +138,7 @@ func (p *Pipeline) addFlow(fm *openflow.FlowMod, cm *compiledMatch) error {
 
 func (r *rule) setInstructions(is openflow.Instructions) {
 	r.insts = is
-	r.groups, r.outPorts, r.meter = nil, nil, 0
+	r.groups, r.outPorts, r.meter, r.conjs = nil, nil, 0, nil
 	for _, in := range is {
 		var as openflow.Actions
 		switch in := in.(type) {
@@ -152,6 +155,10 @@ func (r *rule) setInstructions(is openflow.Instructions) {
 				r.groups = append(r.groups, a.GroupID)
 			case openflow.ActionOutput:
 				r.outPorts = append(r.outPorts, a.Port)
+			case openflow.ActionNXConjunction:
+				// The codec lets conjunction share its flow only with
+				// other conjunctions and notes: a clause flow.
+				r.conjs = append(r.conjs, a)
 			}
 		}
 	}
@@ -221,6 +228,9 @@ func (p *Pipeline) modifyFlows(fm *openflow.FlowMod, cm *compiledMatch) {
 		n.modified.Store(r.modified.Load())
 		t.replace(r, n)
 		c.addRule(r)
+		if r.conjs != nil || n.conjs != nil {
+			c.addTable(t.id) // conjunctions may complete now (conjunction.go)
+		}
 		for _, k := range learnKeys(n) {
 			p.learners[k]++
 		}
@@ -431,7 +441,8 @@ func checkNX(a openflow.Action) error {
 			return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExpType, "resubmit(,%d,ct): not supported", a.Table)
 		}
 	case openflow.ActionNXConjunction:
-		return ofErr(openflow.ErrTypeBadAction, openflow.BadActionBadExpType, "%s: conjunctive matches are not supported yet", a)
+		// Checked by the codec as Open vSwitch does (1 ≤ k ≤ n, 2 ≤ n ≤
+		// 64, alone with notes); a no-op when executed (a PACKET_OUT's).
 	case openflow.ActionNXLearn:
 		// The learned flow is checked like any FLOW_MOD when it is built
 		// (learn.go); here: the sources are readable and a learned match

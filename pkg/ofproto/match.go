@@ -14,9 +14,9 @@ import (
 // classified with a few masked word compares, and the bits a rule looked
 // at are already in the megaflow mask's units.
 
-// nWords is the flow key's words plus the metadata register and eight
-// words of Nicira registers.
-const nWords = flow.KeyWords + 1 + nRegs/2
+// nWords is the flow key's words plus the metadata register, eight
+// words of Nicira registers and the conj_id word (conjunction.go).
+const nWords = flow.KeyWords + 1 + nRegs/2 + 1
 
 // metaWord is the index of the metadata register.
 const metaWord = flow.KeyWords

@@ -16,6 +16,10 @@ const (
 	refBucket                       // a group bucket
 	refLearn                        // a NORMAL learning entry to refresh
 	refLearnFlow                    // a flow a learn action adds (learn.go)
+	// refClause: a clause flow that completed the conjunction a lookup
+	// took (conjunction.go). Revalidation depends on it; statistics go
+	// to the conj_id flow, as in Open vSwitch.
+	refClause
 )
 
 // RuleRef is a stable handle on something a packet went through: a rule,
@@ -39,6 +43,8 @@ func (r RuleRef) String() string {
 	switch r.kind {
 	case refRule:
 		return fmt.Sprintf("table %d priority %d cookie %#x", r.rule.table, r.rule.priority, r.rule.cookie)
+	case refClause:
+		return fmt.Sprintf("table %d priority %d cookie %#x (clause)", r.rule.table, r.rule.priority, r.rule.cookie)
 	case refMiss:
 		return fmt.Sprintf("table %d miss", r.table.id)
 	case refGroup:

@@ -19,6 +19,11 @@ type table struct {
 	rules   []*rule // priority desc, then age: stats order, and the reference scan
 	byMatch map[ruleID]*rule
 	cls     classifier // what lookups use (classifier.go)
+	// clauses holds the clause flows (actions: only conjunction), which
+	// never match on their own; conj indexes them by conjunction
+	// (conjunction.go).
+	clauses classifier
+	conj    conjIndex
 	ix      *ruleIndex // the pipeline's index by group and cookie (index.go)
 	timed   int        // rules with an idle or hard timeout: Expire skips tables without
 
@@ -48,9 +53,12 @@ type rule struct {
 	groups   []uint32 // groups the instructions refer to
 	meter    uint32   // the meter instruction's meter, 0 for none
 	outPorts []uint32 // ports the instructions output to
-	miss     bool     // the table-miss entry: priority 0, empty match
-	seq      uint64
-	created  time.Time
+	// conjs are the conjunction actions of a clause flow, nil for any
+	// other rule (conjunction.go).
+	conjs   []openflow.ActionNXConjunction
+	miss    bool // the table-miss entry: priority 0, empty match
+	seq     uint64
+	created time.Time
 
 	packets atomic.Uint64
 	bytes   atomic.Uint64
@@ -95,9 +103,30 @@ func (t *table) insert(r *rule) {
 	copy(t.rules[i+1:], t.rules[i:])
 	t.rules[i] = r
 	t.byMatch[r.id()] = r
-	t.cls.add(r)
+	t.classify(r)
 	t.ix.add(r)
 	t.timed += r.timedCount()
+}
+
+// classify adds r to the classifier that looks it up: clause flows to
+// t.clauses (and the conjunction index), other rules to t.cls.
+func (t *table) classify(r *rule) {
+	if r.conjs == nil {
+		t.cls.add(r)
+		return
+	}
+	t.clauses.add(r)
+	t.conj.add(r, t.clauses.byMask[r.cm.mask])
+}
+
+// declassify undoes classify.
+func (t *table) declassify(r *rule) {
+	if r.conjs == nil {
+		t.cls.remove(r)
+		return
+	}
+	t.conj.remove(r, t.clauses.byMask[r.cm.mask])
+	t.clauses.remove(r)
 }
 
 // timedCount is 1 for a rule with a timeout.
@@ -115,7 +144,14 @@ func (t *table) replace(o, n *rule) {
 	}
 	o.dead.Store(true)
 	t.byMatch[n.id()] = n
-	t.cls.replace(o, n)
+	if o.conjs == nil && n.conjs == nil {
+		t.cls.replace(o, n)
+	} else {
+		// A clause flow's conjunctions change, or a rule becomes a
+		// clause flow or stops being one.
+		t.declassify(o)
+		t.classify(n)
+	}
 	t.ix.remove(o)
 	t.ix.add(n)
 	t.timed += n.timedCount() - o.timedCount()
@@ -135,7 +171,7 @@ func (t *table) remove(r *rule) {
 func (t *table) forget(r *rule) {
 	r.dead.Store(true)
 	delete(t.byMatch, r.id())
-	t.cls.remove(r)
+	t.declassify(r)
 	t.ix.remove(r)
 	t.timed -= r.timedCount()
 }
@@ -174,9 +210,19 @@ func (t *table) removeIf(del func(*rule) bool) []*rule {
 }
 
 // lookup finds the highest-priority rule matching the translation's
-// current packet and records in the megaflow mask what the decision
+// current packet, with Open vSwitch's conjunctive matches
+// (conjunction.go), and records in the megaflow mask what the decision
 // depended on (mask.go).
 func (x *xlate) lookup(t *table) *rule {
+	hard := x.lookupHard(t)
+	if len(t.clauses.subtables) == 0 {
+		return hard
+	}
+	return x.lookupConj(t, hard)
+}
+
+// lookupHard finds the highest-priority rule that is not a clause flow.
+func (x *xlate) lookupHard(t *table) *rule {
 	if linearLookup {
 		return x.lookupLinear(t)
 	}
@@ -190,6 +236,9 @@ var linearLookup = false
 func (x *xlate) lookupLinear(t *table) *rule {
 	pw := x.packet()
 	for _, r := range t.rules {
+		if r.conjs != nil {
+			continue // clause flows: lookupConj
+		}
 		if r.cm.matches(pw) {
 			x.needRule(r.cm)
 			return r

@@ -414,8 +414,9 @@ func (x *xlate) apply(as openflow.Actions) {
 		case openflow.ActionNXOutputReg:
 			r := subfield(a.Src)
 			x.output(uint32(bitsValue(x.readField(r.field), r.ofs, r.nbits)), a.MaxLen)
-		case openflow.ActionNXNote:
-			// A comment for people reading the flows.
+		case openflow.ActionNXNote, openflow.ActionNXConjunction:
+			// A comment for people reading the flows; conjunction in a
+			// PACKET_OUT does nothing (Open vSwitch likewise).
 		case openflow.ActionNXLearn:
 			x.learn(a)
 		case openflow.ActionNXDecTTL:
