@@ -98,6 +98,9 @@ type Rule struct {
 	Peers     []netip.Prefix // sorted; pods are /32
 	AnyPort   bool           // no ports: every protocol and port
 	Ports     []PortRange
+	// Gen changes whenever the rule's policy is realized again (and only
+	// then): a consumer keeps what it built for a rule of the same Gen.
+	Gen uint64
 }
 
 // State is what every policy means on this node.
@@ -146,6 +149,7 @@ type Engine struct {
 	podsByNS   map[string]map[string]*Pod // namespace → name → pod
 	namespaces map[string]labels.Set
 	dirty      map[string]bool // policies to realize again
+	gen        uint64          // realizations so far (Rule.Gen)
 }
 
 // NewEngine makes an engine for the node named node.
@@ -298,7 +302,11 @@ func (e *Engine) Realize() (State, []Problem, bool) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if c := e.policies[k]; c != nil {
+			e.gen++
 			e.realize(c)
+			for i := range c.rules {
+				c.rules[i].Gen = e.gen
+			}
 			problems = append(problems, c.problems...)
 		}
 	}

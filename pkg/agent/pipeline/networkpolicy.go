@@ -74,13 +74,42 @@ type PolicyRule struct {
 	ConjID uint32 // 0: no conjunction (applied-to alone)
 }
 
-// programmedPolicies is what the pipeline installed for every policy.
+// programmedPolicies is what the pipeline installed for every policy,
+// kept so that a change costs what it touches: each owner (a realized
+// rule, or one pod's default deny in one direction) remembers the flows it
+// contributes, and each flow (by table, priority and match) the owners
+// contributing to it. A clause flow shared by many rules (an ipBlock, a
+// port) is one flow whose conjunction actions are its owners'.
 type programmedPolicies struct {
-	state  netpol.State
-	flows  []*openflow.FlowMod
-	values map[string]string // flowID → flowValue
-	rules  []PolicyRule
-	drops  map[uint64]string // drop flow cookie → "ingress 10.0.1.2"
+	owners map[string]*policyOwner      // by rule ID, or "isolated/<dir>/<pod>"
+	merged map[string]*mergedPolicyFlow // by flowID
+	drops  map[uint64]string            // drop flow cookie → "ingress 10.0.1.2"
+}
+
+// policyOwner is one owner's part of the policy flows.
+type policyOwner struct {
+	print    string // what it was built from: the rule's Gen, or its content
+	rule     *PolicyRule
+	contribs []policyContribution
+}
+
+// policyContribution is one flow an owner wants: the flow itself, or (conj
+// set) its conjunction action on a clause flow.
+type policyContribution struct {
+	id   string
+	f    *openflow.FlowMod
+	conj *openflow.ActionNXConjunction
+}
+
+// mergedPolicyFlow is one policy flow as sent, and who wants it.
+type mergedPolicyFlow struct {
+	f     *openflow.FlowMod
+	value string
+	by    map[string]policyContribution
+}
+
+func newProgrammedPolicies() *programmedPolicies {
+	return &programmedPolicies{owners: map[string]*policyOwner{}, merged: map[string]*mergedPolicyFlow{}, drops: map[uint64]string{}}
 }
 
 // policyNodeFlows are the node-wide flows of the policy stage.
@@ -146,93 +175,206 @@ func (c *conjIDs) keep(live map[string]bool) {
 	}
 }
 
-// policyFlows builds every flow of st (rules and default deny), merging
-// clause flows with equal matches.
-func (p *Pipeline) policyFlows(st netpol.State) *programmedPolicies {
-	pp := &programmedPolicies{state: st, values: map[string]string{}, drops: map[uint64]string{}}
-	byID := map[string]*openflow.FlowMod{}
-	add := func(f *openflow.FlowMod) {
-		id := flowID(f.TableID, f.Priority, f.Match)
-		if old, ok := byID[id]; ok {
-			// Another rule's clause with the same match: one flow, both conjunctions.
-			if conj, isConj := conjActions(f); isConj {
-				if have, ok := conjActions(old); ok {
-					old.Instructions = []openflow.Instruction{apply(append(have, conj...)...)}
-				}
-			}
-			return
-		}
-		byID[id] = f
-		pp.flows = append(pp.flows, f)
+// ruleFlows are the flows (or clause contributions) of one realized rule.
+func (p *Pipeline) ruleFlows(r netpol.Rule) (*PolicyRule, []policyContribution) {
+	c := policyObject(r.ID)
+	table, next := TableIngressRule, TableCtCommit
+	if r.Direction == netpol.Egress {
+		table, next = TableEgressRule, TableIngressRule
 	}
+	var dims [][]openflow.Match
+	dims = append(dims, appliedMatches(r))
+	if pm := peerMatches(r); pm != nil {
+		dims = append(dims, pm)
+	}
+	if pm := portMatches(r); pm != nil {
+		dims = append(dims, pm)
+	}
+	var out []policyContribution
+	add := func(f *openflow.FlowMod, conj *openflow.ActionNXConjunction) {
+		out = append(out, policyContribution{id: flowID(f.TableID, f.Priority, f.Match), f: f, conj: conj})
+	}
+	if len(dims) == 1 {
+		for _, m := range dims[0] {
+			add(flow(table, prioPolicyAllow, c, m, gotoTable(next)), nil)
+		}
+		return &PolicyRule{Rule: r, Cookie: c}, out
+	}
+	id := p.conjIDs.get(r.ID)
+	for k, ms := range dims {
+		for _, m := range ms {
+			add(flow(table, prioPolicyConj, c, m), &openflow.ActionNXConjunction{ID: id, Clause: uint8(k + 1), NClauses: uint8(len(dims))})
+		}
+	}
+	add(flow(table, prioPolicyConj, c, match(ethType(etherIPv4), openflow.NXUint(openflow.NXMConjID, uint64(id))), gotoTable(next)), nil)
+	return &PolicyRule{Rule: r, Cookie: c, ConjID: id}, out
+}
+
+// isolationFlow is one pod's default deny in one direction.
+func isolationFlow(dir netpol.Direction, a netip.Addr) policyContribution {
+	c := policyDropObject(dir, a)
+	var f *openflow.FlowMod
+	if dir == netpol.Egress {
+		f = flow(TableEgressDefault, prioSpecific, c, match(source(metaFromPod), ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Src, a)))
+	} else {
+		f = flow(TableIngressDefault, prioSpecific, c, match(ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Dst, a)))
+	}
+	return policyContribution{id: flowID(f.TableID, f.Priority, f.Match), f: f}
+}
+
+// rulePrint says what a rule's flows were built from: its Gen when the
+// engine set one, else its content.
+func rulePrint(r netpol.Rule) string {
+	if r.Gen != 0 {
+		return fmt.Sprint("gen ", r.Gen)
+	}
+	return fmt.Sprintf("%+v", r)
+}
+
+// update makes pp hold st's flows and returns the flows that are new or
+// changed and those no owner wants any more. Only the owners whose rule
+// changed (or appeared, or went) are rebuilt, and only the flows they
+// touch are compared.
+func (p *Pipeline) updatePolicies(pp *programmedPolicies, st netpol.State) (changed, deleted []*openflow.FlowMod) {
+	type want struct {
+		print string
+		rule  *netpol.Rule
+		iso   netpol.Direction
+		addr  netip.Addr
+	}
+	wants := make(map[string]want, len(st.Rules)+len(st.IsolatedIngress)+len(st.IsolatedEgress))
 	live := map[string]bool{}
-	for _, r := range st.Rules {
+	for i := range st.Rules {
+		r := &st.Rules[i]
 		if len(r.AppliedTo) == 0 {
 			continue
 		}
+		wants[r.ID] = want{print: rulePrint(*r), rule: r}
 		live[r.ID] = true
-		c := policyObject(r.ID)
-		table, next := TableIngressRule, TableCtCommit
-		if r.Direction == netpol.Egress {
-			table, next = TableEgressRule, TableIngressRule
+	}
+	for _, iso := range []struct {
+		dir   netpol.Direction
+		addrs []netip.Addr
+	}{{netpol.Egress, st.IsolatedEgress}, {netpol.Ingress, st.IsolatedIngress}} {
+		for _, a := range iso.addrs {
+			wants["isolated/"+iso.dir.String()+"/"+a.String()] = want{print: "isolated", iso: iso.dir, addr: a}
 		}
-		var dims [][]openflow.Match
-		dims = append(dims, appliedMatches(r))
-		if pm := peerMatches(r); pm != nil {
-			dims = append(dims, pm)
-		}
-		if pm := portMatches(r); pm != nil {
-			dims = append(dims, pm)
-		}
-		if len(dims) == 1 {
-			for _, m := range dims[0] {
-				add(flow(table, prioPolicyAllow, c, m, gotoTable(next)))
-			}
-			pp.rules = append(pp.rules, PolicyRule{Rule: r, Cookie: c})
+	}
+	dirty := map[string]*mergedPolicyFlow{}
+	for key, o := range pp.owners {
+		if w, ok := wants[key]; ok && w.print == o.print {
 			continue
 		}
-		id := p.conjIDs.get(r.ID)
-		for k, ms := range dims {
-			for _, m := range ms {
-				add(flow(table, prioPolicyConj, c, m,
-					apply(openflow.ActionNXConjunction{ID: id, Clause: uint8(k + 1), NClauses: uint8(len(dims))})))
-			}
+		for _, c := range o.contribs {
+			m := pp.merged[c.id]
+			delete(m.by, key)
+			dirty[c.id] = m
 		}
-		add(flow(table, prioPolicyConj, c, match(ethType(etherIPv4), openflow.NXUint(openflow.NXMConjID, uint64(id))), gotoTable(next)))
-		pp.rules = append(pp.rules, PolicyRule{Rule: r, Cookie: c, ConjID: id})
+		delete(pp.owners, key)
 	}
 	p.conjIDs.keep(live)
-	for _, a := range st.IsolatedEgress {
-		c := policyDropObject(netpol.Egress, a)
-		pp.drops[c] = "egress " + a.String()
-		add(flow(TableEgressDefault, prioSpecific, c, match(source(metaFromPod), ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Src, a))))
-	}
-	for _, a := range st.IsolatedIngress {
-		c := policyDropObject(netpol.Ingress, a)
-		pp.drops[c] = "ingress " + a.String()
-		add(flow(TableIngressDefault, prioSpecific, c, match(ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Dst, a))))
-	}
-	for _, f := range pp.flows {
-		pp.values[flowID(f.TableID, f.Priority, f.Match)] = flowValue(f.Cookie, f.Instructions)
-	}
-	return pp
-}
-
-// conjActions returns f's actions if they are all conjunction actions.
-func conjActions(f *openflow.FlowMod) ([]openflow.Action, bool) {
-	if len(f.Instructions) != 1 {
-		return nil, false
-	}
-	a, ok := f.Instructions[0].(openflow.InstApplyActions)
-	if !ok || len(a.Actions) == 0 {
-		return nil, false
-	}
-	for _, x := range a.Actions {
-		if _, ok := x.(openflow.ActionNXConjunction); !ok {
-			return nil, false
+	keys := make([]string, 0, len(wants))
+	for key := range wants {
+		if _, ok := pp.owners[key]; !ok {
+			keys = append(keys, key)
 		}
 	}
-	return append([]openflow.Action(nil), a.Actions...), true
+	sort.Strings(keys) // conjunction ids in rule order: the same state programs the same flows
+	for _, key := range keys {
+		w := wants[key]
+		o := &policyOwner{print: w.print}
+		if w.rule != nil {
+			o.rule, o.contribs = p.ruleFlows(*w.rule)
+		} else {
+			c := isolationFlow(w.iso, w.addr)
+			o.contribs = []policyContribution{c}
+			pp.drops[c.f.Cookie] = w.iso.String() + " " + w.addr.String()
+		}
+		pp.owners[key] = o
+		for _, c := range o.contribs {
+			m := pp.merged[c.id]
+			if m == nil {
+				m = &mergedPolicyFlow{by: map[string]policyContribution{}}
+				pp.merged[c.id] = m
+			}
+			m.by[key] = c
+			dirty[c.id] = m
+		}
+	}
+	for id, m := range dirty {
+		if len(m.by) == 0 {
+			if m.f != nil {
+				deleted = append(deleted, m.f)
+				if m.f.TableID == TableEgressDefault.ID || m.f.TableID == TableIngressDefault.ID {
+					delete(pp.drops, m.f.Cookie)
+				}
+			}
+			delete(pp.merged, id)
+			continue
+		}
+		f := mergeFlow(m.by)
+		v := flowValue(f.Cookie, f.Instructions)
+		if m.f == nil || v != m.value {
+			changed = append(changed, f)
+		}
+		m.f, m.value = f, v
+	}
+	sort.Slice(changed, func(i, j int) bool { return flowLess(changed[i], changed[j]) })
+	sort.Slice(deleted, func(i, j int) bool { return flowLess(deleted[i], deleted[j]) })
+	return changed, deleted
+}
+
+// mergeFlow is the flow its owners want: the first owner's (by key) flow
+// and cookie, with every owner's conjunction action if it is a clause.
+func mergeFlow(by map[string]policyContribution) *openflow.FlowMod {
+	keys := make([]string, 0, len(by))
+	for k := range by {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	first := by[keys[0]]
+	if first.conj == nil {
+		return first.f
+	}
+	f := *first.f
+	as := make([]openflow.Action, 0, len(keys))
+	for _, k := range keys {
+		if c := by[k].conj; c != nil {
+			as = append(as, *c)
+		}
+	}
+	f.Instructions = []openflow.Instruction{apply(as...)}
+	return &f
+}
+
+func flowLess(a, b *openflow.FlowMod) bool {
+	return flowID(a.TableID, a.Priority, a.Match) < flowID(b.TableID, b.Priority, b.Match)
+}
+
+// flows are pp's flows, in flowID order.
+func (pp *programmedPolicies) flows() []*openflow.FlowMod {
+	ids := make([]string, 0, len(pp.merged))
+	for id := range pp.merged {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([]*openflow.FlowMod, len(ids))
+	for i, id := range ids {
+		out[i] = pp.merged[id].f
+	}
+	return out
+}
+
+// rules are pp's programmed rules, by rule ID.
+func (pp *programmedPolicies) rules() []PolicyRule {
+	var out []PolicyRule
+	for _, o := range pp.owners {
+		if o.rule != nil {
+			out = append(out, *o.rule)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Rule.ID < out[j].Rule.ID })
+	return out
 }
 
 // appliedMatches are the rule's local pods: sources (egress, from their own port) or destinations (ingress).
@@ -302,7 +444,10 @@ func portMatches(r netpol.Rule) []openflow.Match {
 func (p *Pipeline) SetPolicies(st netpol.State) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.policies = p.policyFlows(st)
+	if p.policies == nil {
+		p.policies = newProgrammedPolicies()
+	}
+	p.updatePolicies(p.policies, st)
 }
 
 // PolicyResult says what UpdatePolicies sent.
@@ -312,36 +457,26 @@ type PolicyResult struct {
 
 // UpdatePolicies programs st and waits for the switch (one barrier):
 // only the flows that differ from what is installed are sent, deletes
-// (strict) before adds. An add replaces a flow with the same match, so
-// a clause flow gaining a rule is never absent.
+// (strict) before adds. An add replaces a flow with the same match, so a
+// clause flow gaining a rule is never absent. In one batch behind one
+// barrier, no order opens anything: a conj_id flow allows nothing until
+// all its clauses are in, and a missing clause or a drop flow added first
+// only denies, briefly.
 func (p *Pipeline) UpdatePolicies(ctx context.Context, st netpol.State) (PolicyResult, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := p.policyFlows(st)
-	old := p.policies
-	var res PolicyResult
-	var msgs []openflow.Message
-	if old != nil {
-		for _, f := range old.flows {
-			if _, ok := now.values[flowID(f.TableID, f.Priority, f.Match)]; !ok {
-				msgs = append(msgs, deleteStrict(f))
-				res.FlowsDeleted++
-			}
-		}
+	if p.policies == nil {
+		p.policies = newProgrammedPolicies()
 	}
-	for _, f := range now.flows {
-		id := flowID(f.TableID, f.Priority, f.Match)
-		if old != nil && old.values[id] == now.values[id] {
-			continue
-		}
+	changed, deleted := p.updatePolicies(p.policies, st)
+	msgs := make([]openflow.Message, 0, len(changed)+len(deleted))
+	for _, f := range deleted {
+		msgs = append(msgs, deleteStrict(f))
+	}
+	for _, f := range changed {
 		msgs = append(msgs, f)
-		res.FlowsAdded++
 	}
-	// In one batch behind one barrier. No order opens anything: a
-	// conj_id flow allows nothing until all its clauses are in, and a
-	// missing clause or a drop flow added first only denies, briefly.
-	p.policies = now
-	return res, p.send(ctx, msgs)
+	return PolicyResult{FlowsAdded: len(changed), FlowsDeleted: len(deleted)}, p.send(ctx, msgs)
 }
 
 // Policies returns the programmed rules, sorted by rule ID.
@@ -351,7 +486,7 @@ func (p *Pipeline) Policies() []PolicyRule {
 	if p.policies == nil {
 		return nil
 	}
-	return append([]PolicyRule(nil), p.policies.rules...)
+	return p.policies.rules()
 }
 
 // PolicyCounter is one rule's or one pod's default deny's counters.
@@ -373,7 +508,7 @@ func (p *Pipeline) PolicyCounters(ctx context.Context) ([]PolicyCounter, error) 
 	rules := map[uint64]PolicyRule{}
 	drops := map[uint64]string{}
 	if p.policies != nil {
-		for _, r := range p.policies.rules {
+		for _, r := range p.policies.rules() {
 			rules[r.Cookie] = r
 		}
 		for k, v := range p.policies.drops {

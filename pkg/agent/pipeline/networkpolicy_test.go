@@ -97,12 +97,14 @@ func TestPolicyConjunctionCost(t *testing.T) {
 	r2 := r
 	r2.ID, r2.Peers, r2.Ports = "ns/q/ingress/0", r.Peers[:1], nil
 	p := representativePipeline()
-	pp := p.policyFlows(netpol.State{Rules: []netpol.Rule{r, r2}})
-	if want := (n + m + pods + 1) + 1; len(pp.flows) != want { // r2 adds its conj_id flow only
-		t.Fatalf("%d flows, want %d", len(pp.flows), want)
+	pp := newProgrammedPolicies()
+	p.updatePolicies(pp, netpol.State{Rules: []netpol.Rule{r, r2}})
+	fs := pp.flows()
+	if want := (n + m + pods + 1) + 1; len(fs) != want { // r2 adds its conj_id flow only
+		t.Fatalf("%d flows, want %d", len(fs), want)
 	}
 	shared := 0
-	for _, f := range pp.flows {
+	for _, f := range fs {
 		if as, ok := conjActions(f); ok && len(as) == 2 {
 			shared++
 			c0, c1 := as[0].(openflow.ActionNXConjunction), as[1].(openflow.ActionNXConjunction)
@@ -240,3 +242,21 @@ func TestPolicyConjunctionWalk(t *testing.T) {
 		t.Errorf("node2 → web tcp/22: %s", out)
 	}
 }
+
+// conjActions returns f's actions if they are all conjunction actions.
+func conjActions(f *openflow.FlowMod) ([]openflow.Action, bool) {
+	if len(f.Instructions) != 1 {
+		return nil, false
+	}
+	a, ok := f.Instructions[0].(openflow.InstApplyActions)
+	if !ok || len(a.Actions) == 0 {
+		return nil, false
+	}
+	for _, x := range a.Actions {
+		if _, ok := x.(openflow.ActionNXConjunction); !ok {
+			return nil, false
+		}
+	}
+	return append([]openflow.Action(nil), a.Actions...), true
+}
+

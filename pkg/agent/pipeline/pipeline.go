@@ -419,7 +419,7 @@ func (p *Pipeline) desiredLocked() []*openflow.FlowMod {
 		fs = append(fs, p.services[k].flows...)
 	}
 	if p.policies != nil {
-		fs = append(fs, p.policies.flows...)
+		fs = append(fs, p.policies.flows()...)
 	}
 	sort.SliceStable(fs, func(i, j int) bool { return fs[i].TableID < fs[j].TableID })
 	return fs
