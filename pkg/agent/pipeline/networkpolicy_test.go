@@ -259,4 +259,3 @@ func conjActions(f *openflow.FlowMod) ([]openflow.Action, bool) {
 	}
 	return append([]openflow.Action(nil), a.Actions...), true
 }
-
