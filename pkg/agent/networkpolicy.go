@@ -62,6 +62,15 @@ func (a *Agent) policyLoop(ctx context.Context) {
 	if a.policies == nil {
 		return
 	}
+	// Nothing is programmed before the informers have synced: a partial
+	// view (a policy before the pods it allows) would drop allowed
+	// connections, and the pipeline keeps the switch's policy flows of a
+	// previous run until the first full state replaces them.
+	select {
+	case <-ctx.Done():
+		return
+	case <-a.cfg.Kube.Synced():
+	}
 	reported := map[string]string{} // policy → its problems, last reported
 	for {
 		select {
@@ -134,6 +143,11 @@ func (a *Agent) programPolicies(ctx context.Context, st netpol.State) (pipeline.
 func (a *Agent) syncPolicies() {
 	if a.policies == nil {
 		return
+	}
+	select {
+	case <-a.cfg.Kube.Synced():
+	default:
+		return // not known yet: the Sync keeps the switch's policy flows
 	}
 	st, _, _ := a.policies.Realize()
 	a.pl.SetPolicies(st)

@@ -19,6 +19,9 @@ import (
 // (a transform drops the rest before it is cached): an agent's memory
 // grows with the cluster's pods, not with their specs.
 
+// Synced is closed once every informer, the policies' included, has synced.
+func (s *Source) Synced() <-chan struct{} { return s.synced }
+
 // WatchPolicies makes Run follow NetworkPolicies, Namespaces and all Pods
 // into h. Call it before Run.
 func (s *Source) WatchPolicies(h PolicyHandler) { s.policies = h }

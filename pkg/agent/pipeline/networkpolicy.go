@@ -465,10 +465,26 @@ type PolicyResult struct {
 func (p *Pipeline) UpdatePolicies(ctx context.Context, st netpol.State) (PolicyResult, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.policies == nil {
+	first := p.policies == nil
+	if first {
 		p.policies = newProgrammedPolicies()
 	}
 	changed, deleted := p.updatePolicies(p.policies, st)
+	if first {
+		// The switch may hold a previous run's policy flows (Sync left
+		// them): those st does not want go now, with st's in one batch.
+		have, err := p.conn.DumpFlows(ctx, &openflow.FlowStatsRequest{TableID: openflow.TableAll, OutPort: openflow.PortAny,
+			OutGroup: openflow.GroupAny, Cookie: cookiePolicy, CookieMask: cookieFeature})
+		if err != nil {
+			p.policies = nil
+			return PolicyResult{}, fmt.Errorf("dump policy flows: %w", err)
+		}
+		for _, h := range have {
+			if _, ok := p.policies.merged[flowID(h.TableID, h.Priority, h.Match)]; !ok {
+				deleted = append(deleted, &openflow.FlowMod{TableID: h.TableID, Priority: h.Priority, Match: h.Match})
+			}
+		}
+	}
 	msgs := make([]openflow.Message, 0, len(changed)+len(deleted))
 	for _, f := range deleted {
 		msgs = append(msgs, deleteStrict(f))

@@ -259,3 +259,35 @@ func conjActions(f *openflow.FlowMod) ([]openflow.Action, bool) {
 	}
 	return append([]openflow.Action(nil), a.Actions...), true
 }
+
+// TestPolicyRestart: a restarted agent's Sync (no policy state yet) keeps
+// the switch's policy flows, so pods stay isolated while its informers
+// sync; its first UpdatePolicies then removes what the new state does not
+// want and leaves the rest.
+func TestPolicyRestart(t *testing.T) {
+	st := netpol.State{IsolatedIngress: []netip.Addr{webIP, dbIP}}
+	p, sw := policyNode(t, st)
+	ctx := context.Background()
+	q := representativePipeline()
+	q.SetConn(p.conn)
+	if _, err := q.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ct conntrack
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 40000, 80)); strings.Contains(out, "output") {
+		t.Fatalf("after a restart's Sync, web → db (isolated): %s", out)
+	}
+	res, err := q.UpdatePolicies(ctx, netpol.State{IsolatedIngress: []netip.Addr{webIP}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FlowsDeleted != 1 {
+		t.Fatalf("first update after the restart: %+v, want db's isolation deleted", res)
+	}
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 40001, 80)); !strings.HasSuffix(out, "output:6") {
+		t.Fatalf("web → db no longer isolated: %s", out)
+	}
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, webMAC, "10.77.1.3", "10.77.1.2", 40002, 80)); strings.Contains(out, "output") {
+		t.Fatalf("db → web (still isolated): %s", out)
+	}
+}

@@ -496,6 +496,9 @@ func (p *Pipeline) Sync(ctx context.Context) (SyncStats, error) {
 		if learnedFlow(h.TableID, h.Cookie) {
 			continue // the switch's own, removed with its learner (service_affinity.go)
 		}
+		if p.policies == nil && h.Cookie&cookieFeature == cookiePolicy {
+			continue // no policy state yet: a previous run's policy flows stay until UpdatePolicies
+		}
 		id := flowID(h.TableID, h.Priority, h.Match)
 		if w, ok := want[id]; ok && !seen[id] && flowValue(w.Cookie, w.Instructions) == flowValue(h.Cookie, h.Instructions) {
 			seen[id] = true
