@@ -1,9 +1,10 @@
 package ofproto
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -64,9 +65,10 @@ type conjKey struct {
 type conjunction struct {
 	// n is the clause count of the first flow added (flows of one id
 	// that disagree on n are undefined in Open vSwitch).
-	n       uint8
-	clauses [][]*rule // clause k is clauses[k-1]
-	flows   int
+	n uint8
+	// subs[k-1] counts clause k's flows by the subtable that holds them.
+	subs  []map[*subtable]int
+	flows int
 }
 
 // conjIndex is a table's clause flows by conjunction, and the
@@ -87,10 +89,10 @@ func (ix *conjIndex) add(r *rule, st *subtable) {
 			cj = &conjunction{n: c.NClauses}
 			ix.conjs[k] = cj
 		}
-		for len(cj.clauses) < int(c.Clause) {
-			cj.clauses = append(cj.clauses, nil)
+		for len(cj.subs) < int(c.Clause) {
+			cj.subs = append(cj.subs, map[*subtable]int{})
 		}
-		cj.clauses[c.Clause-1] = append(cj.clauses[c.Clause-1], r)
+		cj.subs[c.Clause-1][st]++
 		cj.flows++
 		m := ix.bySub[st]
 		if m == nil {
@@ -105,12 +107,9 @@ func (ix *conjIndex) remove(r *rule, st *subtable) {
 	for _, c := range r.conjs {
 		k := conjKey{r.priority, c.ID}
 		if cj := ix.conjs[k]; cj != nil {
-			l := cj.clauses[c.Clause-1]
-			for i, o := range l {
-				if o == r {
-					cj.clauses[c.Clause-1] = append(l[:i], l[i+1:]...)
-					break
-				}
+			m := cj.subs[c.Clause-1]
+			if m[st]--; m[st] <= 0 {
+				delete(m, st)
 			}
 			if cj.flows--; cj.flows <= 0 {
 				delete(ix.conjs, k)
@@ -146,7 +145,7 @@ type softMatch struct {
 // once; the others are returned with theirs held back.
 func (x *xlate) probeClauses(c *classifier, above int) []clauseProbe {
 	pw := x.packet()
-	var held []clauseProbe
+	held := make([]clauseProbe, 0, min(len(c.subtables), 8))
 	for _, st := range c.subtables {
 		if int(st.maxPri) <= above {
 			break
@@ -199,26 +198,34 @@ func allClauses(n uint8) uint64 {
 // completed returns the ids that the clause flows of one priority
 // complete, lowest first.
 func completed(level []softMatch) []uint32 {
-	got := map[uint32]uint64{}
-	ns := map[uint32]uint8{}
+	type acc struct {
+		id   uint32
+		n    uint8
+		bits uint64
+	}
+	var accs []acc
 	for _, s := range level {
 		for _, c := range s.r.conjs {
 			if int(c.NClauses) > len(level) {
 				continue // too few flows match to complete it (Open vSwitch's count)
 			}
-			if _, ok := ns[c.ID]; !ok {
-				ns[c.ID] = c.NClauses
+			i := 0
+			for i < len(accs) && accs[i].id != c.ID {
+				i++
 			}
-			got[c.ID] |= 1 << (c.Clause - 1)
+			if i == len(accs) {
+				accs = append(accs, acc{id: c.ID, n: c.NClauses})
+			}
+			accs[i].bits |= 1 << (c.Clause - 1)
 		}
 	}
 	var ids []uint32
-	for id, b := range got {
-		if all := allClauses(ns[id]); b&all == all {
-			ids = append(ids, id)
+	for _, a := range accs {
+		if all := allClauses(a.n); a.bits&all == all {
+			ids = append(ids, a.id)
 		}
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	slices.Sort(ids)
 	return ids
 }
 
@@ -233,13 +240,13 @@ func (x *xlate) lookupConj(t *table, hard *rule) *rule {
 		return hard
 	}
 	held := x.probeClauses(&t.clauses, above)
-	var soft []softMatch
+	soft := make([]softMatch, 0, 2*len(held))
 	for i := range held {
 		for _, r := range held[i].chain {
 			soft = append(soft, softMatch{r, i})
 		}
 	}
-	sort.SliceStable(soft, func(i, j int) bool { return soft[i].r.priority > soft[j].r.priority })
+	slices.SortStableFunc(soft, func(a, b softMatch) int { return int(b.r.priority) - int(a.r.priority) })
 	var void map[conjKey]bool // completed, but the conj_id lookup found nothing
 	for i := 0; i < len(soft); {
 		p := soft[i].r.priority
@@ -277,15 +284,13 @@ func (x *xlate) proveConj(t *table, held []clauseProbe, soft []softMatch, above 
 	if len(held) == 0 {
 		return
 	}
-	idx := make(map[*subtable]int, len(held))
-	for i := range held {
-		idx[held[i].st] = i
-	}
-	matched := map[conjKey]uint64{}
-	for _, s := range soft {
-		for _, c := range s.r.conjs {
-			matched[conjKey{s.r.priority, c.ID}] |= 1 << (c.Clause - 1)
+	heldAt := func(st *subtable) int {
+		for i := range held {
+			if held[i].st == st {
+				return i
+			}
 		}
+		return -1
 	}
 	if win != nil {
 		for k := uint8(1); k <= t.conj.conjs[*win].n; k++ {
@@ -306,38 +311,44 @@ func (x *xlate) proveConj(t *table, held []clauseProbe, soft []softMatch, above 
 	// The conjunctions with flows in held subtables: the others failed
 	// on subtables whose proof is in the mask already.
 	var keys []conjKey
-	seen := map[conjKey]bool{}
 	for i := range held {
 		for k := range t.conj.bySub[held[i].st] {
-			if int(k.priority) <= above || seen[k] || void[k] {
+			if int(k.priority) <= above || void[k] || slices.Contains(keys, k) {
 				continue
 			}
 			if win != nil && (k.priority < win.priority || k.priority == win.priority && k.id >= win.id) {
 				continue
 			}
-			seen[k] = true
 			keys = append(keys, k)
 		}
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		return keys[i].priority > keys[j].priority || keys[i].priority == keys[j].priority && keys[i].id < keys[j].id
+	slices.SortFunc(keys, func(a, b conjKey) int {
+		if a.priority != b.priority {
+			return int(b.priority) - int(a.priority)
+		}
+		return cmp.Compare(a.id, b.id)
 	})
-	mark := make([]int, len(held)) // the clause a held subtable was last counted for
-	stamp := 0
 	for _, k := range keys {
 		cj := t.conj.conjs[k]
-		got := matched[k]
+		var got uint64 // the clauses with a matching flow
+		for _, s := range soft {
+			if s.r.priority == k.priority {
+				for _, c := range s.r.conjs {
+					if c.ID == k.id {
+						got |= 1 << (c.Clause - 1)
+					}
+				}
+			}
+		}
 		best, bestCost := -1, 0
 		for c := 0; c < int(cj.n); c++ {
 			if got&(1<<c) != 0 {
 				continue
 			}
 			cost := 0
-			stamp++
-			if c < len(cj.clauses) {
-				for _, r := range cj.clauses[c] {
-					if i, ok := idx[t.clauses.byMask[r.cm.mask]]; ok && !held[i].needed && mark[i] != stamp {
-						mark[i] = stamp
+			if c < len(cj.subs) {
+				for st := range cj.subs[c] {
+					if i := heldAt(st); i >= 0 && !held[i].needed {
 						cost++
 					}
 				}
@@ -363,9 +374,9 @@ func (x *xlate) proveConj(t *table, held []clauseProbe, soft []softMatch, above 
 			}
 			continue
 		}
-		if best < len(cj.clauses) {
-			for _, r := range cj.clauses[best] {
-				if i, ok := idx[t.clauses.byMask[r.cm.mask]]; ok {
+		if best < len(cj.subs) {
+			for st := range cj.subs[best] {
+				if i := heldAt(st); i >= 0 {
 					held[i].needed = true
 				}
 			}
@@ -406,7 +417,7 @@ func (x *xlate) traceLevel(t *table, level []softMatch, complete []uint32) {
 			got[c.ID] |= 1 << (c.Clause - 1)
 		}
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	slices.Sort(ids)
 	for _, id := range ids {
 		done := false
 		for _, c := range complete {

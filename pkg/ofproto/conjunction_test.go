@@ -518,3 +518,31 @@ func TestConjunctionErrors(t *testing.T) {
 		})
 	}
 }
+
+// nagarectl trace shows which clause flows completed the conjunction and
+// the conj_id flow taken, or which clauses matched when none completed.
+func TestConjunctionTrace(t *testing.T) {
+	p, _ := newTestPipeline(t, 3)
+	conjPolicy(t, p)
+	for _, tc := range []struct {
+		key  flow.Key
+		want []string
+	}{
+		{tcpKey(1, "10.0.0.1", "10.1.0.9", 1000, 80), []string{
+			"table 0: conjunction(7) complete at priority 100: lookup with conj_id=7",
+			"table 0:   clause 1/3: priority=100,ip,nw_src=10.0.0.1 cookie=0x0",
+			"table 0:   clause 2/3: priority=100,tcp,tp_dst=80 cookie=0x0",
+			"table 0:   clause 3/3: priority=100,ip,nw_dst=10.1.0.0/24 cookie=0x0",
+			"table 0: priority=10,conj_id=7,ip cookie=0x0 actions=goto_table:1",
+		}},
+		{tcpKey(1, "10.0.0.1", "10.1.0.9", 1000, 22), []string{
+			"table 0: conjunction(7) at priority 100: clauses 1,3 of 3 matched, not complete: not taken",
+			"table 0: priority=0,(any) cookie=0x0 actions=output:3",
+		}},
+	} {
+		got := FormatTrace(translate(t, p, tc.key).Trace)
+		if !strings.Contains(got, strings.Join(tc.want, "\n")+"\n") {
+			t.Errorf("trace:\n%s\nwant the lines:\n%s", got, strings.Join(tc.want, "\n"))
+		}
+	}
+}

@@ -45,6 +45,9 @@ func FuzzPipeline(f *testing.F) {
 		{"priority=7,ipv6,actions=push_vlan:0x8100,set_field:5->vlan_vid,output:ALL"},
 		{"priority=9,tcp,actions=learn(table=1,hard_timeout=5,delete_learned,cookie=0x3,eth_type=0x800,nw_proto=6,NXM_OF_TCP_DST[],NXM_OF_IP_SRC[],load:NXM_NX_REG3[]->NXM_NX_REG4[],output:NXM_NX_REG2[0..15]),resubmit(,1)",
 			"table=1,priority=1,actions=output:2"},
+		{"priority=100,ip,nw_src=10.0.0.1,actions=conjunction(3,1/2),conjunction(4,1/3)", "priority=100,tcp,tp_dst=80,actions=conjunction(3,2/2)",
+			"priority=90,udp,actions=conjunction(4,2/3)", "priority=90,ip,nw_dst=10.0.0.0/24,actions=conjunction(4,3/3)",
+			"priority=5,conj_id=3,ip,actions=output:2", "priority=95,conj_id=4,ip,actions=goto_table:1", "priority=50,ip,actions=output:3"},
 	} {
 		var buf bytes.Buffer
 		for _, s := range spec {

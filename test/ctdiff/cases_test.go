@@ -660,5 +660,8 @@ func cases() []ctCase {
 			steps:   affinitySteps,
 			learned: learnedWant{table: 5, want: []string{"cookie=0x5", "hard_timeout=300", fmt.Sprintf("priority=200,tcp,nw_src=%s,nw_dst=%s,tp_dst=80 actions=load:0x", cIP, vip), "->NXM_NX_REG2[],load:0x2->NXM_NX_REG4[16..18]"}},
 		},
+
+		// --- Conjunctive matches (conj_test.go).
+		conjunctionCase(),
 	}
 }

@@ -30,6 +30,10 @@ type ctCase struct {
 	// the same flows on every switch (durations and counters aside), and
 	// the text must hold each of want.
 	learned learnedWant
+	// counters: after the last packet, each flow of these tables (table
+	// → the packets its flows count in all) must show the same n_packets
+	// on every switch.
+	counters map[int]uint64
 }
 
 // learnedWant is what a case expects learn actions to have added.
@@ -203,6 +207,9 @@ func runCase(t *testing.T, c ctCase, benches []*bench) {
 	if len(c.learned.want) > 0 {
 		checkLearned(t, c, benches)
 	}
+	if len(c.counters) > 0 && len(benches) > 1 {
+		checkCounters(t, c, benches)
+	}
 	if c.knownDiff != "" && len(benches) > 1 {
 		t.Errorf("case %s: the known difference (%s) no longer shows: remove knownDiff", c.name, c.knownDiff)
 	}
@@ -246,6 +253,64 @@ func checkLearned(t *testing.T, c ctCase, benches []*bench) {
 			first = got
 		} else if got != first {
 			t.Errorf("DIFFERENCE in learned flows:\n%s:\n%s\n%s:\n%s", benches[0].name, first, b.name, got)
+		}
+	}
+}
+
+// counterStat matches what of a dump-flows line differs between two
+// switches for the same flow, n_packets aside.
+var counterStat = regexp.MustCompile(`(duration|n_bytes|idle_age|hard_age)=[0-9.]+s?, ?`)
+
+// checkCounters compares the flows' packet counts of c.counters' tables.
+// Both switches credit flows from their datapath's counters some time
+// after the packets: the dumps are taken again until they agree, or
+// statsWait passed.
+func checkCounters(t *testing.T, c ctCase, benches []*bench) {
+	const statsWait = 10 * time.Second
+	packets := regexp.MustCompile(`n_packets=([0-9]+)`)
+	dump := func(b *bench, table int) (string, uint64) {
+		out, err := b.ofctl("dump-flows", fmt.Sprintf("table=%d", table))
+		if err != nil {
+			t.Fatalf("%s: %v", b.name, err)
+		}
+		var flows []string
+		var sum uint64
+		for _, l := range strings.Split(out, "\n") {
+			if l = strings.TrimSpace(counterStat.ReplaceAllString(l, "")); strings.HasPrefix(l, "cookie=") {
+				flows = append(flows, l)
+				if m := packets.FindStringSubmatch(l); m != nil {
+					n, _ := strconv.ParseUint(m[1], 10, 64)
+					sum += n
+				}
+			}
+		}
+		sort.Strings(flows)
+		return strings.Join(flows, "\n"), sum
+	}
+	for table, want := range c.counters {
+		deadline := time.Now().Add(statsWait)
+		for {
+			var dumps []string
+			done := true
+			for _, b := range benches {
+				d, sum := dump(b, table)
+				dumps = append(dumps, d)
+				done = done && sum == want
+			}
+			if done {
+				for i, b := range benches[1:] {
+					if dumps[i+1] != dumps[0] {
+						t.Errorf("DIFFERENCE in table %d's counters:\n%s:\n%s\n%s:\n%s", table, benches[0].name, dumps[0], b.name, dumps[i+1])
+					}
+				}
+				t.Logf("table %d counters:\n%s", table, dumps[0])
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("table %d: the flows' n_packets do not add up to %d after %v:\n%s", table, want, statsWait, strings.Join(dumps, "\n--\n"))
+				break
+			}
+			time.Sleep(200 * time.Millisecond) // polling counters each switch updates on its own schedule
 		}
 	}
 }
