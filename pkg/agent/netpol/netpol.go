@@ -164,6 +164,7 @@ type compiled struct {
 	np       *networkingv1.NetworkPolicy
 	applied  labels.Selector // nil: invalid
 	peers    []peerSel       // every podSelector/namespaceSelector peer of every rule
+	allPods  bool            // an egress rule to anyone on a named port: every pod is a peer
 	rules    []Rule          // realized
 	isoIn    []netip.Addr
 	isoEg    []netip.Addr
@@ -254,7 +255,7 @@ func (e *Engine) markPod(p *Pod) {
 		if e.dirty[k] {
 			continue
 		}
-		if c.np.Namespace == p.Namespace && (c.applied == nil || c.applied.Matches(l)) {
+		if c.allPods || c.np.Namespace == p.Namespace && (c.applied == nil || c.applied.Matches(l)) {
 			e.dirty[k] = true
 			continue
 		}
@@ -390,6 +391,13 @@ func compile(np *networkingv1.NetworkPolicy) *compiled {
 	}
 	for _, r := range np.Spec.Egress {
 		add(r.To)
+		if len(r.To) == 0 {
+			for _, p := range r.Ports {
+				if p.Port != nil && p.Port.Type != 0 {
+					c.allPods = true
+				}
+			}
+		}
 	}
 	return c
 }
@@ -581,6 +589,11 @@ func (e *Engine) realizeRule(c *compiled, dir Direction, idx int, applied []*Pod
 	} else {
 		groups := map[string][]netip.Prefix{}
 		sets := map[string][]PortRange{}
+		if anyPeer {
+			// Every pod of the cluster is a destination: each resolves
+			// the name itself (what resolves nothing keeps the numbers).
+			pods = e.allPods()
+		}
 		if anyPeer || len(prefixes) > 0 { // addresses that are no pod: numbers only
 			k := portsKey(numeric)
 			groups[k] = append(groups[k], prefixes...)
@@ -618,6 +631,18 @@ func (e *Engine) realizeRule(c *compiled, dir Direction, idx int, applied []*Pod
 type namedRef struct {
 	name  string
 	proto uint8
+}
+
+// allPods are the cluster's selectable pods, in key order.
+func (e *Engine) allPods() []*Pod {
+	out := make([]*Pod, 0, len(e.pods))
+	for _, p := range e.pods {
+		if p.IP.IsValid() && !p.HostNetwork {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key() < out[j].key() })
+	return out
 }
 
 // selectPeers returns the pods a podSelector/namespaceSelector peer selects.

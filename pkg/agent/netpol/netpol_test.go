@@ -127,6 +127,12 @@ func TestSelectors(t *testing.T) {
 			np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: sel("team", "a")}}, Ports: []networkingv1.NetworkPolicyPort{named("serve-80")}}}
 			return np
 		}(), "y/p/egress/0/port=tcp/80: [10.0.1.4] [10.0.1.2/32] [tcp/80]\ny/p/egress/0/port=tcp/81: [10.0.1.4] [10.0.1.3/32] [tcp/81]\nisolated in [] eg [10.0.1.4]\n"},
+		{"named-port-egress-any-peer", func() *networkingv1.NetworkPolicy {
+			// Kubernetes' "should allow egress access on one named port": no to, a named port: every pod that defines it.
+			np := policy("y", "p", sel("app", "c"), networkingv1.PolicyTypeEgress)
+			np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{named("serve-80")}}}
+			return np
+		}(), "y/p/egress/0/port=tcp/80: [10.0.1.4] [10.0.1.2/32] [tcp/80]\ny/p/egress/0/port=tcp/81: [10.0.1.4] [10.0.1.3/32] [tcp/81]\nisolated in [] eg [10.0.1.4]\n"},
 		{"other-node-pods-not-applied", policy("y", "p", sel("app", "a")), "isolated in [] eg []\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,6 +200,22 @@ func TestIncremental(t *testing.T) {
 	if got, want := summary(st), "isolated in [10.0.1.2] eg []\n"; got != want {
 		t.Fatalf("got\n%swant\n%s", got, want)
 	}
+	// A pod anywhere marks a policy whose egress goes to anyone on a named port.
+	np2 := policy("x", "named-any", sel("app", "a"), networkingv1.PolicyTypeEgress)
+	np2.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{named("serve-80")}}}
+	e.SetPolicy(np2)
+	realize(t, e)
+	e.SetPod(&Pod{Namespace: "y", Name: "w", Labels: map[string]string{"app": "w"}, IP: ip("10.0.2.8"), Node: "node2",
+		Ports: []NamedPort{{"serve-80", ProtoTCP, 8080}}})
+	if len(e.dirty) != 1 || !e.dirty["x/named-any"] {
+		t.Fatalf("dirty after a pod with the named port: %v, want x/named-any", e.dirty)
+	}
+	st, _ = realize(t, e)
+	if got := summary(st); !strings.Contains(got, "x/named-any/egress/0/port=tcp/8080: [10.0.1.2] [10.0.2.8/32] [tcp/8080]") {
+		t.Fatalf("got\n%s", got)
+	}
+	e.DeletePolicy("x", "named-any")
+	realize(t, e)
 	// An unrelated pod change marks nothing.
 	e.SetPod(&Pod{Namespace: "y", Name: "z", Labels: map[string]string{"app": "z"}, IP: ip("10.0.2.9"), Node: "node2"})
 	if len(e.dirty) != 0 {
