@@ -39,7 +39,7 @@ endif
 # The two-node Kubernetes (test/k8s/twonode_test.go): two kubelets, each
 # with its own containerd in its own network namespace, a real scheduler,
 # CoreDNS, nagare as the CNI (DaemonSet), fenced off the machine's uplink.
-.PHONY: k8s-smoke k8s-services-smoke k8s-services-conformance k8s-conformance
+.PHONY: k8s-smoke k8s-services-smoke k8s-services-conformance k8s-conformance k8s-netpol
 K8S_TEST := NAGARE_K8S=1 $(GO) test -count=1 -v
 
 # k8s-smoke: the cluster up, a pod on each node, pod to pod across nodes.
@@ -64,6 +64,13 @@ k8s-services-conformance: k8s-deps generate
 K8S_CONFORMANCE_OUT ?= /var/tmp/nagare-k8s-conformance
 k8s-conformance: k8s-deps generate
 	NAGARE_K8S_CONFORMANCE=1 K8S_CONFORMANCE_OUT=$(K8S_CONFORMANCE_OUT) $(K8S_TEST) -timeout 150m -run 'TestK8sConformance' ./test/k8s/
+
+# k8s-netpol: Kubernetes' [sig-network] Netpol e2e tests against the
+# two-node cluster with nagare enforcing NetworkPolicy (never part of make
+# test; pass/fail list with why in docs/k8s-conformance.md).
+K8S_NETPOL_OUT ?= /var/tmp/nagare-k8s-netpol
+k8s-netpol: k8s-deps generate
+	NAGARE_K8S_NETPOL=1 K8S_CONFORMANCE_OUT=$(K8S_NETPOL_OUT) $(K8S_TEST) -timeout 170m -run 'TestK8sNetpol' ./test/k8s/
 
 # generate compiles bpf/*.c with clang and writes the Go bindings (bpf2go).
 generate:

@@ -15,8 +15,8 @@ import (
 )
 
 func init() {
-	register(&command{name: "agent", summary: "the node agent: pods, IPAM, nodes, tunnels, Services, pipeline flows per table",
-		usage: "nagarectl agent [--agent-socket PATH] [status|pods|nodes|services|pipeline|dpu|metrics] [--json]\n       nagarectl agent [--agent-socket PATH] direct-forward on|off",
+	register(&command{name: "agent", summary: "the node agent: pods, IPAM, nodes, tunnels, Services, NetworkPolicies, pipeline flows per table",
+		usage: "nagarectl agent [--agent-socket PATH] [status|pods|nodes|services|policies|pipeline|dpu|metrics] [--json]\n       nagarectl agent [--agent-socket PATH] direct-forward on|off",
 		run:   runAgent})
 }
 
@@ -96,12 +96,14 @@ func runAgent(args []string, stdout, _ io.Writer) error {
 		printNodes(w, st)
 	case "services":
 		printServices(w, st)
+	case "policies":
+		printPolicies(w, st)
 	case "pipeline":
 		printTables(w, st)
 	case "dpu":
 		printDPU(w, st)
 	default:
-		return usagef("unknown view %q (status, pods, nodes, services, pipeline, dpu, metrics)", what)
+		return usagef("unknown view %q (status, pods, nodes, services, policies, pipeline, dpu, metrics)", what)
 	}
 	return nil
 }
@@ -211,4 +213,27 @@ func printDPU(w io.Writer, st *agent.Status) {
 		parts = append(parts, fmt.Sprintf("%s=%d", n, d.Paths[n]))
 	}
 	fmt.Fprintf(w, "VF paths: %s\n", strings.Join(parts, " "))
+}
+
+// printPolicies prints the realized NetworkPolicy rules on this node, one
+// row per rule: the local pods it applies to, its peers and ports, and the
+// new-connection packets it allowed (its conj_id flow's counters); then
+// each isolated pod's default-deny drops (reason: policy); then bad input.
+func printPolicies(w io.Writer, st *agent.Status) {
+	fmt.Fprintln(w, "RULE\tDIR\tPODS\tPEERS\tPORTS\tALLOWED PKTS\tBYTES")
+	for _, r := range st.Policies {
+		pk, by := "-", "-"
+		if r.Packets != nil {
+			pk, by = fmt.Sprint(*r.Packets), fmt.Sprint(*r.Bytes)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Rule, r.Direction, strings.Join(r.Pods, ","), r.Peers, r.Ports, pk, by)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "ISOLATED POD\tDIR\tDROPPED PKTS (policy)\tBYTES")
+	for _, d := range st.PolicyDrops {
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\n", d.Pod, d.Direction, d.Packets, d.Bytes)
+	}
+	for _, p := range st.PolicyProblems {
+		fmt.Fprintf(w, "problem: %s\n", p)
+	}
 }

@@ -13,6 +13,7 @@
 // Files: agent.go (config, start, the switch connection), pods.go (the CNI
 // handler: ADD, DEL, CHECK, GC, STATUS), nodes.go (remote nodes and
 // tunnels), services.go (the desired service state, pkg/agent/proxy),
+// networkpolicy.go (NetworkPolicy realization, pkg/agent/netpol),
 // gc.go (leaked allocations), status.go (nagarectl agent, Prometheus
 // metrics), hostops.go (the node, switch-control and IPAM interfaces the
 // tests fake, so this logic is tested without root).
@@ -163,6 +164,7 @@ type Agent struct {
 	rejecter       pipeline.Rejecter // answers Service reject PACKET_INs on every switch connection
 	unresolvedPods atomic.Value      // cluster-file endpoint pods not on this node, last logged
 	nodePorts      nodePortState     // the NodePort sets last written (nodeports.go)
+	policies       *policyFeed       // NetworkPolicy input and realization (networkpolicy.go); nil without Kubernetes
 }
 
 // New checks the configuration; Run does the work.
@@ -225,9 +227,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.startServices()
+	a.startPolicies()
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() { defer wg.Done(); a.serviceLoop(ctx) }()
+	go func() { defer wg.Done(); a.policyLoop(ctx) }()
 	go func() {
 		defer wg.Done()
 		if err := cniserver.Serve(ctx, srv, a, a.log, a.met.cni); err != nil && ctx.Err() == nil {
@@ -407,6 +411,7 @@ func (a *Agent) syncSwitch(ctx context.Context, conn *pipeline.Conn) error {
 		a.pl.SetServices(a.services.Services())
 		a.syncNodePorts() // that Take's NodePorts, which serviceLoop will not see
 	}
+	a.syncPolicies()
 	if old != nil {
 		old.Close()
 	}

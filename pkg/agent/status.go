@@ -49,6 +49,32 @@ type Status struct {
 	Services []ServiceStatus `json:"services,omitempty"`
 	// ServiceProblems is the bad input refused or skipped, one line each.
 	ServiceProblems []string `json:"serviceProblems,omitempty"`
+	// Policies are the realized NetworkPolicy rules programmed on this
+	// node, and each pod's default-deny drops, with the switch's counters.
+	Policies       []PolicyRuleStatus `json:"policies,omitempty"`
+	PolicyDrops    []PolicyDropStatus `json:"policyDrops,omitempty"`
+	PolicyProblems []string           `json:"policyProblems,omitempty"`
+}
+
+// PolicyRuleStatus is one realized rule: new connections between its
+// pods and peers on its ports are allowed.
+type PolicyRuleStatus struct {
+	Rule      string   `json:"rule"` // namespace/name/direction/index[/port=...]
+	Direction string   `json:"direction"`
+	Pods      []string `json:"pods"` // local pods (addresses) it applies to
+	Peers     string   `json:"peers"`
+	Ports     string   `json:"ports"`
+	ConjID    uint32   `json:"conjID,omitempty"`
+	Packets   *uint64  `json:"packets,omitempty"` // new-connection packets it allowed (nil: switch not asked)
+	Bytes     *uint64  `json:"bytes,omitempty"`
+}
+
+// PolicyDropStatus is one isolated pod's default deny in one direction.
+type PolicyDropStatus struct {
+	Pod       string `json:"pod"` // address
+	Direction string `json:"direction"`
+	Packets   uint64 `json:"packets"` // dropped, reason policy
+	Bytes     uint64 `json:"bytes"`
 }
 
 // ServiceStatus is one Service as the agent wants it on this node.
@@ -206,6 +232,7 @@ func (a *Agent) Snapshot(ctx context.Context) Status {
 			st.ServiceProblems = append(st.ServiceProblems, p.String())
 		}
 	}
+	a.policyStatus(ctx, &st, pl, ready)
 	st.Masquerade, _ = snat.Describe(a.nodeNetns())
 	st.NodePorts = a.nodePortSummary()
 	st.DPU = a.dpuStatus()
@@ -294,24 +321,32 @@ func (m *cniMetrics) ObserveCall(command string, took time.Duration, code uint) 
 }
 
 type metrics struct {
-	cni        *cniMetrics
-	pods       prometheus.Gauge
-	remotes    prometheus.Gauge
-	services   prometheus.Gauge
-	reconnects prometheus.Counter
-	gcReleased prometheus.Counter
+	cni      *cniMetrics
+	pods     prometheus.Gauge
+	remotes  prometheus.Gauge
+	services prometheus.Gauge
+	// NetworkPolicy: realized rules, and the time from a change's first
+	// event to the switch's barrier (coalescing included).
+	policyRules   prometheus.Gauge
+	policyRealize prometheus.Histogram
+	reconnects    prometheus.Counter
+	gcReleased    prometheus.Counter
 }
 
 func newMetrics(a *Agent) *metrics {
 	m := &metrics{
-		cni:        newCNIMetrics(a.reg),
-		pods:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_pods", Help: "Pods attached on this node."}),
-		remotes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_remote_nodes", Help: "Remote nodes with a tunnel."}),
-		services:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_services", Help: "Services in the desired service state (not yet programmed as flows)."}),
-		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "nagare_agent_switch_reconnects_total", Help: "Times the switch connection was lost."}),
+		cni:         newCNIMetrics(a.reg),
+		pods:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_pods", Help: "Pods attached on this node."}),
+		remotes:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_remote_nodes", Help: "Remote nodes with a tunnel."}),
+		services:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_services", Help: "Services in the desired service state (not yet programmed as flows)."}),
+		reconnects:  prometheus.NewCounter(prometheus.CounterOpts{Name: "nagare_agent_switch_reconnects_total", Help: "Times the switch connection was lost."}),
+		policyRules: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nagare_agent_policy_rules", Help: "NetworkPolicy rules realized on this node."}),
+		policyRealize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nagare_agent_policy_realization_seconds",
+			Help:    "From a NetworkPolicy, pod or namespace change to the switch's barrier after its flows.",
+			Buckets: []float64{.005, .01, .02, .05, .1, .2, .5, 1, 2, 5}}),
 		gcReleased: prometheus.NewCounter(prometheus.CounterOpts{Name: "nagare_agent_gc_released_total", Help: "Allocations released by garbage collection."}),
 	}
-	a.reg.MustRegister(m.pods, m.remotes, m.services, m.reconnects, m.gcReleased,
+	a.reg.MustRegister(m.pods, m.remotes, m.services, m.reconnects, m.gcReleased, m.policyRules, m.policyRealize,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nagare_agent_ip_allocations", Help: "Addresses allocated in the node's pod subnet."},
 			func() float64 {
 				if a.ipam == nil {

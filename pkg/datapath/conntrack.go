@@ -531,6 +531,19 @@ func (d *Datapath) deleteConns(sel func(k *ctKey, v *ctValue, conns int) bool) (
 	for port, cnt := range released {
 		var cur uint64
 		_ = d.objs.CtReleased.Lookup(port, &cur)
+		// Never more than the port has live: a count past it would wrap
+		// the fast path's unsigned live count (committed - freed -
+		// released) and refuse the port every commit.
+		var pc nagareCtPort
+		if err := d.objs.CtPorts.Lookup(port, &pc); err != nil {
+			continue // no counts (a forgotten port): nothing to release against
+		}
+		if live := pc.Committed - pc.Freed; live < cur+cnt {
+			if live < cur {
+				continue
+			}
+			cnt = live - cur
+		}
 		if err := d.objs.CtReleased.Put(port, cur+cnt); err != nil {
 			return n, err
 		}
@@ -542,7 +555,15 @@ func (d *Datapath) deleteConns(sel func(k *ctKey, v *ctValue, conns int) bool) (
 // per-port maps do not fill up as ports come and go (a port added again
 // under the same number starts with a fresh budget; connections it left
 // behind expire uncounted).
+//
+// The connections the port committed go first: left behind, they would
+// be counted against the next port of that number when they expire (the
+// sweep's ct_released, the fast path's reap into freed) and take its
+// live count below zero, which the fast path's unsigned budget check
+// reads as a full budget: every new connection of the new pod dropped
+// (ct-port-budget). Kubernetes' Netpol e2e, nine pods a spec, found it.
 func (d *Datapath) forgetConntrackPort(ofport uint32) {
+	_, _ = d.deleteConns(func(_ *ctKey, v *ctValue, _ int) bool { return v.inPort() == ofport })
 	_ = d.objs.CtPorts.Delete(ofport)
 	_ = d.objs.CtReleased.Delete(ofport)
 }

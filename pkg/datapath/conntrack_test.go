@@ -592,6 +592,32 @@ func TestCTPortBudget(t *testing.T) {
 	wantState(t, "after flush", c.state(udpPkt(t, "10.0.0.1", "10.0.0.2", 3, 53, "q"), "lo"), trk|nw)
 }
 
+// TestCTPortForgotten: a detached port's connections go with its counts,
+// so that a pod that gets the same port number later starts with its full
+// budget, and the old connections' expiry never counts against it (that
+// wrapped the fast path's unsigned live count: every commit refused).
+func TestCTPortForgotten(t *testing.T) {
+	c := newCTTest(t, func(cfg *Config) { cfg.ConntrackPortMax = 2 })
+	c.firstPass(portIn, flow.CT{Flags: flow.CTCommit}, flow.Recirc{ID: 1})
+	c.second(udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 53, "q"), "lo")
+	c.second(udpPkt(t, "10.0.0.1", "10.0.0.2", 2, 53, "q"), "lo")
+	c.forgetConntrackPort(portIn)
+	if st, err := c.ConntrackStats(); err != nil || st.Conns != 0 || st.ByPort[portIn] != 0 {
+		t.Fatalf("after the port went: %+v %v, want its connections gone", st, err)
+	}
+	// The next pod on that port: two connections, the third refused.
+	c.second(udpPkt(t, "10.0.0.1", "10.0.0.2", 3, 53, "q"), "lo")
+	c.second(udpPkt(t, "10.0.0.1", "10.0.0.2", 4, 53, "q"), "lo")
+	if v := c.run(udpPkt(t, "10.0.0.1", "10.0.0.2", 5, 53, "q"), "lo"); v.verdict != tcActShot || c.drops()[DropCTPortBudget] != 1 {
+		t.Fatalf("third connection of the new pod: verdict %d drops %v", v.verdict, c.drops())
+	}
+	// Its connections flushed (released), it commits again.
+	if n, err := c.FlushConntrack(ConnMatch{Proto: 17, Addr: netip.MustParseAddr("10.0.0.1")}); n != 2 || err != nil {
+		t.Fatalf("flush: %d %v", n, err)
+	}
+	wantState(t, "after flush", c.state(udpPkt(t, "10.0.0.1", "10.0.0.2", 6, 53, "q"), "lo"), trk|nw)
+}
+
 // TestRecircDepth: flows that recirculate forever (a first-pass flow that
 // does not match recirc_id) are cut at RECIRC_MAX passes.
 func TestRecircDepth(t *testing.T) {

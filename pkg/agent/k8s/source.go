@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -33,6 +34,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/agent/netpol"
 	"github.com/nagare-net/nagare/pkg/agent/proxy"
 )
 
@@ -56,12 +58,25 @@ type ServiceHandler interface {
 	DeleteEndpointSlice(*discoveryv1.EndpointSlice)
 }
 
+// PolicyHandler hears about what NetworkPolicies look at: the policies,
+// every namespace's labels and every pod of the cluster (*netpol.Engine
+// behind a wrapper that wakes the agent's policy loop).
+type PolicyHandler interface {
+	SetPolicy(*networkingv1.NetworkPolicy)
+	DeletePolicy(namespace, name string)
+	SetPod(*netpol.Pod)
+	DeletePod(namespace, name string)
+	SetNamespace(name string, labels map[string]string)
+	DeleteNamespace(name string)
+}
+
 // Source watches the API server.
 type Source struct {
 	client   kubernetes.Interface
 	nodeName string
 	log      *slog.Logger
 	services ServiceHandler // nil: Services are not watched
+	policies PolicyHandler  // nil: NetworkPolicies are not watched
 
 	eventsOnce sync.Once
 	events     record.EventRecorder
@@ -230,6 +245,13 @@ func (s *Source) Run(ctx context.Context, h NodeHandler) error {
 			return err
 		}
 		synced = append(synced, si.HasSynced, ei.HasSynced)
+	}
+	if s.policies != nil {
+		ps, err := s.policyInformers(nf)
+		if err != nil {
+			return err
+		}
+		synced = append(synced, ps...)
 	}
 	nf.Start(ctx.Done())
 	pf.Start(ctx.Done())

@@ -5,7 +5,7 @@ import "hash/fnv"
 // A flow's cookie says which feature made it and for which object:
 //
 //	bits 63..56  feature (cookieNode, cookiePod, cookieRemote, cookieService,
-//	             cookieAffinity)
+//	             cookieAffinity, cookiePolicy)
 //	bits 55..0   object: FNV-1a of the object's key ("node", the pod's
 //	             containerID/ifName, the remote node's name, the
 //	             Service's namespace/name), 56 bits
@@ -21,6 +21,9 @@ const (
 	// cookieAffinity marks the flows the switch learns for one endpoint
 	// of one Service port (service_affinity.go); the agent never adds them.
 	cookieAffinity uint64 = 0x05 << 56
+	// cookiePolicy marks NetworkPolicy flows: a realized rule's (object:
+	// its rule ID) or a pod's default deny (networkpolicy.go).
+	cookiePolicy uint64 = 0x06 << 56
 
 	objectMask    uint64 = 1<<56 - 1
 	cookieFeature uint64 = 0xff << 56

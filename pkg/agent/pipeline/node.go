@@ -18,6 +18,7 @@ func (p *Pipeline) nodeFlows() []*openflow.FlowMod {
 	fs = append(fs, conntrackFlows(c)...)
 	fs = append(fs, hairpinFlows(c, p.node)...)
 	fs = append(fs, tunnelFlows(c)...)
+	fs = append(fs, policyNodeFlows(c, p.node)...)
 	return append(fs, gatewayFlows(c, p.node)...)
 }
 

@@ -8,6 +8,7 @@
 //	remote_node.go       other nodes: tunnel endpoints, their spoof guard, routes into the tunnels
 //	service.go           Services (ClusterIP and the other frontends): conntrack, select groups, DNAT
 //	service_affinity.go  Services' sessionAffinity ClientIP: learned client → endpoint flows
+//	networkpolicy.go     NetworkPolicy: egress and ingress rules by conjunction, default deny
 //
 // cookie.go says which feature and object a flow belongs to; ofconn.go is
 // the OpenFlow 1.3 client.
@@ -70,13 +71,23 @@ type Table struct {
 //     ServiceLB (learned flows cannot goto_table).
 //   - ServiceLB sends a new connection to a Service frontend to the
 //     Service port's select group (one bucket per endpoint), or straight
-//     to EndpointDNAT when SessionAffinity chose the endpoint; other new
-//     connections are committed (the tracker must know every connection
-//     to judge its replies valid) and go on to L3; established ones go
-//     on to L3.
+//     to EndpointDNAT when SessionAffinity chose the endpoint; everything
+//     else goes on to the policy stage.
 //   - EndpointDNAT commits the connection with DNAT to the endpoint the
-//     bucket loaded into registers, and recirculates to L3; for an
-//     affinity Service it first learns the choice into SessionAffinity.
+//     bucket loaded into registers, and recirculates to EgressRule; for
+//     an affinity Service it first learns the choice into SessionAffinity.
+//   - EgressRule passes established and related packets (+est, +rel) past
+//     the whole policy stage to L3; a new connection from a local pod
+//     that a NetworkPolicy egress rule allows goes on to IngressRule.
+//   - EgressDefault drops what no rule allowed from egress-isolated pods.
+//   - IngressRule: a new connection to a local pod that an ingress rule
+//     allows (or that comes from the node itself) goes on to
+//     ConntrackCommit.
+//   - IngressDefault drops what no rule allowed to ingress-isolated pods.
+//   - ConntrackCommit commits new connections that EndpointDNAT did not
+//     (the tracker must know every connection to judge its replies
+//     valid), after the policy stage: a connection is committed once, and
+//     only when policy allowed it.
 //   - L3Forwarding handles routed IPv4: packets to the gateway's MAC (from
 //     pods), to RemoteGatewayMAC (from the node, towards other nodes'
 //     pods) or from a tunnel. Every routed hop decrements the TTL; what is
@@ -84,18 +95,24 @@ type Table struct {
 //   - L2Forwarding switches by destination MAC to a pod's port or the
 //     gateway; unknown destinations and broadcasts drop: nothing floods.
 var (
-	TableClassifier     = Table{0, "Classifier", "classify"}       // where did it come from: pod, gateway, tunnel
-	TableSpoofGuard     = Table{10, "SpoofGuard", "validate"}      // a pod sends only as itself; a node only its pods
-	TableARP            = Table{20, "ARPResponder", "resolve"}     // ARP requests to their target only, never flooded
-	TableConntrackZone  = Table{22, "ConntrackZone", "conntrack"}  // ct(zone, nat): established translations restored
-	TableConntrackState = Table{24, "ConntrackState", "conntrack"} // invalid connections drop
-	TableAffinity       = Table{25, "SessionAffinity", "service"}  // learned: client, frontend → endpoint (ClientIP affinity)
-	TableServiceLB      = Table{26, "ServiceLB", "service"}        // new connections to a frontend → the port's group
-	TableEndpointDNAT   = Table{28, "EndpointDNAT", "service"}     // ct(commit, nat(dst=endpoint)) → L3
-	TableL3             = Table{30, "L3Forwarding", "route"}       // routed: local pod, remote node (tunnel), node
-	TableL2             = Table{40, "L2Forwarding", "switch"}      // by destination MAC: a pod port or the gateway
+	TableClassifier     = Table{0, "Classifier", "classify"}        // where did it come from: pod, gateway, tunnel
+	TableSpoofGuard     = Table{10, "SpoofGuard", "validate"}       // a pod sends only as itself; a node only its pods
+	TableARP            = Table{20, "ARPResponder", "resolve"}      // ARP requests to their target only, never flooded
+	TableConntrackZone  = Table{22, "ConntrackZone", "conntrack"}   // ct(zone, nat): established translations restored
+	TableConntrackState = Table{24, "ConntrackState", "conntrack"}  // invalid connections drop
+	TableAffinity       = Table{25, "SessionAffinity", "service"}   // learned: client, frontend → endpoint (ClientIP affinity)
+	TableServiceLB      = Table{26, "ServiceLB", "service"}         // new connections to a frontend → the port's group
+	TableEndpointDNAT   = Table{28, "EndpointDNAT", "service"}      // ct(commit, nat(dst=endpoint)) → EgressRule
+	TableEgressRule     = Table{30, "EgressRule", "policy"}         // established pass; a local pod's new connection allowed by a rule
+	TableEgressDefault  = Table{32, "EgressDefault", "policy"}      // egress-isolated pods: what no rule allowed drops
+	TableIngressRule    = Table{34, "IngressRule", "policy"}        // a new connection to a local pod allowed by a rule
+	TableIngressDefault = Table{36, "IngressDefault", "policy"}     // ingress-isolated pods: what no rule allowed drops
+	TableCtCommit       = Table{38, "ConntrackCommit", "conntrack"} // new connections not yet committed: ct(commit)
+	TableL3             = Table{40, "L3Forwarding", "route"}        // routed: local pod, remote node (tunnel), node
+	TableL2             = Table{50, "L2Forwarding", "switch"}       // by destination MAC: a pod port or the gateway
 	tables              = []Table{TableClassifier, TableSpoofGuard, TableARP, TableConntrackZone, TableConntrackState,
-		TableAffinity, TableServiceLB, TableEndpointDNAT, TableL3, TableL2}
+		TableAffinity, TableServiceLB, TableEndpointDNAT, TableEgressRule, TableEgressDefault, TableIngressRule,
+		TableIngressDefault, TableCtCommit, TableL3, TableL2}
 )
 
 // Tables returns the pipeline's tables in order.
@@ -112,6 +129,11 @@ func tableDefaults(c uint64) []*openflow.FlowMod {
 		affinityDefault(c),
 		serviceLBDefault(c),
 		endpointDNATDefault(c),
+		egressRuleDefault(c),
+		egressDefaultDefault(c),
+		ingressRuleDefault(c),
+		ingressDefaultDefault(c),
+		ctCommitDefault(c),
 		l3Default(c),
 		l2Default(c),
 	}
@@ -145,14 +167,39 @@ func conntrackStateDefault(c uint64) *openflow.FlowMod {
 	return flow(TableConntrackState, prioDefault, c, match(), apply(resubmit(TableAffinity), resubmit(TableServiceLB)))
 }
 
-// serviceLBDefault sends what is not a new connection to a frontend on to L3 forwarding.
+// serviceLBDefault sends what is not a new connection to a frontend on to the policy stage.
 func serviceLBDefault(c uint64) *openflow.FlowMod {
-	return flow(TableServiceLB, prioDefault, c, match(), gotoTable(TableL3))
+	return flow(TableServiceLB, prioDefault, c, match(), gotoTable(TableEgressRule))
 }
 
 // endpointDNATDefault drops what no endpoint flow claims (a bucket always has one).
 func endpointDNATDefault(c uint64) *openflow.FlowMod {
 	return flow(TableEndpointDNAT, prioDefault, c, match())
+}
+
+// egressRuleDefault sends what no egress rule allowed to EgressDefault.
+func egressRuleDefault(c uint64) *openflow.FlowMod {
+	return flow(TableEgressRule, prioDefault, c, match(), gotoTable(TableEgressDefault))
+}
+
+// egressDefaultDefault sends what is not from an egress-isolated pod on to the ingress rules.
+func egressDefaultDefault(c uint64) *openflow.FlowMod {
+	return flow(TableEgressDefault, prioDefault, c, match(), gotoTable(TableIngressRule))
+}
+
+// ingressRuleDefault sends what no ingress rule allowed to IngressDefault.
+func ingressRuleDefault(c uint64) *openflow.FlowMod {
+	return flow(TableIngressRule, prioDefault, c, match(), gotoTable(TableIngressDefault))
+}
+
+// ingressDefaultDefault sends what is not for an ingress-isolated pod on to ConntrackCommit.
+func ingressDefaultDefault(c uint64) *openflow.FlowMod {
+	return flow(TableIngressDefault, prioDefault, c, match(), gotoTable(TableCtCommit))
+}
+
+// ctCommitDefault sends what needs no commit (established, already committed, not IPv4) on to L3 forwarding.
+func ctCommitDefault(c uint64) *openflow.FlowMod {
+	return flow(TableCtCommit, prioDefault, c, match(), gotoTable(TableL3))
 }
 
 // l3Default sends packets that are not routed here to L2 forwarding.
@@ -228,6 +275,9 @@ type Pipeline struct {
 
 	services map[proxy.ServiceKey]*programmedService
 	groupIDs groupIDs
+
+	policies *programmedPolicies // nil: no policy state set yet
+	conjIDs  conjIDs
 }
 
 // New makes a pipeline for node, programmed through c.
@@ -368,6 +418,9 @@ func (p *Pipeline) desiredLocked() []*openflow.FlowMod {
 	for _, k := range p.sortedServiceKeys() {
 		fs = append(fs, p.services[k].flows...)
 	}
+	if p.policies != nil {
+		fs = append(fs, p.policies.flows()...)
+	}
 	sort.SliceStable(fs, func(i, j int) bool { return fs[i].TableID < fs[j].TableID })
 	return fs
 }
@@ -442,6 +495,9 @@ func (p *Pipeline) Sync(ctx context.Context) (SyncStats, error) {
 	for _, h := range have {
 		if learnedFlow(h.TableID, h.Cookie) {
 			continue // the switch's own, removed with its learner (service_affinity.go)
+		}
+		if p.policies == nil && h.Cookie&cookieFeature == cookiePolicy {
+			continue // no policy state yet: a previous run's policy flows stay until UpdatePolicies
 		}
 		id := flowID(h.TableID, h.Priority, h.Match)
 		if w, ok := want[id]; ok && !seen[id] && flowValue(w.Cookie, w.Instructions) == flowValue(h.Cookie, h.Instructions) {

@@ -14,8 +14,8 @@ import (
 func TestDesired(t *testing.T) {
 	p := withAffinityService(representativePipeline())
 	fs := p.Desired()
-	if want := 25 + 2*7 + 2*6 + 8 + 5; len(fs) != want {
-		t.Fatalf("%d flows, want %d (25 node-wide, 7 per pod, 6 per remote node, 8 for the Service (2 of them hairpin), 5 for the affinity one (1 hairpin))", len(fs), want)
+	if want := 33 + 2*7 + 2*6 + 8 + 5; len(fs) != want {
+		t.Fatalf("%d flows, want %d (33 node-wide, 7 per pod, 6 per remote node, 8 for the Service (2 of them hairpin), 5 for the affinity one (1 hairpin))", len(fs), want)
 	}
 	declared := map[uint8]bool{}
 	for _, tb := range Tables() {
@@ -49,7 +49,7 @@ func TestDesired(t *testing.T) {
 			t.Errorf("table %s has no default flow", tb.Name)
 		}
 	}
-	for obj, want := range map[uint64]int{localObject(): 25, serviceObject(representativeService().Key): 8, serviceObject(affinityService().Key): 5, podObject("3f2a9c/eth0"): 7, podObject("7b01de/eth0"): 7, nodeObject("node2"): 6, nodeObject("node3"): 6} {
+	for obj, want := range map[uint64]int{localObject(): 33, serviceObject(representativeService().Key): 8, serviceObject(affinityService().Key): 5, podObject("3f2a9c/eth0"): 7, podObject("7b01de/eth0"): 7, nodeObject("node2"): 6, nodeObject("node3"): 6} {
 		if objects[obj] != want {
 			t.Errorf("cookie %#x: %d flows, want %d", obj, objects[obj], want)
 		}
@@ -74,9 +74,9 @@ func TestFlowsSay(t *testing.T) {
 		// ARP to its target only
 		"table=20,priority=200,arp,arp_op=1,arp_tpa=10.77.1.3 actions=output:6",
 		// remote pods through the tunnel, TTL-1
-		"table=30,priority=200,ip,metadata=0x1/0x3,dl_dst=02:00:00:00:01:01,nw_dst=10.77.2.0/24 actions=dec_ttl,set_field:0x1->tun_id,output:3",
+		"table=40,priority=200,ip,metadata=0x1/0x3,dl_dst=02:00:00:00:01:01,nw_dst=10.77.2.0/24 actions=dec_ttl,set_field:0x1->tun_id,output:3",
 		// intra-node by MAC
-		"table=40,priority=200,dl_dst=0a:58:0a:4d:01:03 actions=output:6",
+		"table=50,priority=200,dl_dst=0a:58:0a:4d:01:03 actions=output:6",
 	} {
 		if !containsFlow(text, want) {
 			t.Errorf("no flow like\n  %s\nin\n%s", want, text)

@@ -18,20 +18,22 @@ import (
 // connection to a Service frontend is sent to the Service port's select
 // group, whose bucket (one per endpoint) loads the endpoint into
 // registers and resubmits to EndpointDNAT, which commits the connection
-// with DNAT to that endpoint and goes on to L3 forwarding.
+// with DNAT to that endpoint and goes on to the policy stage
+// (networkpolicy.go) and L3 forwarding.
 //
 //	ConntrackZone  ip → ct(zone=CtZone, nat, table=ConntrackState)
 //	ConntrackState from a pod, +inv+trk → drop; else → ServiceLB
 //	ServiceLB      +new+trk, proto, nw_dst=frontend, tp_dst=port
 //	                 → load the port's tag into reg5, group:<port's group>
 //	               no endpoint anywhere → controller (the agent rejects: service_reject.go)
-//	               other +new+trk → ct(commit, zone=CtZone, nat, table=L3Forwarding)
-//	               else → L3 forwarding
+//	               else → EgressRule (policy: networkpolicy.go)
 //	group          one bucket per endpoint: reg3=IP, reg4[0..15]=port,
 //	                 resubmit(,EndpointDNAT)
 //	EndpointDNAT   reg5=tag, reg3, reg4[0..15], proto
 //	                 → ct(commit, zone=CtZone, nat(dst=IP:port),
-//	                      exec(ct_mark[0]=1), table=L3Forwarding)
+//	                      exec(ct_mark[0]=1), table=EgressRule)
+//	ConntrackCommit (after policy) other +new+trk-dnat
+//	                 → ct(commit, zone=CtZone, nat, table=L3Forwarding)
 //
 // Why the endpoint is a table and not the bucket itself: Open vSwitch
 // refuses ct in a group bucket (a group has no match to prove the packet
@@ -387,7 +389,7 @@ func endpointDNAT(c uint64, proto uint8, gid uint32, e proxy.Endpoint) *openflow
 		match(ethType(etherIPv4), openflow.Uint(openflow.FieldIPProto, uint64(proto)), openflow.Reg(regServiceTag, gid),
 			openflow.Reg(regEndpointIP, uint32(a[0])<<24|uint32(a[1])<<16|uint32(a[2])<<8|uint32(a[3])),
 			openflow.RegMasked(regEndpointPort, uint32(e.Port), 0xffff)),
-		apply(openflow.ActionNXCT{Flags: openflow.NXCTFlagCommit, Zone: CtZone, Table: TableL3.ID, Actions: openflow.Actions{
+		apply(openflow.ActionNXCT{Flags: openflow.NXCTFlagCommit, Zone: CtZone, Table: TableEgressRule.ID, Actions: openflow.Actions{
 			openflow.ActionNXNAT{Flags: openflow.NXNATFlagDst, AddrMin: e.Addr, PortMin: e.Port},
 			openflow.ActionNXRegLoad2{Field: openflow.NXUintMasked(openflow.NXMCtMark, ctMarkService, ctMarkService)},
 		}}))
@@ -403,9 +405,11 @@ func conntrackFlows(c uint64) []*openflow.FlowMod {
 }
 
 // conntrackCommitOthers commits every other new connection (pod to pod, to
-// the node, from other nodes) and routes it: the tracker then knows its
-// replies (a TCP SYN-ACK of a connection it never saw is invalid, and
-// ConntrackState drops invalid packets), as Antrea's ConntrackCommit does.
+// the node, from other nodes) that the policy stage allowed, and routes
+// it: the tracker then knows its replies (a TCP SYN-ACK of a connection it
+// never saw is invalid, and ConntrackState drops invalid packets), as
+// Antrea's ConntrackCommit does. A connection policy dropped is never
+// committed, so a packet that looks like its reply is not +est.
 //
 // Not a packet ConntrackZone's nat just translated (+dnat): that is a
 // Service connection's later packet before its first reply (a UDP
@@ -426,7 +430,7 @@ func conntrackFlows(c uint64) []*openflow.FlowMod {
 // was dropped (nat-no-port) and the endpoint would have taken it for the
 // other connection.
 func conntrackCommitOthers(c uint64) *openflow.FlowMod {
-	return flow(TableServiceLB, prioKind, c, match(ethType(etherIPv4),
+	return flow(TableCtCommit, prioKind, c, match(ethType(etherIPv4),
 		openflow.CtState(openflow.CtStateNew|openflow.CtStateTrk, openflow.CtStateNew|openflow.CtStateTrk|openflow.CtStateDNAT)),
 		apply(openflow.ActionNXCT{Flags: openflow.NXCTFlagCommit, Zone: CtZone, Table: TableL3.ID,
 			Actions: openflow.Actions{openflow.ActionNXNAT{}}}))

@@ -20,7 +20,8 @@ import (
 //	EndpointDNAT  (one flow per local endpoint, above its plain one)
 //	              reg5=tag, reg3=IP, reg4=port, proto, nw_src=IP
 //	                → ct(commit, zone=CtZone, nat(dst=IP:port),
-//	                     ct_mark |= hairpin, table=L3Forwarding)
+//	                     ct_mark |= hairpin, table=EgressRule)
+//	              (the policy stage, then L3Forwarding)
 //	L3Forwarding  ct_mark hairpin, -rpl → ct(commit, zone=HairpinCtZone,
 //	                     nat(src=HairpinSource), table=L3Forwarding)
 //	              nw_src=HairpinSource → back to the sender: eth_dst :=
@@ -57,7 +58,7 @@ func endpointDNATHairpin(c uint64, proto uint8, gid uint32, e proxy.Endpoint) *o
 	f := endpointDNAT(c, proto, gid, e)
 	f.Priority = prioSpecific + 10
 	f.Match = f.Match.Add(openflow.Addr(openflow.FieldIPv4Src, e.Addr))
-	f.Instructions = []openflow.Instruction{apply(openflow.ActionNXCT{Flags: openflow.NXCTFlagCommit, Zone: CtZone, Table: TableL3.ID,
+	f.Instructions = []openflow.Instruction{apply(openflow.ActionNXCT{Flags: openflow.NXCTFlagCommit, Zone: CtZone, Table: TableEgressRule.ID,
 		Actions: openflow.Actions{
 			openflow.ActionNXNAT{Flags: openflow.NXNATFlagDst, AddrMin: e.Addr, PortMin: e.Port},
 			openflow.ActionNXRegLoad2{Field: openflow.NXUintMasked(openflow.NXMCtMark, ctMarkService|ctMarkHairpin, ctMarkService|ctMarkHairpin)},

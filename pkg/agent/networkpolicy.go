@@ -1,0 +1,207 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/nagare-net/nagare/pkg/agent/netpol"
+	"github.com/nagare-net/nagare/pkg/agent/pipeline"
+)
+
+// NetworkPolicy: the Kubernetes source feeds policies, namespaces and
+// every pod of the cluster into a netpol.Engine (policyFeed wakes
+// policyLoop on each change); policyLoop realizes what changed and the
+// pipeline (pipeline/networkpolicy.go) programs the difference. A
+// (re)connection's Sync carries the whole realized state, so a switch
+// restart never leaves pods unprotected after the sync.
+
+// policyCoalesce is how long policyLoop lets changes gather after the
+// first: a namespace created with its pods, or a rollout, arrives as many
+// events within milliseconds. Well under the 200 ms realization target.
+const policyCoalesce = 10 * time.Millisecond
+
+// policyFeed is the engine behind the source's PolicyHandler: every change
+// wakes policyLoop.
+type policyFeed struct {
+	*netpol.Engine
+	kick chan struct{}
+}
+
+func (f *policyFeed) wake() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (f *policyFeed) SetPolicy(np *networkingv1.NetworkPolicy) { f.Engine.SetPolicy(np); f.wake() }
+func (f *policyFeed) DeletePolicy(ns, name string)             { f.Engine.DeletePolicy(ns, name); f.wake() }
+func (f *policyFeed) SetPod(p *netpol.Pod)                     { f.Engine.SetPod(p); f.wake() }
+func (f *policyFeed) DeletePod(ns, name string)                { f.Engine.DeletePod(ns, name); f.wake() }
+func (f *policyFeed) SetNamespace(name string, l map[string]string) {
+	f.Engine.SetNamespace(name, l)
+	f.wake()
+}
+func (f *policyFeed) DeleteNamespace(name string) { f.Engine.DeleteNamespace(name); f.wake() }
+
+// startPolicies makes the engine and connects it to the Kubernetes source
+// (NetworkPolicy is a Kubernetes feature: the cluster file has none).
+func (a *Agent) startPolicies() {
+	if a.cfg.Kube == nil {
+		return
+	}
+	a.policies = &policyFeed{Engine: netpol.NewEngine(a.cfg.NodeName), kick: make(chan struct{}, 1)}
+	a.cfg.Kube.WatchPolicies(a.policies)
+}
+
+// policyLoop realizes and programs policy changes as they come.
+func (a *Agent) policyLoop(ctx context.Context) {
+	if a.policies == nil {
+		return
+	}
+	// Nothing is programmed before the informers have synced: a partial
+	// view (a policy before the pods it allows) would drop allowed
+	// connections, and the pipeline keeps the switch's policy flows of a
+	// previous run until the first full state replaces them.
+	select {
+	case <-ctx.Done():
+		return
+	case <-a.cfg.Kube.Synced():
+	}
+	reported := map[string]string{} // policy → its problems, last reported
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.policies.kick:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(policyCoalesce):
+		}
+		start := time.Now()
+		st, problems, changed := a.policies.Realize()
+		if !changed {
+			continue
+		}
+		a.reportPolicyProblems(problems, reported)
+		res, err := a.programPolicies(ctx, st)
+		if err != nil {
+			a.log.Warn("network policies: programming the switch failed (the next sync repairs it)", "err", err)
+			continue
+		}
+		took := time.Since(start)
+		a.met.policyRealize.Observe(took.Seconds())
+		a.met.policyRules.Set(float64(len(st.Rules)))
+		if res.FlowsAdded+res.FlowsDeleted > 0 {
+			a.log.Info("network policies changed", "rules", len(st.Rules), "isolated_ingress", len(st.IsolatedIngress),
+				"isolated_egress", len(st.IsolatedEgress), "flows_added", res.FlowsAdded, "flows_deleted", res.FlowsDeleted, "took", took)
+		}
+	}
+}
+
+// reportPolicyProblems reports each policy's problems once per change of them.
+func (a *Agent) reportPolicyProblems(problems []netpol.Problem, reported map[string]string) {
+	byPolicy := map[string][]netpol.Problem{}
+	for _, p := range problems {
+		byPolicy[p.Policy] = append(byPolicy[p.Policy], p)
+	}
+	for pol, ps := range byPolicy {
+		var msgs []string
+		for _, p := range ps {
+			msgs = append(msgs, p.Msg)
+		}
+		joined := strings.Join(msgs, "\n")
+		if reported[pol] == joined {
+			continue
+		}
+		reported[pol] = joined
+		for _, p := range ps {
+			a.cfg.Kube.ReportPolicyProblem(p)
+		}
+	}
+}
+
+// programPolicies hands the realized state to the pipeline if the switch
+// is connected (else the connection's Sync programs it), under swMu as
+// programServices.
+func (a *Agent) programPolicies(ctx context.Context, st netpol.State) (pipeline.PolicyResult, error) {
+	a.swMu.Lock()
+	defer a.swMu.Unlock()
+	pl, err := a.connected()
+	if err != nil {
+		return pipeline.PolicyResult{}, nil
+	}
+	return pl.UpdatePolicies(ctx, st)
+}
+
+// syncPolicies gives a (re)connecting pipeline the whole realized state before its Sync.
+func (a *Agent) syncPolicies() {
+	if a.policies == nil {
+		return
+	}
+	select {
+	case <-a.cfg.Kube.Synced():
+	default:
+		return // not known yet: the Sync keeps the switch's policy flows
+	}
+	st, _, _ := a.policies.Realize()
+	a.pl.SetPolicies(st)
+}
+
+// policyStatus fills st's policy rows: the programmed rules with their
+// counters and the default-deny drops per pod.
+func (a *Agent) policyStatus(ctx context.Context, st *Status, pl *pipeline.Pipeline, ready bool) {
+	if pl == nil {
+		return
+	}
+	counts := map[string]pipeline.PolicyCounter{}
+	if ready {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		pcs, err := pl.PolicyCounters(tctx)
+		cancel()
+		if err == nil {
+			for _, c := range pcs {
+				if c.Drop != "" {
+					dir, pod, _ := strings.Cut(c.Drop, " ")
+					st.PolicyDrops = append(st.PolicyDrops, PolicyDropStatus{Pod: pod, Direction: dir, Packets: c.Packets, Bytes: c.Bytes})
+					continue
+				}
+				counts[c.Rule] = c
+			}
+		}
+	}
+	for _, r := range pl.Policies() {
+		rs := PolicyRuleStatus{Rule: r.Rule.ID, Direction: r.Rule.Direction.String(), ConjID: r.ConjID, Peers: "any", Ports: "any"}
+		for _, p := range r.Rule.AppliedTo {
+			rs.Pods = append(rs.Pods, p.String())
+		}
+		if !r.Rule.AnyPeer {
+			var ps []string
+			for _, p := range r.Rule.Peers {
+				ps = append(ps, p.String())
+			}
+			rs.Peers = strings.Join(ps, ",")
+		}
+		if !r.Rule.AnyPort {
+			var ps []string
+			for _, p := range r.Rule.Ports {
+				ps = append(ps, p.String())
+			}
+			rs.Ports = strings.Join(ps, ",")
+		}
+		if c, ok := counts[r.Rule.ID]; ok {
+			rs.Packets, rs.Bytes = &c.Packets, &c.Bytes
+		}
+		st.Policies = append(st.Policies, rs)
+	}
+	if a.policies != nil {
+		for _, p := range a.policies.Problems() {
+			st.PolicyProblems = append(st.PolicyProblems, p.String())
+		}
+	}
+}
