@@ -634,7 +634,7 @@ static __always_inline int ct_commit(struct __sk_buff *skb, struct ct_scratch *s
 {
 	struct ct_port *p = NULL;
 	__u32 to;
-	int err;
+	int err, try;
 
 	if (cfg->port_max) {
 		__u64 *rel = bpf_map_lookup_elem(&ct_released, &in_port);
@@ -648,13 +648,6 @@ static __always_inline int ct_commit(struct __sk_buff *skb, struct ct_scratch *s
 	}
 	__builtin_memcpy(&s->orig, &s->tuple, sizeof(s->orig));
 	__builtin_memset(&s->conn, 0, sizeof(s->conn));
-	ct_reverse(&s->rtuple, &s->orig);
-	if (a->flags & CT_NAT) {
-		err = nat_choose(s, a);
-		if (err < 0)
-			return err;
-	}
-	__builtin_memcpy(&s->conn.peer, &s->rtuple, sizeof(s->conn.peer));
 	s->conn.kind = CT_CONN;
 	s->conn.in_port = in_port;
 	ct_set_mark_label(&s->conn, a, s);
@@ -664,18 +657,36 @@ static __always_inline int ct_commit(struct __sk_buff *skb, struct ct_scratch *s
 	__builtin_memcpy(&s->alias.peer, &s->orig, sizeof(s->alias.peer));
 	s->alias.kind = CT_REPLY;
 
-	/* An expired connection (or a stale reply entry) with the same
-	 * tuple is replaced. The reply tuple was checked by nat_choose. */
-	ct_reap(&s->orig, now, 1);
-	if (!(s->conn.flags & (CTF_SNAT | CTF_DNAT)))
-		ct_reap(&s->rtuple, now, 1);
-	err = bpf_map_update_elem(&conntrack, &s->orig, &s->conn, BPF_NOEXIST);
-	if (err)
-		return err == -17 /* EEXIST: another CPU just made it */ ? 0 : -DROP_CT_TABLE_FULL;
-	err = bpf_map_update_elem(&conntrack, &s->rtuple, &s->alias, BPF_NOEXIST);
-	if (err) {
+	/* Twice at most: another CPU may commit a connection with the same
+	 * reply tuple between nat_choose's look and the insert (a client's
+	 * SYNs to an endpoint and to its Service from one port, at once);
+	 * with nat the second choice sees that tuple held and moves. */
+	for (try = 0; try < 2; try++) {
+		ct_reverse(&s->rtuple, &s->orig);
+		s->conn.flags &= ~(CTF_SNAT | CTF_DNAT);
+		if (a->flags & CT_NAT) {
+			err = nat_choose(s, a);
+			if (err < 0)
+				return err;
+		}
+		__builtin_memcpy(&s->conn.peer, &s->rtuple, sizeof(s->conn.peer));
+		/* An expired connection (or a stale reply entry) with the
+		 * same tuple is replaced. The reply tuple was checked by
+		 * nat_choose. */
+		ct_reap(&s->orig, now, 1);
+		if (!(s->conn.flags & (CTF_SNAT | CTF_DNAT)))
+			ct_reap(&s->rtuple, now, 1);
+		err = bpf_map_update_elem(&conntrack, &s->orig, &s->conn, BPF_NOEXIST);
+		if (err)
+			return err == -17 /* EEXIST: another CPU just made it */ ? 0 : -DROP_CT_TABLE_FULL;
+		err = bpf_map_update_elem(&conntrack, &s->rtuple, &s->alias, BPF_NOEXIST);
+		if (!err)
+			break;
 		bpf_map_delete_elem(&conntrack, &s->orig);
-		return err == -17 ? -DROP_NAT_NO_PORT : -DROP_CT_TABLE_FULL;
+		if (err != -17)
+			return -DROP_CT_TABLE_FULL;
+		if (!(a->flags & CT_NAT) || try)
+			return -DROP_NAT_NO_PORT;
 	}
 	if (!p)
 		p = ct_port_of(in_port);
