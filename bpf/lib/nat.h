@@ -102,6 +102,31 @@ static __always_inline void nat_addr(__be32 *out, const __be32 *min, const __be3
 	}
 }
 
+/* nat_move_client looks for another client port (the reply tuple's
+ * destination port) when the wanted reply tuple is another connection's,
+ * as netfilter's NAT resolves such a clash with its null source binding:
+ * up to NAT_TRIES ports of 1024-65535 that ct_reap frees (take_closed:
+ * closed connections' too). Found: 1, the connection is then translated
+ * at its source too (CTF_SNAT). Not found, or a privileged client port
+ * (never moved): 0, with s->rtuple as it came. */
+static __always_inline int nat_move_client(struct ct_scratch *s, __u32 h, __u64 now, int take_closed)
+{
+	__be16 client = s->rtuple.dport;
+	__u32 i;
+
+	if (bpf_ntohs(client) < 1024)
+		return 0;
+	for (i = 0; i < NAT_TRIES; i++) {
+		s->rtuple.dport = bpf_htons(1024 + (h + i * 7919) % 64512);
+		if (ct_reap(&s->rtuple, now, take_closed)) {
+			s->conn.flags |= CTF_SNAT;
+			return 1;
+		}
+	}
+	s->rtuple.dport = client;
+	return 0;
+}
+
 /* nat_choose sets s->rtuple (the reverse of s->orig so far) to the
  * translated reply tuple the action's NAT asks for, and the conn's
  * CTF_SNAT/CTF_DNAT. Returns 0 or -DROP_NAT_NO_PORT. A global function:
@@ -161,15 +186,8 @@ __noinline int nat_choose(struct ct_scratch *s, const struct action *a)
 			/* Another client port, as netfilter's NAT resolves a
 			 * clash (the null source binding): the connection is
 			 * then translated both ways (+snat+dnat). */
-			if (ports && bpf_ntohs(client) >= 1024) {
-				for (i = 0; i < NAT_TRIES; i++) {
-					s->rtuple.dport = bpf_htons(1024 + (h + i * 7919) % 64512);
-					if (ct_reap(&s->rtuple, now, pass)) {
-						s->conn.flags |= CTF_SNAT;
-						return 0;
-					}
-				}
-			}
+			if (ports && nat_move_client(s, h, now, pass))
+				return 0;
 		}
 		return -DROP_NAT_NO_PORT;
 	}
@@ -179,19 +197,10 @@ __noinline int nat_choose(struct ct_scratch *s, const struct action *a)
 		 * unless the reply tuple is another connection's — a client
 		 * that reached the same endpoint through a Service from this
 		 * port — then the client's port moves, as above. */
-		client = s->rtuple.dport;
 		if (ct_reap(&s->rtuple, now, 0))
 			return 0;
-		if (ports && bpf_ntohs(client) >= 1024) {
-			for (i = 0; i < NAT_TRIES; i++) {
-				s->rtuple.dport = bpf_htons(1024 + (h + i * 7919) % 64512);
-				if (ct_reap(&s->rtuple, now, 0)) {
-					s->conn.flags |= CTF_SNAT;
-					return 0;
-				}
-			}
-			s->rtuple.dport = client;
-		}
+		if (ports && nat_move_client(s, h, now, 0))
+			return 0;
 		return ct_reap(&s->rtuple, now, 1) ? 0 : -DROP_NAT_NO_PORT;
 	}
 	if (kind != NAT_SRC)
