@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -107,17 +106,11 @@ func TestServicesShortConnections(t *testing.T) {
 // FIN comes first, so the client's port is never held in TIME_WAIT (with
 // 64 ports that would run out, and the test would measure the client).
 func tcpNameToEOF(t *testing.T, ns nstest.NS, addr string) (string, error) {
-	var c net.Conn
-	var err error
-	ns.In(t, func() {
-		d := net.Dialer{Timeout: 3 * time.Second}
-		c, err = d.DialContext(context.Background(), "tcp4", addr)
-	})
+	c, err := dialIn(t, ns, addr)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(3 * time.Second))
 	b, err := io.ReadAll(c)
 	return strings.TrimSpace(string(b)), err
 }

@@ -234,6 +234,18 @@ func serveNameOn(t *testing.T, ns nstest.NS, name string, tcpPort, udpPort int) 
 
 // tcpName opens a new connection from ns to addr and reads the server's name.
 func tcpName(t *testing.T, ns nstest.NS, addr string) (string, error) {
+	c, err := dialIn(t, ns, addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+// dialIn opens a TCP connection from ns to addr, both dial and use
+// bounded by 3 s.
+func dialIn(t *testing.T, ns nstest.NS, addr string) (net.Conn, error) {
 	var c net.Conn
 	var err error
 	ns.In(t, func() {
@@ -241,12 +253,10 @@ func tcpName(t *testing.T, ns nstest.NS, addr string) (string, error) {
 		c, err = d.DialContext(context.Background(), "tcp4", addr)
 	})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	defer c.Close()
 	c.SetDeadline(time.Now().Add(3 * time.Second))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return strings.TrimSpace(line), err
+	return c, nil
 }
 
 // udpFlow is one UDP socket in a namespace talking to one address: every
