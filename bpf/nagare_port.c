@@ -101,15 +101,19 @@ static __always_inline int pass_run(struct __sk_buff *skb, struct pass *st, stru
 	struct flow_key *key = &st->key;
 	const struct flow_entry *fe = NULL;
 	struct emc_entry *emc_slot = NULL;
-	__u32 fid = NO_FLOW;
-	__u64 hash = 0;
+	__u32 fid = NO_FLOW, emc_idx = 0, emc_tag = 0, *tag = NULL;
 
-	if (cfg->emc || (cfg->mask_cache && cfg->n_masks > MASK_CACHE_MIN_MASKS))
-		hash = key_hash(key);
 	if (cfg->emc) {
-		__u32 slot = hash >> (64 - EMC_BITS);
+		__u64 h = key_hash(key);
 
-		emc_slot = bpf_map_lookup_elem(&emc, &slot);
+		__u32 at;
+
+		emc_idx = h >> (64 - EMC_BITS);
+		emc_tag = (__u32)h | 1;
+		at = bpf_get_smp_processor_id() << EMC_BITS | emc_idx;
+		tag = bpf_map_lookup_elem(&emc_tags, &at);
+		if (tag && *tag == emc_tag)
+			emc_slot = bpf_map_lookup_elem(&emc, &emc_idx);
 		if (emc_slot && key_equal(&emc_slot->key, key) &&
 		    flow_alive(emc_slot->flow_id, emc_slot->gen)) {
 			fid = emc_slot->flow_id;
@@ -118,7 +122,7 @@ static __always_inline int pass_run(struct __sk_buff *skb, struct pass *st, stru
 		}
 	}
 	if (!fe) {
-		fid = megaflow_lookup(key, cfg->n_masks, hash, cfg->mask_cache);
+		fid = megaflow_lookup(key, cfg->n_masks, cfg->mask_cache);
 		if (fid != NO_FLOW)
 			fe = bpf_map_lookup_elem(&flows, &fid);
 		if (fe) {
@@ -130,12 +134,14 @@ static __always_inline int pass_run(struct __sk_buff *skb, struct pass *st, stru
 			 * keys (random ports or TTLs under one wide megaflow)
 			 * can no longer evict everyone else's entries at its
 			 * own packet rate. */
-			if (emc_slot && flow_alive(fid, fe->gen) &&
-			    (cfg->emc <= 1 || bpf_get_prandom_u32() % cfg->emc == 0)) {
+			if (tag && flow_alive(fid, fe->gen) &&
+			    (cfg->emc <= 1 || bpf_get_prandom_u32() % cfg->emc == 0) &&
+			    (emc_slot || (emc_slot = bpf_map_lookup_elem(&emc, &emc_idx)))) {
 				__builtin_memcpy(&emc_slot->key, key, sizeof(*key));
 				emc_slot->flow_id = fid;
 				emc_slot->gen = fe->gen;
 				__builtin_memcpy(&emc_slot->fe, fe, sizeof(*fe));
+				*tag = emc_tag;
 				count(CTR_EMC_INSERT);
 			}
 		}

@@ -69,9 +69,7 @@ int nagare_port_xdp(struct xdp_md *ctx)
 	ret = parse_frame(data, data_end, 0, &key, &ps);
 	if (ret < 0)
 		return drop_xdp(ifindex, -ret);
-	fid = megaflow_lookup(&key, cfg->n_masks,
-			      cfg->mask_cache && cfg->n_masks > MASK_CACHE_MIN_MASKS ? key_hash(&key) : 0,
-			      cfg->mask_cache);
+	fid = megaflow_lookup(&key, cfg->n_masks, cfg->mask_cache);
 	if (fid == NO_FLOW)
 		return XDP_PASS;
 	fe = bpf_map_lookup_elem(&flows, &fid);

@@ -67,12 +67,12 @@ struct flow_key {
 	__be32 ipv6_label; /* flow label (20 bits) */
 	__be32 ip_src[4];  /* IPv4 in [0], IPv6 in [0..3]; ARP SPA; MPLS LSE */
 	__be32 ip_dst[4];  /* ARP TPA */
-	/* word 10 */
+	/* bytes 76-83: the last half of word 9, the first of word 10 */
 	__be16 tp_src;     /* L4 source port / ICMP type */
 	__be16 tp_dst;     /* L4 destination port / ICMP code */
 	__be16 tcp_flags;  /* TCP flags (12 bits) */
 	__u16 pad1;
-	/* word 11 */
+	/* bytes 84-95 */
 	__u8 arp_sha[6];   /* ARP SHA; ND source link-layer address */
 	__u8 arp_tha[6];   /* ARP THA; ND target link-layer address */
 	/* words 12-13 */

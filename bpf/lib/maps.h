@@ -283,6 +283,23 @@ struct {
 	__type(value, struct emc_entry);
 } emc SEC(".maps");
 
+/* emc_tags[cpu << EMC_BITS | slot]: a tag of the key in this CPU's
+ * emc[slot] (the low 32 bits of its key_hash, never 0; 0 = empty),
+ * checked before the entry: a lookup that misses (every packet of a new
+ * connection) reads one word of a 32 KB table instead of the entry's
+ * three cold cache lines. A plain array with a block per CPU (userspace
+ * sizes it by the possible CPUs), not a per-CPU array: the lookup of an
+ * element of a per-CPU array loads the element's pointer first, and with
+ * thousands of small elements both loads miss the cache (~150 ns more per
+ * packet, BenchmarkShortConnections). Neither map is pinned
+ * (pkg/datapath's unpinned). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EMC_ENTRIES); /* × possible CPUs, set by userspace */
+	__type(key, __u32);
+	__type(value, __u32);
+} emc_tags SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, EXEC_SLOTS);

@@ -67,6 +67,26 @@ static __always_inline __u64 key_hash(const struct flow_key *key)
 	return h;
 }
 
+/* The TCP flags in word 10 (tcp_flags, flow_key.h): they change from
+ * packet to packet of one connection (SYN, ACK, PSH|ACK, FIN|ACK), so the
+ * mask cache leaves them out of its hash and, while no mask it walked
+ * looks at them, out of its compare. */
+#define KEY_W10_TCP_FLAGS 0x000000000000ffffull /* bytes 80-81 of the key */
+
+/* mask_cache_hash is key_hash without the TCP flags: all packets of one
+ * connection's direction share a mask cache entry. */
+static __always_inline __u64 mask_cache_hash(const struct flow_key *key)
+{
+	const __u64 *k = (const __u64 *)key;
+	__u64 a = k[0] ^ k[2] ^ k[4] ^ k[6] ^ k[8] ^ (k[10] & ~KEY_W10_TCP_FLAGS) ^ k[12] ^ k[14] ^ k[16] ^ k[18];
+	__u64 b = k[1] ^ k[3] ^ k[5] ^ k[7] ^ k[9] ^ k[11] ^ k[13] ^ k[15] ^ k[17] ^ k[19];
+	__u64 h = a * 0x9E3779B97F4A7C15ull ^ b * 0xC2B2AE3D27D4EB4Full;
+
+	h ^= h >> 29;
+	h *= 0x165667B19E3779F9ull;
+	return h;
+}
+
 static __always_inline int key_equal(const struct flow_key *a, const struct flow_key *b)
 {
 	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
@@ -74,6 +94,18 @@ static __always_inline int key_equal(const struct flow_key *a, const struct flow
 	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) |
 		 (x[4] ^ y[4]) | (x[5] ^ y[5]) | (x[6] ^ y[6]) | (x[7] ^ y[7]) |
 		 (x[8] ^ y[8]) | (x[9] ^ y[9]) | (x[10] ^ y[10]) | (x[11] ^ y[11]) |
+		 (x[12] ^ y[12]) | (x[13] ^ y[13]) | (x[14] ^ y[14]) | (x[15] ^ y[15]) |
+		 (x[16] ^ y[16]) | (x[17] ^ y[17]) | (x[18] ^ y[18]) | (x[19] ^ y[19]));
+}
+
+/* key_equal_but is key_equal leaving out the bits of word 10 in ign10. */
+static __always_inline int key_equal_but(const struct flow_key *a, const struct flow_key *b, __u64 ign10)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+
+	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) |
+		 (x[4] ^ y[4]) | (x[5] ^ y[5]) | (x[6] ^ y[6]) | (x[7] ^ y[7]) |
+		 (x[8] ^ y[8]) | (x[9] ^ y[9]) | ((x[10] ^ y[10]) & ~ign10) | (x[11] ^ y[11]) |
 		 (x[12] ^ y[12]) | (x[13] ^ y[13]) | (x[14] ^ y[14]) | (x[15] ^ y[15]) |
 		 (x[16] ^ y[16]) | (x[17] ^ y[17]) | (x[18] ^ y[18]) | (x[19] ^ y[19]));
 }
@@ -103,22 +135,44 @@ static __always_inline int key_equal(const struct flow_key *a, const struct flow
  *     runs. A slot that got a new mask is the same: the probe finds the
  *     key's megaflow under it, which the walk would find too (no earlier
  *     slot matches), or misses.
- * Unlike the exact-match cache the entry holds no actions (176 bytes, not
- * 700), so every walk that hits writes one. */
+ *   - it leaves the TCP flags out (hash and compare) unless a mask the
+ *     walk passed, or the one it found the megaflow under, looks at them
+ *     (MC_FLAGS_EXACT): a connection's SYN, ACK, PSH|ACK and FIN|ACK then
+ *     share one entry. That is sound because the flags can change which
+ *     megaflow matches only under a mask that looks at them, and a later
+ *     install of such a mask before the slot bumps the entry's sequence.
+ *   - it remembers the megaflow too (flow id and generation): while
+ *     flow_gens still says so, that is what the probe under the slot
+ *     would find (the slot's mask ignores the flags unless the entry is
+ *     exact), and the probe's hash of a 168-byte key is saved. A deleted
+ *     or replaced megaflow has another generation: the probe runs.
+ *   - its first word is a tag (the hash's low 32 bits), compared before
+ *     the key, so that a miss reads one cache line of the entry, not its
+ *     three: a load of short connections misses on every new key.
+ * Unlike the exact-match cache the entry holds no actions (184 bytes, not
+ * 700), so every walk that hits writes one. The map is not pinned
+ * (datapath.go's unpinned): each switch process makes its own, so its
+ * layout can change across an upgrade. */
 #define MASK_CACHE_BITS 12
 #define MASK_CACHE_ENTRIES (1 << MASK_CACHE_BITS)
-#define MASK_CACHE_MIN_MASKS 2 /* used above this many masks */
+#define MASK_CACHE_MIN_MASKS 0 /* used above this many masks: a hit saves the probe, even of one mask */
+#define MC_FLAGS_EXACT (1u << 31) /* in slot: compare the TCP flags too */
 
 struct mask_cache_entry {
-	struct flow_key key;
+	__u32 tag;  /* low 32 bits of mask_cache_hash(key); 0 with slot 0: empty */
+	__u32 slot; /* the mask slot where it found key's megaflow | MC_FLAGS_EXACT */
+	__u32 fid;  /* that megaflow's flow id */
+	__u32 gen;  /* and its generation then (flow_gens) */
 	__u64 seq;  /* mask_seqs[0] when the walk that wrote it began */
-	__u32 slot; /* the mask slot where it found key's megaflow */
-	__u32 pad;
+	struct flow_key key;
 };
 
+/* mask_cache[cpu << MASK_CACHE_BITS | bucket]: a block per CPU of a
+ * plain array (userspace sizes it by the possible CPUs), for the reason
+ * emc_tags is one (maps.h). */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, MASK_CACHE_ENTRIES);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MASK_CACHE_ENTRIES); /* × possible CPUs, set by userspace */
 	__type(key, __u32);
 	__type(value, struct mask_cache_entry);
 } mask_cache SEC(".maps");
@@ -135,8 +189,9 @@ struct {
 } mask_seqs SEC(".maps");
 
 /* mask_probe looks key up under mask slot idx: the filter first, then
- * the megaflow table. */
-static __always_inline __u32 mask_probe(const __u64 *k, struct megaflow_key *mk, __u32 idx)
+ * the megaflow table. *flags gets MC_FLAGS_EXACT if the slot's mask looks
+ * at the TCP flags. */
+static __always_inline __u32 mask_probe(const __u64 *k, struct megaflow_key *mk, __u32 idx, __u32 *flags)
 {
 	struct mf_mask *m;
 	__u32 slot, *cnt, *fid;
@@ -146,6 +201,8 @@ static __always_inline __u32 mask_probe(const __u64 *k, struct megaflow_key *mk,
 	m = bpf_map_lookup_elem(&masks, &idx);
 	if (!m || !m->valid)
 		return NO_FLOW;
+	if (m->mask.tcp_flags)
+		*flags |= MC_FLAGS_EXACT;
 	slot = idx * FILTER_SLOTS + filter_hash(k, m);
 	cnt = bpf_map_lookup_elem(&mask_filter, &slot);
 	if (!cnt || !*cnt)
@@ -173,14 +230,14 @@ static __always_inline __u32 mask_probe(const __u64 *k, struct megaflow_key *mk,
 
 /* megaflow_lookup returns the flow id of the first mask (in probe order)
  * whose megaflow matches key, or NO_FLOW: through the mask cache when it
- * is on (cache != 0) and knows the key (hash = key_hash(key)), else by
- * walking the masks. Global, so verified once. */
-__noinline __u32 megaflow_lookup(const struct flow_key *key, __u32 n_masks, __u64 hash, __u32 cache)
+ * is on (cache != 0) and knows the key, else by walking the masks.
+ * Global, so verified once. */
+__noinline __u32 megaflow_lookup(const struct flow_key *key, __u32 n_masks, __u32 cache)
 {
 	const __u64 *k = (const __u64 *)key;
 	struct mask_cache_entry *mc = NULL;
 	struct megaflow_key *mk;
-	__u32 i, zero = 0, fid;
+	__u32 i, zero = 0, fid, flags = 0, tag = 0, *g;
 	__u64 seq = 0, *s;
 
 	if (!key)
@@ -190,24 +247,38 @@ __noinline __u32 megaflow_lookup(const struct flow_key *key, __u32 n_masks, __u6
 		return NO_FLOW;
 	if (n_masks > MAX_MASKS)
 		n_masks = MAX_MASKS;
-	/* Walking one or two masks costs no more than the cache (the key's
-	 * hash, a 160-byte compare): BenchmarkMegaflowSearch. */
 	if (cache && n_masks > MASK_CACHE_MIN_MASKS) {
-		__u32 b = hash >> (64 - MASK_CACHE_BITS);
+		__u64 hash = mask_cache_hash(key);
+		__u32 b = bpf_get_smp_processor_id() << MASK_CACHE_BITS | hash >> (64 - MASK_CACHE_BITS);
 
+		tag = (__u32)hash;
 		s = bpf_map_lookup_elem(&mask_seqs, &zero);
 		if (s)
 			seq = *s;
 		mc = bpf_map_lookup_elem(&mask_cache, &b);
-		if (mc && mc->slot < n_masks && key_equal(&mc->key, key)) {
-			__u32 at = 1 + mc->slot;
+		if (mc && mc->tag == tag) {
+			__u32 slot = mc->slot & ~MC_FLAGS_EXACT;
 
-			s = bpf_map_lookup_elem(&mask_seqs, &at);
-			if (s && *s <= mc->seq) {
-				fid = mask_probe(k, mk, mc->slot);
-				if (fid != NO_FLOW) {
-					count(CTR_MASK_CACHE_HIT);
-					return fid;
+			if (slot < n_masks &&
+			    key_equal_but(&mc->key, key, mc->slot & MC_FLAGS_EXACT ? 0 : KEY_W10_TCP_FLAGS)) {
+				__u32 at = 1 + slot;
+
+				s = bpf_map_lookup_elem(&mask_seqs, &at);
+				if (s && *s <= mc->seq) {
+					fid = mc->fid;
+					g = bpf_map_lookup_elem(&flow_gens, &fid);
+					if (g && mc->gen && *g == mc->gen) {
+						count(CTR_MASK_CACHE_HIT);
+						return fid;
+					}
+					fid = mask_probe(k, mk, slot, &flags);
+					if (fid != NO_FLOW) {
+						g = bpf_map_lookup_elem(&flow_gens, &fid);
+						mc->fid = fid;
+						mc->gen = g ? *g : 0;
+						count(CTR_MASK_CACHE_HIT);
+						return fid;
+					}
 				}
 			}
 		}
@@ -215,12 +286,16 @@ __noinline __u32 megaflow_lookup(const struct flow_key *key, __u32 n_masks, __u6
 	for (i = 0; i < MAX_MASKS; i++) {
 		if (i >= n_masks)
 			break;
-		fid = mask_probe(k, mk, i);
+		fid = mask_probe(k, mk, i, &flags);
 		if (fid != NO_FLOW) {
 			if (mc) {
-				__builtin_memcpy(&mc->key, key, sizeof(*key));
+				g = bpf_map_lookup_elem(&flow_gens, &fid);
+				mc->tag = tag;
+				mc->slot = i | flags;
+				mc->fid = fid;
+				mc->gen = g ? *g : 0;
 				mc->seq = seq;
-				mc->slot = i;
+				__builtin_memcpy(&mc->key, key, sizeof(*key));
 			}
 			return fid;
 		}

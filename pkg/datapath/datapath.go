@@ -231,6 +231,14 @@ func (d *Datapath) load() error {
 		spec.Maps[name].MaxEntries = uint32(d.cfg.MaxFlows)
 	}
 	spec.Maps["conntrack"].MaxEntries = uint32(2 * d.cfg.ConntrackMax) // an entry per direction
+	// The caches with a block per CPU (bpf/lib/maps.h, emc_tags).
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{"emc_tags", "mask_cache"} {
+		spec.Maps[name].MaxEntries *= uint32(cpus)
+	}
 	for _, m := range spec.Maps {
 		if !unpinned[m.Name] {
 			m.Pinning = ebpf.PinByName
@@ -271,7 +279,14 @@ func (d *Datapath) load() error {
 // empty array once the old process closed it (the kernel clears a
 // program array when its last user reference goes) and every
 // recirculated packet would drop until the swap.
-var unpinned = map[string]bool{"out_traces": true, ".rodata": true, ".bss": true, ".data": true}
+//
+// The caches in front of the megaflow search (the exact-match cache, its
+// tags, the mask cache) are also each process's own: they hold nothing a
+// packet needs (a miss searches), the old process's programs keep theirs
+// until the swap, and their layout may then change from one release to
+// the next without making the pinned instance incompatible.
+var unpinned = map[string]bool{"out_traces": true, ".rodata": true, ".bss": true, ".data": true,
+	"emc": true, "emc_tags": true, "mask_cache": true}
 
 // Close releases this process's handles. Pinned maps and port attachments
 // stay: traffic keeps flowing through the installed flows.

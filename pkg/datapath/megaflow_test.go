@@ -141,6 +141,58 @@ func TestMaskCacheKeepsProbeOrder(t *testing.T) {
 	}
 }
 
+// TestMaskCacheTCPFlags: the mask cache leaves the TCP flags out of an
+// entry while no mask up to its slot looks at them, so a connection's ACK
+// finds the megaflow its SYN's walk found; a mask that looks at the flags,
+// installed in an earlier slot afterwards, wins at once for the packets it
+// matches, and from then on entries compare the flags too (an ACK does not
+// take a SYN's entry).
+func TestMaskCacheTCPFlags(t *testing.T) {
+	d := newTestDP(t)
+	d.pinCPU(t) // the mask cache is per CPU
+	if err := d.SetEMC(false); err != nil {
+		t.Fatal(err)
+	}
+	out0, out1 := d.ifindex["dummy0"], d.ifindex["dummy1"]
+	pkt := func(sport uint16, f layers.TCP) []byte {
+		f.SrcPort, f.DstPort, f.Seq, f.Window = layers.TCPPort(sport), 80, 1, 1000
+		return serialize(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolTCP, "10.0.0.1", "10.0.0.2"), &f, gopacket.Payload("x"))
+	}
+	syn, ack, fin := layers.TCP{SYN: true}, layers.TCP{ACK: true}, layers.TCP{FIN: true, ACK: true}
+	other := dstFlow("10.9.9.9", portOut) // slot 0, does not match
+	d.put(other)
+	d.put(inPortFlow(flow.Output{Port: portOut2})) // slot 1, matches everything from portIn
+	hits := func() uint64 { return d.counters()["mask-cache-hit"] }
+	expect := func(what string, p []byte, want int, hit bool) {
+		t.Helper()
+		before := hits()
+		if got := d.outputOf(p); got != want {
+			t.Fatalf("%s went to %d, want %d", what, got, want)
+		}
+		if got := hits() - before; got != map[bool]uint64{false: 0, true: 1}[hit] {
+			t.Fatalf("%s: %d mask cache hits, want hit=%v", what, got, hit)
+		}
+	}
+	expect("first SYN (walks)", pkt(1000, syn), out1, false)
+	expect("its ACK", pkt(1000, ack), out1, true)
+	expect("its FIN", pkt(1000, fin), out1, true)
+
+	// A mask on the FIN flag in the freed slot 0: an install before slot 1.
+	if _, err := d.Delete(other.Key, other.Mask); err != nil {
+		t.Fatal(err)
+	}
+	k := flow.Key{InPort: portIn, EthType: 0x0800, NwProto: 6, TCPFlags: 0x001}
+	d.put(flow.Flow{Key: k, Mask: flow.Mask{InPort: 0xffffffff, EthType: 0xffff, NwProto: 0xff, TCPFlags: 0x001},
+		Actions: []flow.Action{flow.Output{Port: portOut}}})
+	expect("FIN after a FIN rule in an earlier slot", pkt(1000, fin), out0, false)
+	expect("ACK after it (the entry holds the FIN now, flags compared: walks)", pkt(1000, ack), out1, false)
+	expect("ACK again", pkt(1000, ack), out1, true)
+	expect("FIN again", pkt(1000, fin), out0, false) // the ACK's entry is exact now: the FIN walks
+	expect("a new connection's SYN", pkt(2000, syn), out1, false)
+	expect("its ACK (the SYN's entry compares the flags)", pkt(2000, ack), out1, false)
+	expect("its FIN", pkt(2000, fin), out0, false)
+}
+
 // TestReusedIDDoesNotResurrectEMC: a flow id freed by a delete and reused by
 // another flow must not let the old flow's EMC entries forward packets.
 func TestReusedIDDoesNotResurrectEMC(t *testing.T) {
