@@ -135,14 +135,16 @@ type xlate struct {
 // translate runs key through the pipeline. Packets from a tunnel device are
 // presented as coming from the virtual port of their remote endpoint, which
 // makes the outer source part of the mask.
-func (s *Switch) translate(key flow.Key, trace bool) (*xlate, error) {
+func (s *Switch) translate(key flow.Key, trace bool) (xlate, error) {
 	pkey, extra := s.pipelineKey(key)
 	version := s.pl.Version()
 	t, err := s.pl.Translate(pkey, ofproto.TranslateOptions{Trace: trace})
 	if err != nil {
-		return nil, err
+		return xlate{}, err
 	}
-	return &xlate{Translation: t, actions: s.lower(t.Actions), mask: t.Mask.Or(extra), version: version}, nil
+	// (By value: the upcall handler keeps it in its batch, the revalidator
+	// for a moment; an allocation per new flow is work for the GC.)
+	return xlate{Translation: t, actions: s.lower(t.Actions), mask: t.Mask.Or(extra), version: version}, nil
 }
 
 // recoverRecirc registers the frozen state behind id again by translating
@@ -244,7 +246,7 @@ type upcallHandler struct {
 // miss is an upcalled packet and its translation.
 type miss struct {
 	u       *datapath.Upcall
-	x       *xlate
+	x       xlate
 	install int            // index in flows, or -1
 	mode    placement.Mode // the placement it asks for
 }
@@ -301,7 +303,8 @@ func (h *upcallHandler) handle(ups []datapath.Upcall) {
 				if !onload {
 					offloaded++
 				}
-				h.flows = append(h.flows, flow.Flow{Key: u.Key.And(mask), Mask: mask, Actions: x.actions, Onload: onload})
+				// (The datapath masks the key.)
+				h.flows = append(h.flows, flow.Flow{Key: u.Key, Mask: mask, Actions: x.actions, Onload: onload})
 			} else {
 				s.stats.limited.Add(1)
 				s.refused.add(u.Key.InPort, refusedFlowLimit)
