@@ -24,6 +24,7 @@ type slowStats struct {
 	segmented                       atomic.Uint64 // GSO first packets delivered as segments
 	xlateErrs, packetIns            atomic.Uint64
 	badUpcalls                      atomic.Uint64 // ring records that did not decode
+	repeats                         atomic.Uint64 // misses whose key an earlier miss of the batch had: translated once
 	recircRecovered                 atomic.Uint64 // frozen states made again from cached first passes
 }
 
@@ -238,6 +239,7 @@ type upcallHandler struct {
 	s      *Switch
 	eb     *datapath.ExecBatch
 	misses []miss
+	byKey  map[flow.Key]int // index in misses of each packet key's first miss
 	flows  []flow.Flow
 	ids    []uint32
 	errs   []error
@@ -252,7 +254,7 @@ type miss struct {
 }
 
 func newUpcallHandler(s *Switch, eb *datapath.ExecBatch) *upcallHandler {
-	return &upcallHandler{s: s, eb: eb}
+	return &upcallHandler{s: s, eb: eb, byKey: map[flow.Key]int{}}
 }
 
 // handle sets up the flows of a batch of missed packets and delivers the
@@ -279,6 +281,14 @@ func (h *upcallHandler) handle(ups []datapath.Upcall) {
 			s.handleActionUpcall(u)
 			continue
 		default:
+			continue
+		}
+		if j, ok := h.byKey[u.Key]; ok {
+			// The same packet key again in this batch (packets of a new
+			// flow that came before its flow was in): its translation
+			// is the first's, and so is its flow, installed once.
+			s.stats.repeats.Add(1)
+			h.misses = append(h.misses, miss{u: u, x: h.misses[j].x, install: -1, mode: h.misses[j].mode})
 			continue
 		}
 		x, err := s.translate(u.Key, false)
@@ -310,6 +320,7 @@ func (h *upcallHandler) handle(ups []datapath.Upcall) {
 				s.refused.add(u.Key.InPort, refusedFlowLimit)
 			}
 		}
+		h.byKey[u.Key] = len(h.misses)
 		h.misses = append(h.misses, m)
 	}
 	h.flush()
@@ -404,6 +415,7 @@ func (h *upcallHandler) flush() {
 	}
 	s.stats.execErrs.Add(h.eb.Failed - failed) // copies a device refused
 	h.misses, h.flows = h.misses[:0], h.flows[:0]
+	clear(h.byKey)
 }
 
 // rewrites reports whether acts change the packet's bytes.
