@@ -3,11 +3,13 @@ package switchd
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"net/netip"
 	"os"
 	"slices"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/nagare-net/nagare/pkg/datapath"
 	"github.com/nagare-net/nagare/pkg/flow"
@@ -239,7 +241,8 @@ type upcallHandler struct {
 	s      *Switch
 	eb     *datapath.ExecBatch
 	misses []miss
-	byKey  map[flow.Key]int // index in misses of each packet key's first miss
+	byKey  map[uint64]int // index in misses of each packet key's first miss, by keyHash
+	seed   maphash.Seed
 	flows  []flow.Flow
 	ids    []uint32
 	errs   []error
@@ -254,7 +257,17 @@ type miss struct {
 }
 
 func newUpcallHandler(s *Switch, eb *datapath.ExecBatch) *upcallHandler {
-	return &upcallHandler{s: s, eb: eb, byKey: map[flow.Key]int{}}
+	return &upcallHandler{s: s, eb: eb, byKey: map[uint64]int{}, seed: maphash.MakeSeed()}
+}
+
+// keyHash hashes a packet key's memory (fixed-size fields, no pointers).
+// A map keyed by the 160-byte key itself would allocate a copy of every
+// key it stores (Go keeps keys over 128 bytes out of line). Keys equal
+// field by field but not in their padding hash apart: the repeat is then
+// translated again, as it would be without the shortcut; equal hashes
+// are confirmed with ==.
+func (h *upcallHandler) keyHash(k *flow.Key) uint64 {
+	return maphash.Bytes(h.seed, unsafe.Slice((*byte)(unsafe.Pointer(k)), unsafe.Sizeof(*k)))
 }
 
 // handle sets up the flows of a batch of missed packets and delivers the
@@ -283,7 +296,8 @@ func (h *upcallHandler) handle(ups []datapath.Upcall) {
 		default:
 			continue
 		}
-		if j, ok := h.byKey[u.Key]; ok {
+		kh := h.keyHash(&u.Key)
+		if j, ok := h.byKey[kh]; ok && h.misses[j].u.Key == u.Key {
 			// The same packet key again in this batch (packets of a new
 			// flow that came before its flow was in): its translation
 			// is the first's, and so is its flow, installed once.
@@ -320,7 +334,9 @@ func (h *upcallHandler) handle(ups []datapath.Upcall) {
 				s.refused.add(u.Key.InPort, refusedFlowLimit)
 			}
 		}
-		h.byKey[u.Key] = len(h.misses)
+		if _, taken := h.byKey[kh]; !taken {
+			h.byKey[kh] = len(h.misses)
+		}
 		h.misses = append(h.misses, m)
 	}
 	h.flush()
