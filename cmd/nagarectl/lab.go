@@ -76,16 +76,9 @@ func labPerf(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("lab perf", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	figures := fs.String("figures", "docs/perf-figures.md", "the table of the figures the docs quote")
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return usagef("%v", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(pos) != 1 {
 		return usagef("lab perf takes one results directory")
@@ -105,6 +98,22 @@ func labPerf(args []string, w io.Writer) error {
 	}
 	lab.WritePerfReport(w, rows)
 	return nil
+}
+
+// parseInterspersed parses args with fs, flags before or after the
+// positional arguments, and returns those.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usagef("%v", err)
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }
 
 func labList(w io.Writer) error {
@@ -151,16 +160,9 @@ func labRun(args []string, stdout, stderr io.Writer) error {
 	planes := fs.String("dataplanes", "", "comma-separated data planes to run instead of the scenario's (a short timing run)")
 	loads := fs.String("loads", "", "comma-separated load steps of the scenario to run (default: all of them)")
 	// Flags may come before or after the scenario name.
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return usagef("%v", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(pos) != 1 {
 		return usagef("want exactly one SCENARIO (a name from `nagarectl lab list` or a YAML file), got %d", len(pos))
