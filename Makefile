@@ -12,7 +12,7 @@ APT_PKGS  := clang llvm libbpf-dev gcc-multilib iproute2 ethtool iputils-ping \
              etcd-server etcd-client containerd runc containernetworking-plugins busybox-static \
              wrk nginx-light iptables nftables
 
-.PHONY: all deps k8s-deps generate build vet test test-short bench fuzz quickstart clean
+.PHONY: all deps k8s-deps generate build vet test test-short bench perf fuzz quickstart clean
 
 all: build
 
@@ -103,6 +103,23 @@ bench: deps generate
 	$(GO) test -run '^$$' -bench Dump -benchtime 3x ./pkg/datapath/
 	$(GO) test -run '^$$' -bench Revalidation -benchtime 3x ./pkg/switchd/
 	$(GO) test -run '^$$' -bench Translate ./pkg/ofproto/
+
+# perf runs what a speed regression would move — the lab's fastpath and
+# flow-setup scenarios (3 reps each) and the megaflow-search and
+# flow-setup benchmarks — into PERF_OUT, then prints each figure beside its
+# peer of the same run and the value the docs quote (docs/perf-figures.md:
+# update it with the docs when a figure moves for a reason). As root, about
+# 15 minutes. Not in CI: on two shared cores the figures move too much
+# for a threshold; read the table.
+PERF_OUT ?= /tmp/nagare-perf-$(shell date +%Y%m%d-%H%M%S)
+perf: deps build
+	@mkdir -p $(PERF_OUT)
+	$(BIN)/nagarectl lab run fastpath --out $(PERF_OUT)/fastpath
+	$(BIN)/nagarectl lab run flow-setup --out $(PERF_OUT)/flow-setup
+	$(GO) test -run '^$$' -bench MegaflowSearch -benchtime 300000x ./pkg/datapath/ > $(PERF_OUT)/bench-datapath.txt; s=$$?; cat $(PERF_OUT)/bench-datapath.txt; exit $$s
+	$(GO) test -run '^$$' -bench FlowSetup -benchtime 100000x -count 3 ./pkg/switchd/ > $(PERF_OUT)/bench-switchd.txt; s=$$?; cat $(PERF_OUT)/bench-switchd.txt; exit $$s
+	cat $(PERF_OUT)/bench-datapath.txt $(PERF_OUT)/bench-switchd.txt > $(PERF_OUT)/bench.txt
+	$(BIN)/nagarectl lab perf $(PERF_OUT) > $(PERF_OUT)/perf.md; s=$$?; cat $(PERF_OUT)/perf.md; exit $$s
 
 # fuzz runs every fuzz target of every package for FUZZTIME each (default
 # 10s; FuzzParse runs through BPF_PROG_RUN and needs root, the rest not).

@@ -46,7 +46,11 @@ struct upcall {
  * packets (most first packets: SYNs, DNS, 64 B UDP) keeps ~15 times more
  * upcalls in the ring than a full-size one, so a burst of new flows is
  * queued, not dropped. The size must be a constant for the verifier,
- * hence two sizes. */
+ * hence fixed sizes. The tiny one fits a SYN with every option (74 B), a
+ * bare ACK, a 64 B frame, ARP and most DNS queries: with the 160-byte key
+ * its record is 328 B against the small one's 456, so a burst of such
+ * first packets finds room for 25 500 in the ring instead of 18 400. */
+#define UPCALL_TINY 128
 #define UPCALL_SMALL 256
 
 /* Wakeups. Every record submitted to an idle ring wakes the handler
@@ -259,6 +263,8 @@ static __always_inline int upcall_admit_port(const struct __sk_buff *skb)
 static __always_inline int send_upcall(struct __sk_buff *skb, const struct flow_key *key,
 				       __u32 reason, __u64 cookie)
 {
+	if (skb->len <= UPCALL_TINY)
+		return ring_packet(&upcalls, skb, key, reason, cookie, UPCALL_TINY, NULL);
 	if (skb->len <= UPCALL_SMALL)
 		return ring_packet(&upcalls, skb, key, reason, cookie, UPCALL_SMALL, NULL);
 	if (skb->len <= UPCALL_SNAP || reason != UPCALL_MISS)

@@ -20,7 +20,7 @@ func init() {
 	register(&command{
 		name:    "lab",
 		summary: "run the lab's scenarios (data planes compared with real tools)",
-		usage:   "nagarectl lab run SCENARIO [--out DIR] [--reps N] [--duration 5s] [--timeout 10m] | nagarectl lab list | nagarectl lab report DIR | nagarectl lab pktgen send|recv [FLAGS]",
+		usage:   "nagarectl lab run SCENARIO [--out DIR] [--reps N] [--duration 5s] [--timeout 10m] | nagarectl lab list | nagarectl lab report DIR | nagarectl lab perf DIR [--figures docs/perf-figures.md] | nagarectl lab pktgen send|recv [FLAGS]",
 		run:     runLab,
 	})
 }
@@ -42,6 +42,8 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 			return usagef("lab report takes one results directory")
 		}
 		return labReport(args[1], stdout)
+	case "perf":
+		return labPerf(args[1:], stdout)
 	case "slowctl":
 		return lab.SlowControllerMain(args[1:])
 	case "pktgen":
@@ -49,7 +51,7 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 		// namespaces (ip netns exec) as this very executable.
 		return pktgen.Main(args[1:], stdout, stderr)
 	default:
-		return usagef("unknown lab subcommand %q (want run, list, report or pktgen)", args[0])
+		return usagef("unknown lab subcommand %q (want run, list, report, perf or pktgen)", args[0])
 	}
 }
 
@@ -65,6 +67,53 @@ func labReport(dir string, w io.Writer) error {
 	}
 	res.WriteMarkdown(w)
 	return nil
+}
+
+// labPerf prints the figures of a make perf run (DIR: the scenarios'
+// results in DIR/<scenario>, the benchmarks' output in DIR/bench.txt)
+// beside their peers and the values the docs quote.
+func labPerf(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("lab perf", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	figures := fs.String("figures", "docs/perf-figures.md", "the table of the figures the docs quote")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("lab perf takes one results directory")
+	}
+	f, err := os.Open(*figures)
+	if err != nil {
+		return err
+	}
+	quoted, err := lab.ReadQuotedFigures(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	rows, err := lab.PerfReport(pos[0], quoted)
+	if err != nil {
+		return err
+	}
+	lab.WritePerfReport(w, rows)
+	return nil
+}
+
+// parseInterspersed parses args with fs, flags before or after the
+// positional arguments, and returns those.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usagef("%v", err)
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }
 
 func labList(w io.Writer) error {
@@ -111,16 +160,9 @@ func labRun(args []string, stdout, stderr io.Writer) error {
 	planes := fs.String("dataplanes", "", "comma-separated data planes to run instead of the scenario's (a short timing run)")
 	loads := fs.String("loads", "", "comma-separated load steps of the scenario to run (default: all of them)")
 	// Flags may come before or after the scenario name.
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return usagef("%v", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(pos) != 1 {
 		return usagef("want exactly one SCENARIO (a name from `nagarectl lab list` or a YAML file), got %d", len(pos))

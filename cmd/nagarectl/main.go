@@ -4,6 +4,7 @@
 //
 //	nagarectl lab run SCENARIO [--out DIR] [--reps N] [--duration S]
 //	nagarectl lab list
+//	nagarectl lab perf DIR [--figures docs/perf-figures.md]
 //	nagarectl help
 package main
 

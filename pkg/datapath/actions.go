@@ -416,6 +416,12 @@ const flowOnload = 1 << 0
 // encodeEntry builds a struct flow_entry.
 func encodeEntry(gen uint32, acts []rawAction, onload bool) []byte {
 	b := make([]byte, flowEntrySize)
+	putEntry(b, gen, acts, onload)
+	return b
+}
+
+// putEntry writes a struct flow_entry into b (flowEntrySize bytes, zero).
+func putEntry(b []byte, gen uint32, acts []rawAction, onload bool) {
 	binary.NativeEndian.PutUint32(b[0:], gen)
 	binary.NativeEndian.PutUint16(b[4:], uint16(len(acts)))
 	if onload {
@@ -424,7 +430,6 @@ func encodeEntry(gen uint32, acts []rawAction, onload bool) []byte {
 	for i, a := range acts {
 		copy(b[8+i*actionSize:], a[:])
 	}
-	return b
 }
 
 // decodeEntry splits a struct flow_entry.

@@ -29,12 +29,13 @@ func (t *testDP) checkMaps(step int) {
 	if err := it.Err(); err != nil {
 		tb.Fatal(err)
 	}
-	if len(kernel) != len(d.flows) {
-		tb.Fatalf("step %d: %d megaflows in the kernel, %d tracked", step, len(kernel), len(d.flows))
+	if len(kernel) != d.flows.len() {
+		tb.Fatalf("step %d: %d megaflows in the kernel, %d tracked", step, len(kernel), d.flows.len())
 	}
 	filter := map[uint32]uint32{}
 	live := map[uint32]bool{}
-	for mid, in := range d.flows {
+	for in := range d.flows.all() {
+		mid := makeMegaflowID(in.slot, &in.key)
 		if got, ok := kernel[mid]; !ok || got != in.id {
 			tb.Fatalf("step %d: megaflow of flow %d: kernel has %d, %v", step, in.id, got, ok)
 		}
@@ -75,7 +76,7 @@ func (t *testDP) checkMaps(step int) {
 		}
 	}
 	refs := map[int]int{}
-	for _, in := range d.flows {
+	for in := range d.flows.all() {
 		refs[in.slot]++
 	}
 	for slot := range d.masks {

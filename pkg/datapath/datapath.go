@@ -31,6 +31,7 @@ const (
 	filterBits      = 13    // log2 of the filter slots per mask
 	execSlots       = 64    // concurrent Execute calls
 	upcallSnap      = 3072  // packet bytes carried by an upcall
+	upcallTiny      = 128   // packets up to this size go in a tiny ring record
 	upcallSmall     = 256   // packets up to this size go in a small ring record
 	portArray       = 65536 // ifindexes below this use the ports array
 	layoutV1        = 1     // dp_config.layout written by this code
@@ -120,7 +121,7 @@ type Datapath struct {
 	ports    map[uint32]*Port // by OpenFlow port number
 	vanished []Port           // ports whose device was gone at Open
 	masks    [MaxMasks]maskSlot
-	flows    map[megaflowID]*installed
+	flows    flowIndex           // by megaflow key
 	uses     map[uint32]*portUse // by in_port (budget.go)
 	byID     []*installed        // the same flows by id
 	scratch  batchScratch
@@ -141,8 +142,15 @@ type Datapath struct {
 
 type maskSlot struct {
 	mask  flow.Mask
+	mw    [flow.KeyWords]uint64 // mask.Words(), kept: every install masks a key with it
 	words uint32
 	refs  int
+}
+
+// setMask fills the slot's mask and what is derived from it.
+func (s *maskSlot) setMask(mask flow.Mask) {
+	s.mask, s.mw = mask, mask.Words()
+	s.words = maskWords(&s.mw)
 }
 
 // megaflowID is the kernel megaflow key: mask slot + masked key.
@@ -154,10 +162,11 @@ type installed struct {
 	slot    int
 	key     flow.Key // masked
 	actions []flow.Action
-	sets    []uint32 // output sets its actions refer to
-	filter  uint32   // filter slot index raised for this flow
-	idx     int      // its index in the DeleteBatch under way
-	onload  bool     // placement: packets executed in userspace (onload.go)
+	sets    []uint32   // output sets its actions refer to
+	filter  uint32     // filter slot index raised for this flow
+	idx     int        // its index in the DeleteBatch under way
+	onload  bool       // placement: packets executed in userspace (onload.go)
+	next    *installed // in d.flows: the next flow whose megaflow key has the same hash
 }
 
 // Open loads the fast path for cfg.Name, reusing its pinned maps and port
@@ -185,7 +194,7 @@ func Open(cfg Config) (*Datapath, error) {
 		cfg:       cfg,
 		dir:       filepath.Join(cfg.PinRoot, cfg.Name),
 		ports:     make(map[uint32]*Port),
-		flows:     make(map[megaflowID]*installed),
+		flows:     newFlowIndex(),
 		uses:      make(map[uint32]*portUse),
 		scratch:   batchScratch{counts: filterCounts{}},
 		filter:    make(map[uint32]uint32),

@@ -117,7 +117,7 @@ func TestOutputSetsAreReused(t *testing.T) {
 	}
 	// What the kernel runs for it: its set, as written for it.
 	var id uint32
-	for _, in := range d.flows {
+	for in := range d.flows.all() {
 		id = in.id
 	}
 	entry := make([]byte, flowEntrySize)

@@ -38,9 +38,18 @@ func maskWords(m *[flow.KeyWords]uint64) uint32 {
 }
 
 func makeMegaflowID(slot int, masked *flow.Key) megaflowID {
+	w := masked.Words()
+	return megaflowIDOf(slot, &w)
+}
+
+// megaflowIDOf is makeMegaflowID of a masked key in words (Words lays the
+// key out as Put does, a word at a time).
+func megaflowIDOf(slot int, masked *[flow.KeyWords]uint64) megaflowID {
 	var id megaflowID
 	binary.NativeEndian.PutUint32(id[0:], uint32(slot))
-	masked.Put(id[8:])
+	for i, w := range masked {
+		binary.NativeEndian.PutUint64(id[8+8*i:], w)
+	}
 	return id
 }
 
@@ -73,10 +82,13 @@ func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 	b := sc.pending[:0]
 	defer func() { sc.pending = b[:0] }()
 	for i := range fs {
-		in, entry, err := d.claim(fs[i])
+		b = append(b, pendingFlow{idx: i})
+		p := &b[len(b)-1]
+		var err error
+		p.in, err = d.claim(fs[i], &p.entry, &p.mid)
 		ids[i], errs[i] = 0, err
-		if err == nil {
-			b = append(b, pendingFlow{in: in, idx: i, entry: entry})
+		if err != nil {
+			b = b[:len(b)-1]
 		}
 	}
 	if len(b) == 0 {
@@ -125,7 +137,7 @@ func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 	defer func() { sc.mids = mids[:0] }()
 	keys = keys[:0]
 	for i := range b {
-		mids, keys = append(mids, makeMegaflowID(b[i].in.slot, &b[i].in.key)), append(keys, b[i].in.id)
+		mids, keys = append(mids, b[i].mid), append(keys, b[i].in.id)
 	}
 	batchPut(d.objs.Megaflows, mids, keys, func(i int, err error) { fail(&b[i], stageFilter, err) })
 	from := MaxMasks
@@ -201,6 +213,7 @@ type pendingFlow struct {
 	in    *installed // nil once it failed
 	idx   int        // index in the batch
 	entry flowEntryBytes
+	mid   megaflowID
 }
 
 // flowEntryBytes is an encoded struct flow_entry.
@@ -215,43 +228,50 @@ const (
 )
 
 // claim checks and compiles f and reserves what it needs (id, mask slot,
-// its place in d.flows, so a repeat in the same batch is refused).
-func (d *Datapath) claim(f flow.Flow) (*installed, flowEntryBytes, error) {
-	var entry flowEntryBytes
-	f = f.Normalize()
-	if err := checkActions(f); err != nil {
-		return nil, entry, err
+// its place in d.flows, so a repeat in the same batch is refused), and
+// writes the flow's entry and megaflow key for the maps. f's key need not
+// be masked yet.
+func (d *Datapath) claim(f flow.Flow, entry *flowEntryBytes, mid *megaflowID) (*installed, error) {
+	if err := checkActions(f); err != nil { // (looks at fields the mask keeps whole)
+		return nil, err
 	}
 	raw, err := d.compileActions(f.Actions)
 	if err != nil {
-		return nil, entry, err
+		return nil, err
 	}
 	if err := d.checkBudget(f.Key.InPort, d.findMask(f.Mask) >= 0); err != nil {
-		return nil, entry, err
+		return nil, err
 	}
 	slot, fresh, err := d.maskSlot(f.Mask)
 	if err != nil {
-		return nil, entry, err
+		return nil, err
 	}
-	mid := makeMegaflowID(slot, &f.Key)
-	if _, ok := d.flows[mid]; ok {
+	// The key is masked in words, once: the megaflow key, the filter hash
+	// and the masked flow.Key all come from them.
+	ms := &d.masks[slot]
+	kw := f.Key.Words()
+	for i := range kw {
+		kw[i] &= ms.mw[i]
+	}
+	*mid = megaflowIDOf(slot, &kw)
+	f.Key = flow.KeyFromWords(kw)
+	if d.flows.get(mid, slot, &f.Key) != nil {
 		if fresh {
 			d.releaseMask(slot, true)
 		}
-		return nil, entry, fmt.Errorf("datapath: %s: %w", f, ErrFlowExists)
+		return nil, fmt.Errorf("datapath: %s: %w", f, ErrFlowExists)
 	}
-	d.masks[slot].refs++
+	ms.refs++
 	id, ok := d.ids.alloc(d.cfg.MaxFlows)
 	if !ok {
 		d.releaseMask(slot, false)
-		return nil, entry, fmt.Errorf("datapath: %w (%d flows)", ErrFlowLimit, d.cfg.MaxFlows)
+		return nil, fmt.Errorf("datapath: %w (%d flows)", ErrFlowLimit, d.cfg.MaxFlows)
 	}
 	in := &installed{id: id, gen: d.nextGen(), slot: slot, key: f.Key, actions: f.Actions, sets: setsOf(raw), onload: f.Onload}
-	kw, mw := f.Key.Words(), d.masks[slot].mask.Words()
-	in.filter = uint32(slot)<<filterBits | filterHash(&kw, &mw, d.masks[slot].words)
-	entry = flowEntryBytes(encodeEntry(in.gen, raw, f.Onload))
-	d.track(mid, in)
-	return in, entry, nil
+	in.filter = uint32(slot)<<filterBits | filterHash(&kw, &ms.mw, ms.words)
+	putEntry(entry[:], in.gen, raw, f.Onload)
+	d.track(*mid, in)
+	return in, nil
 }
 
 // unclaim undoes a claim whose install got as far as stage.
@@ -274,7 +294,7 @@ func (d *Datapath) unclaim(in *installed, stage int) {
 
 // track and untrack keep d.flows, d.byID and the ports' use in step.
 func (d *Datapath) track(mid megaflowID, in *installed) {
-	d.flows[mid] = in
+	d.flows.put(&mid, in)
 	d.account(in, 1)
 	if int(in.id) >= len(d.byID) {
 		d.byID = append(d.byID, make([]*installed, int(in.id)+1-len(d.byID))...)
@@ -283,7 +303,7 @@ func (d *Datapath) track(mid megaflowID, in *installed) {
 }
 
 func (d *Datapath) untrack(mid megaflowID, in *installed) {
-	delete(d.flows, mid)
+	d.flows.del(&mid, in)
 	d.account(in, -1)
 	d.byID[in.id] = nil
 	// Walks (RangeStats) end at the highest id in use, not the highest
@@ -486,7 +506,8 @@ func (d *Datapath) nextGen() uint32 {
 func (d *Datapath) find(key flow.Key, mask flow.Mask) (*installed, error) {
 	for slot := range d.masks {
 		if d.masks[slot].refs > 0 && d.masks[slot].mask == mask {
-			if in, ok := d.flows[makeMegaflowID(slot, &key)]; ok {
+			mid := makeMegaflowID(slot, &key)
+			if in := d.flows.get(&mid, slot, &key); in != nil {
 				return in, nil
 			}
 			break
@@ -535,9 +556,8 @@ func (d *Datapath) maskSlot(mask flow.Mask) (slot int, fresh bool, err error) {
 	if free < 0 {
 		return 0, false, fmt.Errorf("datapath: %w", ErrMaskLimit)
 	}
-	mw := mask.Words()
 	s := &d.masks[free]
-	s.mask, s.words = mask, maskWords(&mw)
+	s.setMask(mask)
 	var v nagareMfMask
 	buf := make([]byte, flow.KeySize)
 	mask.Put(buf)
@@ -615,8 +635,8 @@ func (d *Datapath) readStats(id uint32) (Stats, error) {
 func (d *Datapath) Flows() []flow.Flow {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]flow.Flow, 0, len(d.flows))
-	for _, in := range d.flows {
+	out := make([]flow.Flow, 0, d.flows.len())
+	for in := range d.flows.all() {
 		out = append(out, flow.Flow{Key: in.key, Mask: d.masks[in.slot].mask, Actions: in.actions, Onload: in.onload})
 	}
 	return out
@@ -641,7 +661,7 @@ func (d *Datapath) Dump() ([]FlowStats, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]FlowStats, 0, len(d.flows))
+	out := make([]FlowStats, 0, d.flows.len())
 	for _, in := range d.byID {
 		if in == nil {
 			continue
@@ -667,7 +687,7 @@ func (d *Datapath) RangeStats(fn func(ids []uint32, stats []Stats)) error {
 	vals := make([]nagareFlowStats, chunk*d.ncpu)
 	ids, stats := make([]uint32, 0, chunk), make([]Stats, 0, chunk)
 	d.mu.Lock()
-	small := len(d.flows) < batchThreshold
+	small := d.flows.len() < batchThreshold
 	d.mu.Unlock()
 	if small {
 		d.mu.Lock()

@@ -120,7 +120,7 @@ func setsOf(raw []rawAction) []uint32 {
 // flood needs the slot, by which time that flow is gone.)
 func (d *Datapath) sweepOutputSets() {
 	var live [outputSets]bool
-	for _, in := range d.flows {
+	for in := range d.flows.all() {
 		for _, i := range in.sets {
 			live[i] = true
 		}

@@ -163,7 +163,8 @@ func (d *Datapath) restore() error {
 		if err := mask.UnmarshalBinary(b.Bytes()); err != nil {
 			return err
 		}
-		d.masks[slot].mask, d.masks[slot].words = mask, m.Words
+		d.masks[slot].setMask(mask)
+		d.masks[slot].words = m.Words // as the fast path has it
 		d.nMasks = max(d.nMasks, slot+1)
 	}
 
@@ -190,8 +191,8 @@ func (d *Datapath) restore() error {
 			return err
 		}
 		in := &installed{id: id, gen: gen, slot: slot, key: key, actions: d.decodeActions(raw), sets: setsOf(raw), onload: onload}
-		kw, mw := key.Words(), d.masks[slot].mask.Words()
-		in.filter = uint32(slot)<<filterBits | filterHash(&kw, &mw, d.masks[slot].words)
+		kw := key.Words()
+		in.filter = uint32(slot)<<filterBits | filterHash(&kw, &d.masks[slot].mw, d.masks[slot].words)
 		d.track(mk, in)
 		d.filter[in.filter]++
 		d.masks[slot].refs++

@@ -3,11 +3,13 @@ package switchd
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"net/netip"
 	"os"
 	"slices"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/nagare-net/nagare/pkg/datapath"
 	"github.com/nagare-net/nagare/pkg/flow"
@@ -24,6 +26,7 @@ type slowStats struct {
 	segmented                       atomic.Uint64 // GSO first packets delivered as segments
 	xlateErrs, packetIns            atomic.Uint64
 	badUpcalls                      atomic.Uint64 // ring records that did not decode
+	repeats                         atomic.Uint64 // misses whose key an earlier miss of the batch had: translated once
 	recircRecovered                 atomic.Uint64 // frozen states made again from cached first passes
 }
 
@@ -135,14 +138,16 @@ type xlate struct {
 // translate runs key through the pipeline. Packets from a tunnel device are
 // presented as coming from the virtual port of their remote endpoint, which
 // makes the outer source part of the mask.
-func (s *Switch) translate(key flow.Key, trace bool) (*xlate, error) {
+func (s *Switch) translate(key flow.Key, trace bool) (xlate, error) {
 	pkey, extra := s.pipelineKey(key)
 	version := s.pl.Version()
 	t, err := s.pl.Translate(pkey, ofproto.TranslateOptions{Trace: trace})
 	if err != nil {
-		return nil, err
+		return xlate{}, err
 	}
-	return &xlate{Translation: t, actions: s.lower(t.Actions), mask: t.Mask.Or(extra), version: version}, nil
+	// (By value: the upcall handler keeps it in its batch, the revalidator
+	// for a moment; an allocation per new flow is work for the GC.)
+	return xlate{Translation: t, actions: s.lower(t.Actions), mask: t.Mask.Or(extra), version: version}, nil
 }
 
 // recoverRecirc registers the frozen state behind id again by translating
@@ -236,6 +241,8 @@ type upcallHandler struct {
 	s      *Switch
 	eb     *datapath.ExecBatch
 	misses []miss
+	byKey  map[uint64]int // index in misses of each packet key's first miss, by keyHash
+	seed   maphash.Seed
 	flows  []flow.Flow
 	ids    []uint32
 	errs   []error
@@ -244,13 +251,23 @@ type upcallHandler struct {
 // miss is an upcalled packet and its translation.
 type miss struct {
 	u       *datapath.Upcall
-	x       *xlate
+	x       xlate
 	install int            // index in flows, or -1
 	mode    placement.Mode // the placement it asks for
 }
 
 func newUpcallHandler(s *Switch, eb *datapath.ExecBatch) *upcallHandler {
-	return &upcallHandler{s: s, eb: eb}
+	return &upcallHandler{s: s, eb: eb, byKey: map[uint64]int{}, seed: maphash.MakeSeed()}
+}
+
+// keyHash hashes a packet key's memory (fixed-size fields, no pointers).
+// A map keyed by the 160-byte key itself would allocate a copy of every
+// key it stores (Go keeps keys over 128 bytes out of line). Keys equal
+// field by field but not in their padding hash apart: the repeat is then
+// translated again, as it would be without the shortcut; equal hashes
+// are confirmed with ==.
+func (h *upcallHandler) keyHash(k *flow.Key) uint64 {
+	return maphash.Bytes(h.seed, unsafe.Slice((*byte)(unsafe.Pointer(k)), unsafe.Sizeof(*k)))
 }
 
 // handle sets up the flows of a batch of missed packets and delivers the
@@ -279,6 +296,15 @@ func (h *upcallHandler) handle(ups []datapath.Upcall) {
 		default:
 			continue
 		}
+		kh := h.keyHash(&u.Key)
+		if j, ok := h.byKey[kh]; ok && h.misses[j].u.Key == u.Key {
+			// The same packet key again in this batch (packets of a new
+			// flow that came before its flow was in): its translation
+			// is the first's, and so is its flow, installed once.
+			s.stats.repeats.Add(1)
+			h.misses = append(h.misses, miss{u: u, x: h.misses[j].x, install: -1, mode: h.misses[j].mode})
+			continue
+		}
 		x, err := s.translate(u.Key, false)
 		if err != nil && ofproto.IsUnknownRecirc(err) && s.recoverRecirc(u.Key.RecircID) {
 			x, err = s.translate(u.Key, false)
@@ -301,11 +327,15 @@ func (h *upcallHandler) handle(ups []datapath.Upcall) {
 				if !onload {
 					offloaded++
 				}
-				h.flows = append(h.flows, flow.Flow{Key: u.Key.And(mask), Mask: mask, Actions: x.actions, Onload: onload})
+				// (The datapath masks the key.)
+				h.flows = append(h.flows, flow.Flow{Key: u.Key, Mask: mask, Actions: x.actions, Onload: onload})
 			} else {
 				s.stats.limited.Add(1)
 				s.refused.add(u.Key.InPort, refusedFlowLimit)
 			}
+		}
+		if _, taken := h.byKey[kh]; !taken {
+			h.byKey[kh] = len(h.misses)
 		}
 		h.misses = append(h.misses, m)
 	}
@@ -401,6 +431,7 @@ func (h *upcallHandler) flush() {
 	}
 	s.stats.execErrs.Add(h.eb.Failed - failed) // copies a device refused
 	h.misses, h.flows = h.misses[:0], h.flows[:0]
+	clear(h.byKey)
 }
 
 // rewrites reports whether acts change the packet's bytes.
