@@ -44,8 +44,8 @@ import (
 // carrying both rules' conjunction actions. A rule's conj_id flow carries
 // the rule's cookie, so its counters are the rule's: the new connections
 // it allowed. A drop flow's counters are the connections policy dropped
-// for that pod and direction (the fast path counts them as action-drop;
-// `nagarectl agent policies` names them policy drops).
+// for that pod and direction; its note (openflow.DropNote) makes the fast
+// path count them under the drop reason policy, per port.
 //
 // Commit: a connection is committed once, in the node's zone: at
 // EndpointDNAT for a Service connection (the translation must be
@@ -213,11 +213,14 @@ func (p *Pipeline) ruleFlows(r netpol.Rule) (*PolicyRule, []policyContribution) 
 // isolationFlow is one pod's default deny in one direction.
 func isolationFlow(dir netpol.Direction, a netip.Addr) policyContribution {
 	c := policyDropObject(dir, a)
+	// The note makes the switch count the drop as a policy drop, per
+	// port (openflow.DropNote); to OVS it is a comment.
+	deny := apply(openflow.DropNote("policy"))
 	var f *openflow.FlowMod
 	if dir == netpol.Egress {
-		f = flow(TableEgressDefault, prioSpecific, c, match(source(metaFromPod), ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Src, a)))
+		f = flow(TableEgressDefault, prioSpecific, c, match(source(metaFromPod), ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Src, a)), deny)
 	} else {
-		f = flow(TableIngressDefault, prioSpecific, c, match(ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Dst, a)))
+		f = flow(TableIngressDefault, prioSpecific, c, match(ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Dst, a)), deny)
 	}
 	return policyContribution{id: flowID(f.TableID, f.Priority, f.Match), f: f}
 }
