@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -168,7 +169,7 @@ func (a *Agent) policyStatus(ctx context.Context, st *Status, pl *pipeline.Pipel
 			for _, c := range pcs {
 				if c.Drop != "" {
 					dir, pod, _ := strings.Cut(c.Drop, " ")
-					st.PolicyDrops = append(st.PolicyDrops, PolicyDropStatus{Pod: pod, Direction: dir, Packets: c.Packets, Bytes: c.Bytes})
+					st.PolicyDrops = append(st.PolicyDrops, PolicyDropStatus{Pod: pod, Direction: dir, Cookie: c.Cookie, Packets: c.Packets, Bytes: c.Bytes})
 					continue
 				}
 				counts[c.Rule] = c
@@ -176,7 +177,7 @@ func (a *Agent) policyStatus(ctx context.Context, st *Status, pl *pipeline.Pipel
 		}
 	}
 	for _, r := range pl.Policies() {
-		rs := PolicyRuleStatus{Rule: r.Rule.ID, Direction: r.Rule.Direction.String(), ConjID: r.ConjID, Peers: "any", Ports: "any"}
+		rs := PolicyRuleStatus{Rule: r.Rule.ID, Direction: r.Rule.Direction.String(), ConjID: r.ConjID, Cookie: r.Cookie, Peers: "any", Ports: "any"}
 		for _, p := range r.Rule.AppliedTo {
 			rs.Pods = append(rs.Pods, p.String())
 		}
@@ -204,4 +205,38 @@ func (a *Agent) policyStatus(ctx context.Context, st *Status, pl *pipeline.Pipel
 			st.PolicyProblems = append(st.PolicyProblems, p.String())
 		}
 	}
+}
+
+// PolicyCookies names the policy flows of st by cookie, for nagarectl
+// trace: a rule's allowing flows (its conj_id flow, or its applied-to
+// flows) and each isolated pod's default deny in one direction.
+func (st *Status) PolicyCookies() map[uint64]string {
+	out := map[uint64]string{}
+	applying := map[string][]string{} // "ingress 10.0.1.2" → rules applying to the pod
+	for _, r := range st.Policies {
+		out[r.Cookie] = fmt.Sprintf("allowed by rule %s of policy %s", r.Rule, policyOfRule(r.Rule))
+		for _, p := range r.Pods {
+			k := r.Direction + " " + p
+			applying[k] = append(applying[k], r.Rule)
+		}
+	}
+	for _, d := range st.PolicyDrops {
+		s := fmt.Sprintf("dropped by policy: %s is isolated for %s and no rule allows this", d.Pod, d.Direction)
+		if rs := applying[d.Direction+" "+d.Pod]; len(rs) > 0 {
+			s += " (rules for it: " + strings.Join(rs, ", ") + ")"
+		} else {
+			s += " (no rule for it: a deny-all policy)"
+		}
+		out[d.Cookie] = s
+	}
+	return out
+}
+
+// policyOfRule is the namespace/name part of a rule ID (namespace/name/direction/index...).
+func policyOfRule(id string) string {
+	parts := strings.SplitN(id, "/", 3)
+	if len(parts) < 3 {
+		return id
+	}
+	return parts[0] + "/" + parts[1]
 }

@@ -65,6 +65,7 @@ type PolicyRuleStatus struct {
 	Peers     string   `json:"peers"`
 	Ports     string   `json:"ports"`
 	ConjID    uint32   `json:"conjID,omitempty"`
+	Cookie    uint64   `json:"cookie"`            // its flows' cookie (nagarectl trace names the rule by it)
 	Packets   *uint64  `json:"packets,omitempty"` // new-connection packets it allowed (nil: switch not asked)
 	Bytes     *uint64  `json:"bytes,omitempty"`
 }
@@ -73,6 +74,7 @@ type PolicyRuleStatus struct {
 type PolicyDropStatus struct {
 	Pod       string `json:"pod"` // address
 	Direction string `json:"direction"`
+	Cookie    uint64 `json:"cookie"`  // the drop flow's cookie
 	Packets   uint64 `json:"packets"` // dropped, reason policy
 	Bytes     uint64 `json:"bytes"`
 }

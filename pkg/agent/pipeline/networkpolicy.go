@@ -513,6 +513,7 @@ type PolicyCounter struct {
 	Rule      string `json:"rule,omitempty"` // realized rule ID; empty for a drop
 	Drop      string `json:"drop,omitempty"` // "ingress 10.0.1.2": the pod's default-deny drops
 	Direction string `json:"direction"`
+	Cookie    uint64 `json:"cookie"` // the drop flow's (a drop's only)
 	Packets   uint64 `json:"packets"`
 	Bytes     uint64 `json:"bytes"`
 }
@@ -548,7 +549,7 @@ func (p *Pipeline) PolicyCounters(ctx context.Context) ([]PolicyCounter, error) 
 			if f.TableID == TableEgressDefault.ID {
 				dir = "egress"
 			}
-			out = append(out, &PolicyCounter{Drop: d, Direction: dir, Packets: f.PacketCount, Bytes: f.ByteCount})
+			out = append(out, &PolicyCounter{Drop: d, Direction: dir, Cookie: f.Cookie, Packets: f.PacketCount, Bytes: f.ByteCount})
 			continue
 		}
 		r, ok := rules[f.Cookie]

@@ -151,8 +151,8 @@ func TestPolicyDefaultDenyWalk(t *testing.T) {
 	var ct conntrack
 	// web → db: db is isolated, nothing allows it: dropped, not committed.
 	out, _ := ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 40000, 80))
-	if strings.Contains(out, "output") {
-		t.Fatalf("web → db under default deny: %s", out)
+	if out != "drop(policy)" {
+		t.Fatalf("web → db under default deny: %s, want drop(policy) (counted as a policy drop)", out)
 	}
 	if len(ct.orig) != 0 {
 		t.Fatalf("a denied connection was committed: %v", ct.orig)
@@ -175,7 +175,7 @@ func TestPolicyDefaultDenyWalk(t *testing.T) {
 	// From node2's pod through the tunnel to db: dropped; to web: delivered.
 	k := ipKey(6, 3, [6]byte{2}, [6]byte{3}, "10.77.2.5", "10.77.1.3", 43000, 80)
 	k.TunID = 1
-	if out, _ = ct.walk(t, sw.pl, k); strings.Contains(out, "output") {
+	if out, _ = ct.walk(t, sw.pl, k); out != "drop(policy)" {
 		t.Fatalf("node2 pod → db: %s", out)
 	}
 	k = ipKey(6, 3, [6]byte{2}, [6]byte{3}, "10.77.2.5", "10.77.1.2", 43000, 80)
