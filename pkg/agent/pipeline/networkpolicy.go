@@ -393,7 +393,9 @@ func appliedMatches(r netpol.Rule) []openflow.Match {
 	return out
 }
 
-// peerMatches are the rule's peer prefixes (nil: any peer).
+// peerMatches are the rule's peer prefixes (nil: any peer). A rule with
+// no IPv4 peer gets an empty, non-nil list: a clause no packet matches,
+// so the rule allows nothing (never any peer).
 func peerMatches(r netpol.Rule) []openflow.Match {
 	if r.AnyPeer {
 		return nil
@@ -402,7 +404,7 @@ func peerMatches(r netpol.Rule) []openflow.Match {
 	if r.Direction == netpol.Egress {
 		field = openflow.FieldIPv4Dst
 	}
-	var out []openflow.Match
+	out := []openflow.Match{}
 	for _, p := range r.Peers {
 		if !p.Addr().Is4() {
 			continue
@@ -419,12 +421,13 @@ func peerMatches(r netpol.Rule) []openflow.Match {
 	return out
 }
 
-// portMatches are the rule's protocols and ports (nil: any).
+// portMatches are the rule's protocols and ports (nil: any; empty,
+// non-nil: none, as peerMatches).
 func portMatches(r netpol.Rule) []openflow.Match {
 	if r.AnyPort {
 		return nil
 	}
-	var out []openflow.Match
+	out := []openflow.Match{}
 	for _, pr := range r.Ports {
 		proto := openflow.Uint(openflow.FieldIPProto, uint64(pr.Proto))
 		if pr.Min == 0 && pr.Max == 65535 {

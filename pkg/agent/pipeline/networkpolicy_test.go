@@ -12,6 +12,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/nagare-net/nagare/pkg/agent/netpol"
 	"github.com/nagare-net/nagare/pkg/ofproto"
 	"github.com/nagare-net/nagare/pkg/openflow"
@@ -95,7 +100,7 @@ func TestPolicyConjunctionCost(t *testing.T) {
 		r.Ports = append(r.Ports, netpol.PortRange{Proto: netpol.ProtoTCP, Min: uint16(1000 + 2*i), Max: uint16(1000 + 2*i)})
 	}
 	r2 := r
-	r2.ID, r2.Peers, r2.Ports = "ns/q/ingress/0", r.Peers[:1], nil
+	r2.ID, r2.Peers, r2.Ports, r2.AnyPort = "ns/q/ingress/0", r.Peers[:1], nil, true
 	p := representativePipeline()
 	pp := newProgrammedPolicies()
 	p.updatePolicies(pp, netpol.State{Rules: []netpol.Rule{r, r2}})
@@ -289,5 +294,82 @@ func TestPolicyRestart(t *testing.T) {
 	}
 	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, webMAC, "10.77.1.3", "10.77.1.2", 40002, 80)); strings.Contains(out, "output") {
 		t.Fatalf("db → web (still isolated): %s", out)
+	}
+}
+
+// TestPolicyRuleWithoutPeersAllowsNothing: a rule left with no IPv4 peer
+// (only IPv6 blocks) or no port is a clause nothing matches: it allows
+// nothing, never everything (bad input must not fail open).
+func TestPolicyRuleWithoutPeersAllowsNothing(t *testing.T) {
+	if err := switchHasConjunction(); err != nil {
+		t.Skip(err)
+	}
+	st := netpol.State{
+		Rules: []netpol.Rule{
+			{ID: "default/v6/ingress/0", Direction: netpol.Ingress, AppliedTo: []netip.Addr{dbIP},
+				Peers: []netip.Prefix{netip.MustParsePrefix("fd00::/64")}, AnyPort: true},
+			{ID: "default/noport/ingress/0", Direction: netpol.Ingress, AppliedTo: []netip.Addr{dbIP}, AnyPeer: true},
+		},
+		IsolatedIngress: []netip.Addr{dbIP},
+	}
+	_, sw := policyNode(t, st)
+	var ct conntrack
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 40000, 80)); out != "drop(policy)" {
+		t.Fatalf("web → db with rules that allow nothing: %s", out)
+	}
+	// The same rules with their peer and port made real do allow.
+	st.Rules[0].Peers = append(st.Rules[0].Peers, netip.MustParsePrefix("10.77.1.2/32"))
+	_, sw = policyNode(t, st)
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 40001, 80)); !strings.HasSuffix(out, "output:6") {
+		t.Fatalf("web → db allowed by the v4 peer: %s", out)
+	}
+}
+
+// TestPolicyBadInputWalk: Kubernetes policies with bad parts, realized by
+// the engine and walked through the switch: what a bad part would have
+// allowed stays dropped, the good rules still allow, and every bad part
+// is a Problem. A rule whose only port is skipped (a range wider than
+// netpol.MaxPortRange) allows nothing, not every port.
+func TestPolicyBadInputWalk(t *testing.T) {
+	if err := switchHasConjunction(); err != nil {
+		t.Skip(err)
+	}
+	e := netpol.NewEngine("node1")
+	e.SetNamespace("default", nil)
+	e.SetPod(&netpol.Pod{Namespace: "default", Name: "web", Labels: map[string]string{"app": "web"}, IP: webIP, Node: "node1"})
+	e.SetPod(&netpol.Pod{Namespace: "default", Name: "db", Labels: map[string]string{"app": "db"}, IP: dbIP, Node: "node1"})
+	tcp := corev1.ProtocolTCP
+	port := func(p, end int32) networkingv1.NetworkPolicyPort {
+		pp := networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &intstr.IntOrString{IntVal: p}}
+		if end != 0 {
+			pp.EndPort = &end
+		}
+		return pp
+	}
+	named := intstr.FromString("nope")
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "db-bad"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{
+				{Ports: []networkingv1.NetworkPolicyPort{port(1, 60000)}},                                                                         // too wide: skipped
+				{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.77.1.0/33"}}}},                                  // malformed
+				{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/16", Except: []string{"10.77.1.0/24"}}}}}, // except outside
+				{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &named}}},                                                         // unknown named port
+				{Ports: []networkingv1.NetworkPolicyPort{port(5432, 0)}},                                                                          // the good one
+			}}}
+	e.SetPolicy(np)
+	st, problems, _ := e.Realize()
+	if len(problems) < 4 {
+		t.Errorf("problems %v, want one per bad part", problems)
+	}
+	_, sw := policyNode(t, st)
+	var ct conntrack
+	for _, dport := range []uint16{80, 5433, 60000} {
+		if out, _ := ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 40000+dport%1000, dport)); out != "drop(policy)" {
+			t.Errorf("web → db:%d: %s, want drop(policy)", dport, out)
+		}
+	}
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 41000, 5432)); !strings.HasSuffix(out, "output:6") {
+		t.Errorf("web → db:5432 (the good rule): %s", out)
 	}
 }
