@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/nagare-net/nagare/pkg/agent/netpol"
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 )
 
 // NetworkPolicy: the Kubernetes source feeds policies, namespaces and
@@ -96,6 +99,7 @@ func (a *Agent) policyLoop(ctx context.Context) {
 			continue
 		}
 		took := time.Since(start)
+		a.cutDeniedConnections(ctx, st)
 		a.met.policyRealize.Observe(took.Seconds())
 		a.met.policyRules.Set(float64(len(st.Rules)))
 		if res.FlowsAdded+res.FlowsDeleted > 0 {
@@ -239,4 +243,61 @@ func policyOfRule(id string) string {
 		return id
 	}
 	return parts[0] + "/" + parts[1]
+}
+
+// cutDeniedConnections deletes from the switch's tracker (the node's
+// zone) the connections st no longer allows, after st's flows are in: a
+// connection established before a policy that forbids it is cut, as
+// Cilium does and kube-network-policies' strict mode does. Its next
+// packet finds no entry, is judged as a new connection and dropped by
+// the policy. Each connection is judged as the pipeline judged its first
+// packet: from the original source to the endpoint it reached (after
+// DNAT, Reply.Src) on that port; the node's own connections (from the
+// gateway address: kubelet probes) are never cut, as the pipeline always
+// lets them in. A failure is logged: the connections then live until
+// they end or time out, as they would without this.
+func (a *Agent) cutDeniedConnections(ctx context.Context, st netpol.State) {
+	zone := pipeline.CtZone
+	resp, err := a.call(ctx, ctlproto.Request{Cmd: "conntrack", Zone: &zone})
+	if err != nil {
+		a.log.Warn("network policies: listing connections to cut the denied ones", "err", err)
+		return
+	}
+	var conns []ctlproto.Conn
+	if err := json.Unmarshal(resp.Data, &conns); err != nil {
+		a.log.Warn("network policies: listing connections to cut the denied ones", "err", err)
+		return
+	}
+	deny := deniedConnections(conns, netpol.NewVerdicts(st), a.node.Gateway())
+	if len(deny) == 0 {
+		return
+	}
+	resp, err = a.call(ctx, ctlproto.Request{Cmd: "conntrack-flush", Zone: &zone, Conns: deny})
+	if err != nil {
+		a.log.Warn("network policies: cutting connections they now deny", "connections", len(deny), "err", err)
+		return
+	}
+	a.met.policyCut.Add(float64(len(deny)))
+	a.log.Info("network policies: cut established connections they now deny", "connections", len(deny),
+		"first", fmt.Sprintf("%v:%d → %v:%d proto %d", deny[0].Src, deny[0].SrcPort, deny[0].Dst, deny[0].DstPort, deny[0].Proto),
+		"result", strings.Join(resp.Lines, "; "))
+}
+
+// deniedConnections are the original tuples of the connections v denies.
+func deniedConnections(conns []ctlproto.Conn, v *netpol.Verdicts, gateway netip.Addr) []ctlproto.ConnTuple {
+	var out []ctlproto.ConnTuple
+	for _, c := range conns {
+		src, dst := c.Orig.Src, c.Reply.Src
+		if !src.Is4() || src == gateway {
+			continue
+		}
+		port := c.Reply.SrcPort
+		if c.Orig.Proto == 1 {
+			port = 0 // ICMP: the id, not a port
+		}
+		if !v.Allows(src, dst, c.Orig.Proto, port) {
+			out = append(out, c.Orig)
+		}
+	}
+	return out
 }
