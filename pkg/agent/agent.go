@@ -164,7 +164,10 @@ type Agent struct {
 	rejecter       pipeline.Rejecter // answers Service reject PACKET_INs on every switch connection
 	unresolvedPods atomic.Value      // cluster-file endpoint pods not on this node, last logged
 	nodePorts      nodePortState     // the NodePort sets last written (nodeports.go)
-	policies       *policyFeed       // NetworkPolicy input and realization (networkpolicy.go); nil without Kubernetes
+	policies       *policyFeed       // NetworkPolicy input and realization (networkpolicy.go); nil without policies
+	policiesSynced <-chan struct{}   // closed once the policy input is whole (informers synced; the cluster file at once)
+	filePolicyMu   sync.Mutex        // one feedClusterPolicies at a time (pods come and go concurrently)
+	filePolicyPods map[string]bool   // cluster-file policies: the local pods fed to the engine
 }
 
 // New checks the configuration; Run does the work.

@@ -51,14 +51,67 @@ func (f *policyFeed) SetNamespace(name string, l map[string]string) {
 }
 func (f *policyFeed) DeleteNamespace(name string) { f.Engine.DeleteNamespace(name); f.wake() }
 
-// startPolicies makes the engine and connects it to the Kubernetes source
-// (NetworkPolicy is a Kubernetes feature: the cluster file has none).
+// startPolicies makes the engine and connects it to the Kubernetes
+// source, or feeds it the cluster file's policies (the lab and the tests,
+// without Kubernetes: feedClusterPolicies).
 func (a *Agent) startPolicies() {
-	if a.cfg.Kube == nil {
+	switch {
+	case a.cfg.Kube != nil:
+		a.policies = &policyFeed{Engine: netpol.NewEngine(a.cfg.NodeName), kick: make(chan struct{}, 1)}
+		a.policiesSynced = a.cfg.Kube.Synced()
+		a.cfg.Kube.WatchPolicies(a.policies)
+	case len(a.cfg.Cluster.NetworkPolicies) > 0:
+		a.policies = &policyFeed{Engine: netpol.NewEngine(a.cfg.NodeName), kick: make(chan struct{}, 1)}
+		synced := make(chan struct{})
+		close(synced) // the file is the whole input, and the pods were loaded before
+		a.policiesSynced = synced
+		for i := range a.cfg.Cluster.NetworkPolicies {
+			a.policies.SetPolicy(&a.cfg.Cluster.NetworkPolicies[i].NetworkPolicy)
+		}
+		a.feedClusterPolicies()
+	}
+}
+
+// feedClusterPolicies gives the engine the pods attached on this node
+// (with the cluster file's labels) and their namespaces, when the
+// policies come from the cluster file.
+func (a *Agent) feedClusterPolicies() {
+	if a.policies == nil || a.cfg.Kube != nil {
 		return
 	}
-	a.policies = &policyFeed{Engine: netpol.NewEngine(a.cfg.NodeName), kick: make(chan struct{}, 1)}
-	a.cfg.Kube.WatchPolicies(a.policies)
+	a.filePolicyMu.Lock()
+	defer a.filePolicyMu.Unlock()
+	a.mu.Lock()
+	var pods []netpol.Pod
+	for _, p := range a.pods {
+		ns, name, ok := strings.Cut(p.Pod, "/")
+		if ok && p.IP.IsValid() {
+			pods = append(pods, netpol.Pod{Namespace: ns, Name: name, IP: p.IP, Node: a.cfg.NodeName, Labels: a.cfg.Cluster.PodLabels[p.Pod]})
+		}
+	}
+	a.mu.Unlock()
+	seen := map[string]bool{}
+	nss := map[string]bool{}
+	for i := range a.cfg.Cluster.NetworkPolicies {
+		nss[a.cfg.Cluster.NetworkPolicies[i].Namespace] = true
+	}
+	for i := range pods {
+		nss[pods[i].Namespace] = true
+	}
+	for ns := range nss {
+		a.policies.SetNamespace(ns, map[string]string{"kubernetes.io/metadata.name": ns})
+	}
+	for i := range pods {
+		seen[pods[i].Namespace+"/"+pods[i].Name] = true
+		a.policies.SetPod(&pods[i])
+	}
+	for key := range a.filePolicyPods {
+		if !seen[key] {
+			ns, name, _ := strings.Cut(key, "/")
+			a.policies.DeletePod(ns, name)
+		}
+	}
+	a.filePolicyPods = seen
 }
 
 // policyLoop realizes and programs policy changes as they come.
@@ -73,7 +126,7 @@ func (a *Agent) policyLoop(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 		return
-	case <-a.cfg.Kube.Synced():
+	case <-a.policiesSynced:
 	}
 	reported := map[string]string{} // policy → its problems, last reported
 	for {
@@ -126,7 +179,11 @@ func (a *Agent) reportPolicyProblems(problems []netpol.Problem, reported map[str
 		}
 		reported[pol] = joined
 		for _, p := range ps {
-			a.cfg.Kube.ReportPolicyProblem(p)
+			if a.cfg.Kube != nil {
+				a.cfg.Kube.ReportPolicyProblem(p)
+			} else {
+				a.log.Warn("network policy problem", "policy", p.Policy, "problem", p.Msg)
+			}
 		}
 	}
 }
@@ -150,7 +207,7 @@ func (a *Agent) syncPolicies() {
 		return
 	}
 	select {
-	case <-a.cfg.Kube.Synced():
+	case <-a.policiesSynced:
 	default:
 		return // not known yet: the Sync keeps the switch's policy flows
 	}
@@ -250,12 +307,15 @@ func policyOfRule(id string) string {
 // connection established before a policy that forbids it is cut, as
 // Cilium does and kube-network-policies' strict mode does. Its next
 // packet finds no entry, is judged as a new connection and dropped by
-// the policy. Each connection is judged as the pipeline judged its first
-// packet: from the original source to the endpoint it reached (after
-// DNAT, Reply.Src) on that port; the node's own connections (from the
-// gateway address: kubelet probes) are never cut, as the pipeline always
-// lets them in. A failure is logged: the connections then live until
-// they end or time out, as they would without this.
+// the policy; the server's packets, which the policy may allow as a new
+// connection the other way, are dropped by a guard flow added first
+// (pipeline/networkpolicy_cut.go). Each connection is judged as the
+// pipeline judged its first packet: from the original source to the
+// endpoint it reached (after DNAT, Reply.Src) on that port; the node's
+// own connections (from the gateway address: kubelet probes) are never
+// cut, as the pipeline always lets them in. A failure is logged: the
+// connections then live until they end or time out, as they would
+// without this.
 func (a *Agent) cutDeniedConnections(ctx context.Context, st netpol.State) {
 	zone := pipeline.CtZone
 	resp, err := a.call(ctx, ctlproto.Request{Cmd: "conntrack", Zone: &zone})
@@ -272,20 +332,43 @@ func (a *Agent) cutDeniedConnections(ctx context.Context, st netpol.State) {
 	if len(deny) == 0 {
 		return
 	}
-	resp, err = a.call(ctx, ctlproto.Request{Cmd: "conntrack-flush", Zone: &zone, Conns: deny})
+	guards := make([]pipeline.CutConnection, len(deny))
+	tuples := make([]ctlproto.ConnTuple, len(deny))
+	for i, c := range deny {
+		guards[i] = pipeline.CutConnection{Proto: c.Reply.Proto,
+			Server: netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort), Client: netip.AddrPortFrom(c.Reply.Dst, c.Reply.DstPort)}
+		tuples[i] = c.Orig
+	}
+	if err := a.guardCutConnections(ctx, guards); err != nil {
+		a.log.Warn("network policies: guarding connections before cutting them (not cut)", "connections", len(deny), "err", err)
+		return
+	}
+	resp, err = a.call(ctx, ctlproto.Request{Cmd: "conntrack-flush", Zone: &zone, Conns: tuples})
 	if err != nil {
 		a.log.Warn("network policies: cutting connections they now deny", "connections", len(deny), "err", err)
 		return
 	}
 	a.met.policyCut.Add(float64(len(deny)))
+	o := deny[0].Orig
 	a.log.Info("network policies: cut established connections they now deny", "connections", len(deny),
-		"first", fmt.Sprintf("%v:%d → %v:%d proto %d", deny[0].Src, deny[0].SrcPort, deny[0].Dst, deny[0].DstPort, deny[0].Proto),
+		"first", fmt.Sprintf("%v:%d → %v:%d proto %d", o.Src, o.SrcPort, o.Dst, o.DstPort, o.Proto),
 		"result", strings.Join(resp.Lines, "; "))
 }
 
-// deniedConnections are the original tuples of the connections v denies.
-func deniedConnections(conns []ctlproto.Conn, v *netpol.Verdicts, gateway netip.Addr) []ctlproto.ConnTuple {
-	var out []ctlproto.ConnTuple
+// guardCutConnections adds the guard flows under swMu, as programPolicies.
+func (a *Agent) guardCutConnections(ctx context.Context, cs []pipeline.CutConnection) error {
+	a.swMu.Lock()
+	defer a.swMu.Unlock()
+	pl, err := a.connected()
+	if err != nil {
+		return err
+	}
+	return pl.GuardCutConnections(ctx, cs)
+}
+
+// deniedConnections are the connections v denies.
+func deniedConnections(conns []ctlproto.Conn, v *netpol.Verdicts, gateway netip.Addr) []ctlproto.Conn {
+	var out []ctlproto.Conn
 	for _, c := range conns {
 		src, dst := c.Orig.Src, c.Reply.Src
 		if !src.Is4() || src == gateway {
@@ -296,7 +379,7 @@ func deniedConnections(conns []ctlproto.Conn, v *netpol.Verdicts, gateway netip.
 			port = 0 // ICMP: the id, not a port
 		}
 		if !v.Allows(src, dst, c.Orig.Proto, port) {
-			out = append(out, c.Orig)
+			out = append(out, c)
 		}
 	}
 	return out

@@ -37,7 +37,7 @@ func TestDeniedConnections(t *testing.T) {
 		t.Fatalf("denied %v, want %v", got, want)
 	}
 	for i := range want {
-		if got[i] != want[i] {
+		if got[i].Orig != want[i] {
 			t.Fatalf("denied %v, want %v", got, want)
 		}
 	}

@@ -373,3 +373,35 @@ func TestPolicyBadInputWalk(t *testing.T) {
 		t.Errorf("web → db:5432 (the good rule): %s", out)
 	}
 }
+
+// TestPolicyCutGuard: after a connection is cut, the server's packets
+// to the client are dropped while they are new (not picked up as a
+// connection the other way), other traffic between them is not, and the
+// guard goes by itself (idle timeout), untouched by Sync.
+func TestPolicyCutGuard(t *testing.T) {
+	p, sw := policyNode(t, netpol.State{})
+	ctx := context.Background()
+	cut := CutConnection{Proto: 6, Server: netip.AddrPortFrom(dbIP, 5432), Client: netip.AddrPortFrom(webIP, 40000)}
+	if err := p.GuardCutConnections(ctx, []CutConnection{cut}); err != nil {
+		t.Fatal(err)
+	}
+	var ct conntrack
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, webMAC, "10.77.1.3", "10.77.1.2", 5432, 40000)); out != "drop(policy)" {
+		t.Fatalf("the cut connection's server packet: %s, want drop(policy)", out)
+	}
+	if len(ct.orig) != 0 {
+		t.Fatalf("the server's packet was committed: %v", ct.orig)
+	}
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, webMAC, "10.77.1.3", "10.77.1.2", 5432, 40001)); !strings.HasSuffix(out, "output:5") {
+		t.Fatalf("another connection between them: %s", out)
+	}
+	st, err := p.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := p.conn.DumpFlows(ctx, &openflow.FlowStatsRequest{TableID: TableCtCommit.ID, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny,
+		Cookie: cookiePolicyCut, CookieMask: cookieFeature})
+	if err != nil || len(fs) != 1 || fs[0].IdleTimeout != policyCutIdle {
+		t.Fatalf("guard flows after Sync (%+v): %+v %v, want one with idle_timeout %d", st, fs, err, policyCutIdle)
+	}
+}
