@@ -143,8 +143,14 @@ func (a *Agent) policyLoop(ctx context.Context) {
 		start := time.Now()
 		st, problems, changed := a.policies.Realize()
 		if !changed {
+			// A (re)connection's Sync programmed the policies: cut
+			// what they deny now (syncPolicies).
+			if p := a.pendingCut.Swap(nil); p != nil {
+				a.cutDeniedConnections(ctx, *p)
+			}
 			continue
 		}
+		a.pendingCut.Store(nil)
 		a.reportPolicyProblems(problems, reported)
 		res, err := a.programPolicies(ctx, st)
 		if err != nil {
@@ -213,6 +219,8 @@ func (a *Agent) syncPolicies() {
 	}
 	st, _, _ := a.policies.Realize()
 	a.pl.SetPolicies(st)
+	a.pendingCut.Store(&st)
+	a.policies.wake()
 }
 
 // policyStatus fills st's policy rows: the programmed rules with their
