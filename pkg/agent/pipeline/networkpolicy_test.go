@@ -358,9 +358,18 @@ func TestPolicyBadInputWalk(t *testing.T) {
 				{Ports: []networkingv1.NetworkPolicyPort{port(5432, 0)}},                                                                          // the good one
 			}}}
 	e.SetPolicy(np)
+	// 10 000 rules in one policy (on web): over netpol.MaxRulesPerPolicy,
+	// it fails closed (web isolated, none of its rules) and is reported;
+	// db's policy is still enforced.
+	huge := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-huge"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}
+	for i := 0; i < 10000; i++ {
+		huge.Spec.Ingress = append(huge.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{Ports: []networkingv1.NetworkPolicyPort{port(int32(1+i%60000), 0)}})
+	}
+	e.SetPolicy(huge)
 	st, problems, _ := e.Realize()
-	if len(problems) < 4 {
-		t.Errorf("problems %v, want one per bad part", problems)
+	if len(problems) < 5 {
+		t.Errorf("problems %v, want one per bad part and one for the 10 000 rules", problems)
 	}
 	_, sw := policyNode(t, st)
 	var ct conntrack
@@ -371,6 +380,9 @@ func TestPolicyBadInputWalk(t *testing.T) {
 	}
 	if out, _ := ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 41000, 5432)); !strings.HasSuffix(out, "output:6") {
 		t.Errorf("web → db:5432 (the good rule): %s", out)
+	}
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, webMAC, "10.77.1.3", "10.77.1.2", 42000, 5)); out != "drop(policy)" {
+		t.Errorf("db → web:5 under the 10 000-rule policy: %s, want drop(policy) (fail closed)", out)
 	}
 }
 
