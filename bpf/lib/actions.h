@@ -601,6 +601,10 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 			key->recirc_id = a->arg32;
 			return TC_ACT_RECIRC;
 		case ACT_DROP:
+			/* The reason the controller gave the drop (a policy's
+			 * deny), else the generic one. */
+			if (a->arg32 > DROP_NONE && a->arg32 < DROP__MAX)
+				return drop(a->arg32);
 			return drop(DROP_ACTION);
 		default: {
 			int r = run_rare(skb, ps, key, a, mode);

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
+	"github.com/nagare-net/nagare/pkg/agent"
 	"github.com/nagare-net/nagare/pkg/switchd"
 )
 
@@ -18,7 +22,7 @@ import (
 //	nagarectl [--switch unix:PATH] port del IFNAME
 //	nagarectl [--switch unix:PATH] dump-flows | dump-ports | dump-cache | show | flush-cache
 //	nagarectl [--switch unix:PATH] revalidate [--change]
-//	nagarectl [--switch unix:PATH] trace 'in_port=1,tcp,nw_dst=10.0.0.2,tp_dst=80' [--hex FRAME]
+//	nagarectl [--switch unix:PATH] trace 'in_port=1,tcp,nw_dst=10.0.0.2,tp_dst=80' [--hex FRAME] [--agent-socket PATH]
 //	nagarectl [--switch unix:PATH] placement set PORT|cookie=V[/M] offload|onload|auto
 //	nagarectl [--switch unix:PATH] placement show
 
@@ -75,7 +79,7 @@ func init() {
 		usage: "nagarectl [--switch unix:PATH] conntrack [flush] [--zone N] [--proto tcp|udp|sctp|icmp] [--addr IP] [--port N]",
 		run:   runConntrack})
 	register(&command{name: "trace", summary: "show how a packet goes through the OpenFlow tables",
-		usage: "nagarectl [--switch unix:PATH] trace PACKET [--hex FRAME] [--ct-next trk,est]   (PACKET in ovs-ofctl match syntax, e.g. in_port=1,udp,nw_dst=10.0.0.2,tp_dst=53)",
+		usage: "nagarectl [--switch unix:PATH] trace PACKET [--hex FRAME] [--ct-next trk,est] [--agent-socket PATH]   (PACKET in ovs-ofctl match syntax, e.g. in_port=1,udp,nw_dst=10.0.0.2,tp_dst=53; the agent names the NetworkPolicy rules hit)",
 		run:   runTrace})
 }
 
@@ -205,6 +209,7 @@ func runTrace(args []string, stdout, _ io.Writer) error {
 	fs.SetOutput(io.Discard)
 	hex := fs.String("hex", "", "the frame in hex (the PACKET argument then only gives in_port)")
 	ctNext := fs.String("ct-next", "", "ct_state of each recirculated pass after a ct action, e.g. trk,new (default) or trk,est; several passes: trk,new;trk,est")
+	agentSock := fs.String("agent-socket", agent.DefaultAgentSocket, "the node agent's status socket: it names the NetworkPolicy rules the packet hit (none: no names)")
 	var pkt string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		pkt, args = args[0], args[1:]
@@ -215,5 +220,44 @@ func runTrace(args []string, stdout, _ io.Writer) error {
 	if pkt == "" && *hex == "" {
 		return usagef("give a packet description or --hex")
 	}
-	return ctlPrint(stdout, switchd.CtlRequest{Cmd: "trace", Packet: pkt, Hex: *hex, CtNext: *ctNext})
+	resp, err := ctl(switchd.CtlRequest{Cmd: "trace", Packet: pkt, Hex: *hex, CtNext: *ctNext})
+	if err != nil {
+		return err
+	}
+	var names map[uint64]string
+	if *agentSock != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if st, err := agent.FetchStatus(ctx, *agentSock); err == nil {
+			names = st.PolicyCookies()
+		}
+		cancel()
+	}
+	for _, l := range resp.Lines {
+		fmt.Fprintln(stdout, l)
+		if n := policyNote(l, names); n != "" {
+			fmt.Fprintln(stdout, "    "+n)
+		}
+	}
+	return nil
+}
+
+// traceCookie finds a traced rule's cookie in its line ("table 34:
+// priority=200,... cookie=0x6... actions=...").
+var traceCookie = regexp.MustCompile(`^table \d+: priority=\d+,.* cookie=(0x[0-9a-f]+) actions=(.*)$`)
+
+// policyNote is what the agent's names say of a traced rule's line: the
+// NetworkPolicy rule that allowed the packet, or the pod's default deny
+// that dropped it. A conjunction clause's line says nothing: its flow is
+// shared by every rule with that clause, the conj_id flow after it names
+// the rule.
+func policyNote(line string, names map[uint64]string) string {
+	m := traceCookie.FindStringSubmatch(line)
+	if m == nil || strings.HasPrefix(m[2], "conjunction(") {
+		return ""
+	}
+	c, err := strconv.ParseUint(m[1], 0, 64)
+	if err != nil {
+		return ""
+	}
+	return names[c]
 }

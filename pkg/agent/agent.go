@@ -38,6 +38,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/agent/config"
 	"github.com/nagare-net/nagare/pkg/agent/ipam"
 	"github.com/nagare-net/nagare/pkg/agent/k8s"
+	"github.com/nagare-net/nagare/pkg/agent/netpol"
 	"github.com/nagare-net/nagare/pkg/agent/nodenet"
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
 	"github.com/nagare-net/nagare/pkg/agent/proxy"
@@ -160,11 +161,15 @@ type Agent struct {
 
 	masqMu sync.Mutex // one masquerade rule write at a time (nodes.go)
 
-	services       *proxy.Tracker    // the desired service state (services.go)
-	rejecter       pipeline.Rejecter // answers Service reject PACKET_INs on every switch connection
-	unresolvedPods atomic.Value      // cluster-file endpoint pods not on this node, last logged
-	nodePorts      nodePortState     // the NodePort sets last written (nodeports.go)
-	policies       *policyFeed       // NetworkPolicy input and realization (networkpolicy.go); nil without Kubernetes
+	services       *proxy.Tracker               // the desired service state (services.go)
+	rejecter       pipeline.Rejecter            // answers Service reject PACKET_INs on every switch connection
+	unresolvedPods atomic.Value                 // cluster-file endpoint pods not on this node, last logged
+	nodePorts      nodePortState                // the NodePort sets last written (nodeports.go)
+	policies       *policyFeed                  // NetworkPolicy input and realization (networkpolicy.go); nil without policies
+	policiesSynced <-chan struct{}              // closed once the policy input is whole (informers synced; the cluster file at once)
+	filePolicyMu   sync.Mutex                   // one feedClusterPolicies at a time (pods come and go concurrently)
+	pendingCut     atomic.Pointer[netpol.State] // policies a switch Sync programmed: policyLoop cuts what they deny
+	filePolicyPods map[string]bool              // cluster-file policies: the local pods fed to the engine
 }
 
 // New checks the configuration; Run does the work.

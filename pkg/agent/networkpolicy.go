@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -9,6 +12,7 @@ import (
 
 	"github.com/nagare-net/nagare/pkg/agent/netpol"
 	"github.com/nagare-net/nagare/pkg/agent/pipeline"
+	"github.com/nagare-net/nagare/pkg/ctlproto"
 )
 
 // NetworkPolicy: the Kubernetes source feeds policies, namespaces and
@@ -47,14 +51,67 @@ func (f *policyFeed) SetNamespace(name string, l map[string]string) {
 }
 func (f *policyFeed) DeleteNamespace(name string) { f.Engine.DeleteNamespace(name); f.wake() }
 
-// startPolicies makes the engine and connects it to the Kubernetes source
-// (NetworkPolicy is a Kubernetes feature: the cluster file has none).
+// startPolicies makes the engine and connects it to the Kubernetes
+// source, or feeds it the cluster file's policies (the lab and the tests,
+// without Kubernetes: feedClusterPolicies).
 func (a *Agent) startPolicies() {
-	if a.cfg.Kube == nil {
+	switch {
+	case a.cfg.Kube != nil:
+		a.policies = &policyFeed{Engine: netpol.NewEngine(a.cfg.NodeName), kick: make(chan struct{}, 1)}
+		a.policiesSynced = a.cfg.Kube.Synced()
+		a.cfg.Kube.WatchPolicies(a.policies)
+	case len(a.cfg.Cluster.NetworkPolicies) > 0:
+		a.policies = &policyFeed{Engine: netpol.NewEngine(a.cfg.NodeName), kick: make(chan struct{}, 1)}
+		synced := make(chan struct{})
+		close(synced) // the file is the whole input, and the pods were loaded before
+		a.policiesSynced = synced
+		for i := range a.cfg.Cluster.NetworkPolicies {
+			a.policies.SetPolicy(&a.cfg.Cluster.NetworkPolicies[i].NetworkPolicy)
+		}
+		a.feedClusterPolicies()
+	}
+}
+
+// feedClusterPolicies gives the engine the pods attached on this node
+// (with the cluster file's labels) and their namespaces, when the
+// policies come from the cluster file.
+func (a *Agent) feedClusterPolicies() {
+	if a.policies == nil || a.cfg.Kube != nil {
 		return
 	}
-	a.policies = &policyFeed{Engine: netpol.NewEngine(a.cfg.NodeName), kick: make(chan struct{}, 1)}
-	a.cfg.Kube.WatchPolicies(a.policies)
+	a.filePolicyMu.Lock()
+	defer a.filePolicyMu.Unlock()
+	a.mu.Lock()
+	var pods []netpol.Pod
+	for _, p := range a.pods {
+		ns, name, ok := strings.Cut(p.Pod, "/")
+		if ok && p.IP.IsValid() {
+			pods = append(pods, netpol.Pod{Namespace: ns, Name: name, IP: p.IP, Node: a.cfg.NodeName, Labels: a.cfg.Cluster.PodLabels[p.Pod]})
+		}
+	}
+	a.mu.Unlock()
+	seen := map[string]bool{}
+	nss := map[string]bool{}
+	for i := range a.cfg.Cluster.NetworkPolicies {
+		nss[a.cfg.Cluster.NetworkPolicies[i].Namespace] = true
+	}
+	for i := range pods {
+		nss[pods[i].Namespace] = true
+	}
+	for ns := range nss {
+		a.policies.SetNamespace(ns, map[string]string{"kubernetes.io/metadata.name": ns})
+	}
+	for i := range pods {
+		seen[pods[i].Namespace+"/"+pods[i].Name] = true
+		a.policies.SetPod(&pods[i])
+	}
+	for key := range a.filePolicyPods {
+		if !seen[key] {
+			ns, name, _ := strings.Cut(key, "/")
+			a.policies.DeletePod(ns, name)
+		}
+	}
+	a.filePolicyPods = seen
 }
 
 // policyLoop realizes and programs policy changes as they come.
@@ -69,7 +126,7 @@ func (a *Agent) policyLoop(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 		return
-	case <-a.cfg.Kube.Synced():
+	case <-a.policiesSynced:
 	}
 	reported := map[string]string{} // policy → its problems, last reported
 	for {
@@ -86,8 +143,14 @@ func (a *Agent) policyLoop(ctx context.Context) {
 		start := time.Now()
 		st, problems, changed := a.policies.Realize()
 		if !changed {
+			// A (re)connection's Sync programmed the policies: cut
+			// what they deny now (syncPolicies).
+			if p := a.pendingCut.Swap(nil); p != nil {
+				a.cutDeniedConnections(ctx, *p)
+			}
 			continue
 		}
+		a.pendingCut.Store(nil)
 		a.reportPolicyProblems(problems, reported)
 		res, err := a.programPolicies(ctx, st)
 		if err != nil {
@@ -95,6 +158,7 @@ func (a *Agent) policyLoop(ctx context.Context) {
 			continue
 		}
 		took := time.Since(start)
+		a.cutDeniedConnections(ctx, st)
 		a.met.policyRealize.Observe(took.Seconds())
 		a.met.policyRules.Set(float64(len(st.Rules)))
 		if res.FlowsAdded+res.FlowsDeleted > 0 {
@@ -121,7 +185,11 @@ func (a *Agent) reportPolicyProblems(problems []netpol.Problem, reported map[str
 		}
 		reported[pol] = joined
 		for _, p := range ps {
-			a.cfg.Kube.ReportPolicyProblem(p)
+			if a.cfg.Kube != nil {
+				a.cfg.Kube.ReportPolicyProblem(p)
+			} else {
+				a.log.Warn("network policy problem", "policy", p.Policy, "problem", p.Msg)
+			}
 		}
 	}
 }
@@ -145,12 +213,14 @@ func (a *Agent) syncPolicies() {
 		return
 	}
 	select {
-	case <-a.cfg.Kube.Synced():
+	case <-a.policiesSynced:
 	default:
 		return // not known yet: the Sync keeps the switch's policy flows
 	}
 	st, _, _ := a.policies.Realize()
 	a.pl.SetPolicies(st)
+	a.pendingCut.Store(&st)
+	a.policies.wake()
 }
 
 // policyStatus fills st's policy rows: the programmed rules with their
@@ -168,7 +238,7 @@ func (a *Agent) policyStatus(ctx context.Context, st *Status, pl *pipeline.Pipel
 			for _, c := range pcs {
 				if c.Drop != "" {
 					dir, pod, _ := strings.Cut(c.Drop, " ")
-					st.PolicyDrops = append(st.PolicyDrops, PolicyDropStatus{Pod: pod, Direction: dir, Packets: c.Packets, Bytes: c.Bytes})
+					st.PolicyDrops = append(st.PolicyDrops, PolicyDropStatus{Pod: pod, Direction: dir, Cookie: c.Cookie, Packets: c.Packets, Bytes: c.Bytes})
 					continue
 				}
 				counts[c.Rule] = c
@@ -176,7 +246,7 @@ func (a *Agent) policyStatus(ctx context.Context, st *Status, pl *pipeline.Pipel
 		}
 	}
 	for _, r := range pl.Policies() {
-		rs := PolicyRuleStatus{Rule: r.Rule.ID, Direction: r.Rule.Direction.String(), ConjID: r.ConjID, Peers: "any", Ports: "any"}
+		rs := PolicyRuleStatus{Rule: r.Rule.ID, Direction: r.Rule.Direction.String(), ConjID: r.ConjID, Cookie: r.Cookie, Peers: "any", Ports: "any"}
 		for _, p := range r.Rule.AppliedTo {
 			rs.Pods = append(rs.Pods, p.String())
 		}
@@ -204,4 +274,121 @@ func (a *Agent) policyStatus(ctx context.Context, st *Status, pl *pipeline.Pipel
 			st.PolicyProblems = append(st.PolicyProblems, p.String())
 		}
 	}
+}
+
+// PolicyCookies names the policy flows of st by cookie, for nagarectl
+// trace: a rule's allowing flows (its conj_id flow, or its applied-to
+// flows) and each isolated pod's default deny in one direction.
+func (st *Status) PolicyCookies() map[uint64]string {
+	out := map[uint64]string{}
+	applying := map[string][]string{} // "ingress 10.0.1.2" → rules applying to the pod
+	for _, r := range st.Policies {
+		out[r.Cookie] = fmt.Sprintf("allowed by rule %s of policy %s", r.Rule, policyOfRule(r.Rule))
+		for _, p := range r.Pods {
+			k := r.Direction + " " + p
+			applying[k] = append(applying[k], r.Rule)
+		}
+	}
+	for _, d := range st.PolicyDrops {
+		s := fmt.Sprintf("dropped by policy: %s is isolated for %s and no rule allows this", d.Pod, d.Direction)
+		if rs := applying[d.Direction+" "+d.Pod]; len(rs) > 0 {
+			s += " (rules for it: " + strings.Join(rs, ", ") + ")"
+		} else {
+			s += " (no rule for it: a deny-all policy)"
+		}
+		out[d.Cookie] = s
+	}
+	return out
+}
+
+// policyOfRule is the namespace/name part of a rule ID (namespace/name/direction/index...).
+func policyOfRule(id string) string {
+	parts := strings.SplitN(id, "/", 3)
+	if len(parts) < 3 {
+		return id
+	}
+	return parts[0] + "/" + parts[1]
+}
+
+// cutDeniedConnections deletes from the switch's tracker (the node's
+// zone) the connections st no longer allows, after st's flows are in: a
+// connection established before a policy that forbids it is cut, as
+// Cilium does and kube-network-policies' strict mode does. Its next
+// packet finds no entry, is judged as a new connection and dropped by
+// the policy; the server's packets, which the policy may allow as a new
+// connection the other way, are dropped by a guard flow added first
+// (pipeline/networkpolicy_cut.go). Each connection is judged as the
+// pipeline judged its first packet: from the original source to the
+// endpoint it reached (after DNAT, Reply.Src) on that port; the node's
+// own connections (from the gateway address: kubelet probes) are never
+// cut, as the pipeline always lets them in. A failure is logged: the
+// connections then live until they end or time out, as they would
+// without this.
+func (a *Agent) cutDeniedConnections(ctx context.Context, st netpol.State) {
+	zone := pipeline.CtZone
+	resp, err := a.call(ctx, ctlproto.Request{Cmd: "conntrack", Zone: &zone})
+	if err != nil {
+		a.log.Warn("network policies: listing connections to cut the denied ones", "err", err)
+		return
+	}
+	var conns []ctlproto.Conn
+	if err := json.Unmarshal(resp.Data, &conns); err != nil {
+		a.log.Warn("network policies: listing connections to cut the denied ones", "err", err)
+		return
+	}
+	deny := deniedConnections(conns, netpol.NewVerdicts(st), a.node.Gateway())
+	if len(deny) == 0 {
+		return
+	}
+	guards := make([]pipeline.CutConnection, len(deny))
+	tuples := make([]ctlproto.ConnTuple, len(deny))
+	for i, c := range deny {
+		guards[i] = pipeline.CutConnection{Proto: c.Reply.Proto,
+			Server: netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort), Client: netip.AddrPortFrom(c.Reply.Dst, c.Reply.DstPort)}
+		tuples[i] = c.Orig
+	}
+	if err := a.guardCutConnections(ctx, guards); err != nil {
+		a.log.Warn("network policies: guarding connections before cutting them (not cut)", "connections", len(deny), "err", err)
+		return
+	}
+	resp, err = a.call(ctx, ctlproto.Request{Cmd: "conntrack-flush", Zone: &zone, Conns: tuples})
+	if err != nil {
+		a.log.Warn("network policies: cutting connections they now deny", "connections", len(deny), "err", err)
+		return
+	}
+	a.met.policyCut.Add(float64(len(deny)))
+	o := deny[0].Orig
+	a.log.Info("network policies: cut established connections they now deny", "connections", len(deny),
+		"first", fmt.Sprintf("%v:%d → %v:%d proto %d", o.Src, o.SrcPort, o.Dst, o.DstPort, o.Proto),
+		"result", strings.Join(resp.Lines, "; "))
+}
+
+// guardCutConnections adds the guard flows under swMu, as programPolicies.
+func (a *Agent) guardCutConnections(ctx context.Context, cs []pipeline.CutConnection) error {
+	a.swMu.Lock()
+	defer a.swMu.Unlock()
+	pl, err := a.connected()
+	if err != nil {
+		return err
+	}
+	return pl.GuardCutConnections(ctx, cs)
+}
+
+// deniedConnections are the connections v denies.
+func deniedConnections(conns []ctlproto.Conn, v *netpol.Verdicts, gateway netip.Addr) []ctlproto.Conn {
+	var out []ctlproto.Conn
+	for _, c := range conns {
+		src, dst := c.Orig.Src, c.Reply.Src
+		if !src.Is4() || src == gateway {
+			continue
+		}
+		port := c.Reply.SrcPort
+		if c.Orig.Proto == 1 {
+			port = 0 // ICMP: the id, not a port
+		}
+		if !v.Allows(src, dst, c.Orig.Proto, port) {
+			out = append(out, c)
+		}
+	}
+	return out
 }

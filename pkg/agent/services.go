@@ -90,7 +90,10 @@ func (a *Agent) podAddress(name string) (netip.Addr, bool) {
 }
 
 // podsChanged: a pod came or went (cluster-file endpoints by pod name).
-func (a *Agent) podsChanged() { a.feedClusterServices() }
+func (a *Agent) podsChanged() {
+	a.feedClusterServices()
+	a.feedClusterPolicies()
+}
 
 // nodesChanged: a remote node came, went or changed (the pod network).
 func (a *Agent) nodesChanged() {

@@ -65,6 +65,7 @@ type PolicyRuleStatus struct {
 	Peers     string   `json:"peers"`
 	Ports     string   `json:"ports"`
 	ConjID    uint32   `json:"conjID,omitempty"`
+	Cookie    uint64   `json:"cookie"`            // its flows' cookie (nagarectl trace names the rule by it)
 	Packets   *uint64  `json:"packets,omitempty"` // new-connection packets it allowed (nil: switch not asked)
 	Bytes     *uint64  `json:"bytes,omitempty"`
 }
@@ -73,6 +74,7 @@ type PolicyRuleStatus struct {
 type PolicyDropStatus struct {
 	Pod       string `json:"pod"` // address
 	Direction string `json:"direction"`
+	Cookie    uint64 `json:"cookie"`  // the drop flow's cookie
 	Packets   uint64 `json:"packets"` // dropped, reason policy
 	Bytes     uint64 `json:"bytes"`
 }
@@ -329,6 +331,7 @@ type metrics struct {
 	// event to the switch's barrier (coalescing included).
 	policyRules   prometheus.Gauge
 	policyRealize prometheus.Histogram
+	policyCut     prometheus.Counter // established connections cut by a policy change
 	reconnects    prometheus.Counter
 	gcReleased    prometheus.Counter
 }
@@ -344,9 +347,11 @@ func newMetrics(a *Agent) *metrics {
 		policyRealize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nagare_agent_policy_realization_seconds",
 			Help:    "From a NetworkPolicy, pod or namespace change to the switch's barrier after its flows.",
 			Buckets: []float64{.005, .01, .02, .05, .1, .2, .5, 1, 2, 5}}),
+		policyCut: prometheus.NewCounter(prometheus.CounterOpts{Name: "nagare_agent_policy_cut_connections_total",
+			Help: "Established connections deleted from the switch's tracker because a NetworkPolicy change denies them."}),
 		gcReleased: prometheus.NewCounter(prometheus.CounterOpts{Name: "nagare_agent_gc_released_total", Help: "Allocations released by garbage collection."}),
 	}
-	a.reg.MustRegister(m.pods, m.remotes, m.services, m.reconnects, m.gcReleased, m.policyRules, m.policyRealize,
+	a.reg.MustRegister(m.pods, m.remotes, m.services, m.reconnects, m.gcReleased, m.policyRules, m.policyRealize, m.policyCut,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nagare_agent_ip_allocations", Help: "Addresses allocated in the node's pod subnet."},
 			func() float64 {
 				if a.ipam == nil {

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"time"
 )
 
@@ -32,7 +33,9 @@ type Request struct {
 	Proto  string  `json:"proto,omitempty"`
 	Addr   string  `json:"addr,omitempty"`
 	L4Port uint16  `json:"l4_port,omitempty"`
-	Change bool    `json:"change,omitempty"` // revalidate: translate every cached flow again
+	// conntrack-flush: only these connections (by original tuple), within the selection above
+	Conns  []ConnTuple `json:"conns,omitempty"`
+	Change bool        `json:"change,omitempty"` // revalidate: translate every cached flow again
 	// steering-add/-del: an entry or a match (pkg/steering syntax)
 	Entry string `json:"entry,omitempty"`
 	// steering-pin: workload (0 unpins) on CPU; port-add: the port's
@@ -43,6 +46,23 @@ type Request struct {
 	PinCPU   uint32 `json:"pin_cpu,omitempty"`
 	Target   string `json:"target,omitempty"` // placement-set: a port (name or number) or cookie=V[/M]
 	Mode     string `json:"mode,omitempty"`   // placement-set: offload, onload or auto
+}
+
+// ConnTuple is one direction of a tracked connection, as "conntrack"
+// lists it in Data (pkg/datapath.ConnTuple: the same JSON).
+type ConnTuple struct {
+	Src, Dst         netip.Addr
+	SrcPort, DstPort uint16 // ICMP echo: the id, in both
+	Proto            uint8
+}
+
+// Conn is a tracked connection as "conntrack" lists it in Data: Orig as
+// its first packet had it, Reply as replies have it (after NAT: Reply.Src
+// is the endpoint a DNATed connection reached).
+type Conn struct {
+	Zone        uint16
+	Orig, Reply ConnTuple
+	SNAT, DNAT  bool
 }
 
 // Response is the answer: text lines for people, Data for programs.

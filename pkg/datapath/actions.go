@@ -255,6 +255,7 @@ func (d *Datapath) compileActions(acts []flow.Action) ([]rawAction, error) {
 			binary.NativeEndian.PutUint64(r[8:], a.Cookie)
 		case flow.Drop:
 			r[0] = actDrop
+			binary.NativeEndian.PutUint32(r[4:], a.Reason)
 		default:
 			return nil, fmt.Errorf("datapath: unsupported action %T", a)
 		}
@@ -391,7 +392,7 @@ func (d *Datapath) decodeActions(raw []rawAction) []flow.Action {
 		case actUserspace:
 			out = append(out, flow.Userspace{Cookie: binary.NativeEndian.Uint64(r[8:])})
 		case actDrop:
-			out = append(out, flow.Drop{})
+			out = append(out, flow.Drop{Reason: binary.NativeEndian.Uint32(r[4:])})
 		case actOutputSet:
 			out = append(out, d.expandOutputSet(binary.NativeEndian.Uint32(r[4:]))...)
 		case actCTExt:

@@ -341,6 +341,8 @@ func TestOutputs(t *testing.T) {
 		{"local", []flow.Action{flow.Local{}}, tcActOK,
 			[]traceOut{{d.ifindex["lo"], outIngress}}, 0},
 		{"drop", []flow.Action{flow.Drop{}}, tcActShot, nil, DropAction},
+		{"drop-policy", []flow.Action{flow.Drop{Reason: flow.DropReasonPolicy}}, tcActShot, nil, DropPolicy},
+		{"drop-unknown-reason", []flow.Action{flow.Drop{Reason: 999}}, tcActShot, nil, DropAction},
 		{"empty", nil, tcActShot, nil, DropAction},
 		{"rewrite-without-output", []flow.Action{flow.DecTTL{}}, tcActShot, nil, DropAction},
 	}
@@ -351,6 +353,10 @@ func TestOutputs(t *testing.T) {
 			}
 			d.put(inPortFlow(tc.acts...))
 			before := d.drops()
+			pdBefore, err := d.PortDrops()
+			if err != nil {
+				t.Fatal(err)
+			}
 			r := d.run(pkt, "lo")
 			if r.verdict != tc.verdict {
 				t.Fatalf("verdict %d, want %d", r.verdict, tc.verdict)
@@ -365,6 +371,15 @@ func TestOutputs(t *testing.T) {
 			}
 			if tc.drop != 0 && d.drops()[tc.drop] != before[tc.drop]+1 {
 				t.Fatalf("drop %v not counted", tc.drop)
+			}
+			if tc.drop != 0 {
+				pd, err := d.PortDrops()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if lo := d.ifindex["lo"]; pd[lo][tc.drop] != pdBefore[lo][tc.drop]+1 {
+					t.Fatalf("drop %v not counted for port lo: %v", tc.drop, pd[lo])
+				}
 			}
 		})
 	}

@@ -404,6 +404,10 @@ type ConnMatch struct {
 	Proto uint8
 	Addr  netip.Addr
 	Port  uint16
+	// Origs, when not empty, selects only the connections whose original
+	// tuple is one of them (the agent cuts the connections a new
+	// NetworkPolicy denies, one by one).
+	Origs map[ConnTuple]bool
 }
 
 // Matches reports whether m selects c.
@@ -414,6 +418,9 @@ func (m ConnMatch) match(c *Conn) bool {
 		return false
 	}
 	if m.Proto != 0 && m.Proto != c.Orig.Proto {
+		return false
+	}
+	if len(m.Origs) > 0 && !m.Origs[c.Orig] {
 		return false
 	}
 	if m.Addr.IsValid() && m.Addr != c.Orig.Src && m.Addr != c.Orig.Dst && m.Addr != c.Reply.Src && m.Addr != c.Reply.Dst {

@@ -844,3 +844,27 @@ func TestCTClosedReleaseBudget(t *testing.T) {
 		t.Fatalf("port 1 holds %d after the sweep, want 2 (the swept ones were released when they closed)", n)
 	}
 }
+
+// TestCTFlushByTuple: a flush naming original tuples deletes exactly
+// those connections (what the agent does to cut the connections a new
+// NetworkPolicy denies); the others keep their state.
+func TestCTFlushByTuple(t *testing.T) {
+	c := newCTTest(t, nil)
+	c.firstPass(portIn, flow.CT{Flags: flow.CTCommit}, flow.Recirc{ID: 1})
+	c.firstPass(portOut, flow.CT{}, flow.Recirc{ID: 1})
+	for p := uint16(1); p <= 3; p++ {
+		c.second(udpPkt(t, "10.0.0.1", "10.0.0.2", p, 53, "q"), "lo")
+	}
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	m := ConnMatch{Origs: map[ConnTuple]bool{
+		{Src: a, Dst: b, SrcPort: 2, DstPort: 53, Proto: 17}: true,
+		{Src: a, Dst: b, SrcPort: 9, DstPort: 53, Proto: 17}: true, // no such connection
+	}}
+	if n, err := c.FlushConntrack(m); n != 1 || err != nil {
+		t.Fatalf("flush by tuple: %d %v, want 1", n, err)
+	}
+	// A reply tells: it is +est+rpl only while its connection is there.
+	wantState(t, "flushed", c.state(udpPkt(t, "10.0.0.2", "10.0.0.1", 53, 2, "a"), "dummy0"), trk|nw)
+	wantState(t, "kept", c.state(udpPkt(t, "10.0.0.2", "10.0.0.1", 53, 1, "a"), "dummy0"), trk|est|rpl)
+	wantState(t, "kept", c.state(udpPkt(t, "10.0.0.2", "10.0.0.1", 53, 3, "a"), "dummy0"), trk|est|rpl)
+}

@@ -1,6 +1,10 @@
 package datapath
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/nagare-net/nagare/pkg/flow"
+)
 
 // DropReason is why the fast path dropped a packet (bpf/lib/drop_reasons.h).
 type DropReason uint32
@@ -39,6 +43,7 @@ var dropNames = []string{
 	29: "nat-no-port",
 	30: "upcall-port-budget",
 	31: "controller-upcall-budget",
+	32: "policy",
 }
 
 func (r DropReason) String() string {
@@ -72,6 +77,7 @@ const (
 	DropNATNoPort        DropReason = 29
 	DropUpcallBudget     DropReason = 30
 	DropControllerBudget DropReason = 31
+	DropPolicy           DropReason = DropReason(flow.DropReasonPolicy)
 )
 
 // counterNames lists enum counter in bpf/lib/maps.h.
@@ -81,7 +87,7 @@ var counterNames = []string{0: "emc-hit", 1: "megaflow-hit", 2: "miss", 3: "upca
 // Drops returns the non-zero drop counters, summed over CPUs.
 func (d *Datapath) Drops() (map[DropReason]uint64, error) {
 	out := map[DropReason]uint64{}
-	for r := range uint32(32) {
+	for r := range uint32(len(dropNames)) {
 		v, err := d.percpuSum(d.objs.Drops.Lookup, r)
 		if err != nil {
 			return nil, err

@@ -126,8 +126,14 @@ type SetTunnel struct {
 // Userspace sends a copy of the packet to userspace with a cookie.
 type Userspace struct{ Cookie uint64 }
 
-// Drop drops the packet (an empty action list drops too).
-type Drop struct{}
+// Drop drops the packet (an empty action list drops too). Reason is the
+// fast path's drop reason it is counted under (pkg/datapath.DropReason,
+// bpf/lib/drop_reasons.h); 0 counts it as action-drop.
+type Drop struct{ Reason uint32 }
+
+// DropReasonPolicy is the fast path's drop reason of a NetworkPolicy deny
+// (DROP_POLICY in bpf/lib/drop_reasons.h, pkg/datapath.DropPolicy).
+const DropReasonPolicy uint32 = 32
 
 // CT flags.
 const (
@@ -298,10 +304,18 @@ func (a SetTunnel) String() string {
 	return b.String()
 }
 func (a Userspace) String() string { return fmt.Sprintf("userspace(cookie=0x%x)", a.Cookie) }
-func (Drop) String() string        { return "drop" }
-func (CTClear) String() string     { return "ct_clear" }
-func (a Recirc) String() string    { return fmt.Sprintf("recirc(0x%x)", a.ID) }
-func (a Hash) String() string      { return fmt.Sprintf("hash(l4(%d))", a.Basis) }
+func (a Drop) String() string {
+	switch a.Reason {
+	case 0:
+		return "drop"
+	case DropReasonPolicy:
+		return "drop(policy)"
+	}
+	return fmt.Sprintf("drop(reason %d)", a.Reason)
+}
+func (CTClear) String() string  { return "ct_clear" }
+func (a Recirc) String() string { return fmt.Sprintf("recirc(0x%x)", a.ID) }
+func (a Hash) String() string   { return fmt.Sprintf("hash(l4(%d))", a.Basis) }
 
 // String prints a CT action as Open vSwitch's dpctl does:
 // ct(commit,zone=5,mark=0x1/0xff,nat(dst=10.0.0.1:80)).

@@ -117,11 +117,14 @@ type xlate struct {
 	// innermost save (a group bucket's, to be undone).
 	ttlTouched, mplsTTLTouched bool
 
-	acts    []flow.Action
-	rules   []RuleRef
-	macDeps []MACDep
-	pins    []PacketIn
-	trace   []TraceStep
+	acts []flow.Action
+	// dropReason is the drop reason the last note naming one gave
+	// (dropreason.go); 0: none.
+	dropReason uint32
+	rules      []RuleRef
+	macDeps    []MACDep
+	pins       []PacketIn
+	trace      []TraceStep
 
 	// Context of the rule being executed, for packet-ins and learn.
 	tableID uint8
@@ -196,6 +199,7 @@ func (x *xlate) result() (*Translation, error) {
 		x.acts = x.acts[:x.recircAt]
 		x.err = errAfterRecirc
 	}
+	x.acts = withDropReason(x.acts, x.dropReason)
 	if x.opts.Trace {
 		x.tracef(TraceNote, x.tableID, "datapath actions: %s", flow.FormatActions(x.acts))
 	}
@@ -423,9 +427,13 @@ func (x *xlate) apply(as openflow.Actions) {
 		case openflow.ActionNXOutputReg:
 			r := subfield(a.Src)
 			x.output(uint32(bitsValue(x.readField(r.field), r.ofs, r.nbits)), a.MaxLen)
-		case openflow.ActionNXNote, openflow.ActionNXConjunction:
-			// A comment for people reading the flows; conjunction in a
-			// PACKET_OUT does nothing (Open vSwitch likewise).
+		case openflow.ActionNXNote:
+			// A comment for people reading the flows, or the reason
+			// the rule's drops are counted under (dropreason.go).
+			x.noteDropReason(a.Note)
+		case openflow.ActionNXConjunction:
+			// Conjunction in a PACKET_OUT does nothing (Open vSwitch
+			// likewise).
 		case openflow.ActionNXLearn:
 			x.learn(a)
 		case openflow.ActionNXDecTTL:

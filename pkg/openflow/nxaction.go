@@ -422,6 +422,22 @@ func (a ActionNXNote) String() string {
 	return "note:" + strings.Join(s, ".")
 }
 
+// DropNotePrefix starts a note that names the reason the rule's drops are
+// counted under in nagare's fast path ("drop:policy"; pkg/ofproto
+// dropreason.go). Open vSwitch ignores it as it ignores every note.
+const DropNotePrefix = "drop:"
+
+// DropNote is the note that names reason, zero-padded to the length a
+// flow dump hands back (6 + 8k bytes), so a controller comparing dumped
+// flows with its own sees no difference.
+func DropNote(reason string) ActionNXNote {
+	b := []byte(DropNotePrefix + reason)
+	for (len(b)-6)%8 != 0 {
+		b = append(b, 0)
+	}
+	return ActionNXNote{Note: b}
+}
+
 // ActionNXDecTTL is dec_ttl(id,...): decrement the IP TTL, and send
 // packets whose TTL expires to the controllers with these connection ids.
 //

@@ -44,6 +44,12 @@ func connMatch(req CtlRequest) (datapath.ConnMatch, error) {
 		m.Addr = a
 	}
 	m.Port = req.L4Port
+	if len(req.Conns) > 0 {
+		m.Origs = make(map[datapath.ConnTuple]bool, len(req.Conns))
+		for _, t := range req.Conns {
+			m.Origs[datapath.ConnTuple(t)] = true
+		}
+	}
 	return m, nil
 }
 

@@ -2,14 +2,19 @@ package switchd
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nagare-net/nagare/pkg/ctlproto"
+	"github.com/nagare-net/nagare/pkg/datapath"
 )
 
 // The Service pipeline a controller writes into Open vSwitch for a
@@ -268,4 +273,32 @@ func TestServiceConnectionSurvivesSwitchRestart(t *testing.T) {
 		t.Fatalf("the connection stalled %v across the restart", maxGap)
 	}
 	t.Logf("%d round trips on one connection across the restart, longest gap %v", asked, maxGap)
+}
+
+// TestConnJSONForClients: a connection as "conntrack" lists it in Data
+// decodes into the control protocol's Conn (the agent reads those to cut
+// connections a policy denies), and a flush naming it selects only it.
+func TestConnJSONForClients(t *testing.T) {
+	orig := datapath.ConnTuple{Src: netip.MustParseAddr("10.77.1.2"), Dst: netip.MustParseAddr("10.96.0.10"), SrcPort: 40000, DstPort: 80, Proto: 6}
+	reply := datapath.ConnTuple{Src: netip.MustParseAddr("10.77.1.3"), Dst: orig.Src, SrcPort: 8080, DstPort: 40000, Proto: 6}
+	b, err := json.Marshal([]datapath.Conn{{Zone: 65520, Orig: orig, Reply: reply, DNAT: true, TCPState: "ESTABLISHED"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []ctlproto.Conn
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Zone != 65520 || datapath.ConnTuple(got[0].Orig) != orig || datapath.ConnTuple(got[0].Reply) != reply || !got[0].DNAT {
+		t.Fatalf("decoded %+v from %s", got, b)
+	}
+	m, err := connMatch(CtlRequest{Conns: []ctlproto.ConnTuple{got[0].Orig}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := orig
+	other.SrcPort++
+	if !m.Matches(&datapath.Conn{Orig: orig, Reply: reply}) || m.Matches(&datapath.Conn{Orig: other, Reply: reply}) {
+		t.Fatal("a flush by tuple must select that connection and no other")
+	}
 }

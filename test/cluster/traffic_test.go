@@ -155,7 +155,9 @@ func startLivenessVia(t *testing.T, client, server nstest.NS, dialIP, serverIP s
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
-	t.Cleanup(func() { lv.finish(); uc.Close(); sc.Close(); l.Close() })
+	// The server's end is closed first: a receiver whose connection was
+	// cut (a policy) would otherwise wait out TCP keepalive for a FIN.
+	t.Cleanup(func() { sc.Close(); lv.finish(); uc.Close(); l.Close() })
 	return lv
 }
 

@@ -12,12 +12,14 @@ package config
 
 import (
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 
 	"gopkg.in/yaml.v3"
+	networkingv1 "k8s.io/api/networking/v1"
 )
 
 // VXLANOverhead is what VXLAN adds to a frame on the underlay: outer
@@ -54,6 +56,45 @@ type Cluster struct {
 	Nodes                 []Node `yaml:"nodes"`
 	// Services, without Kubernetes (ignored with --kubernetes).
 	Services []Service `yaml:"services,omitempty"`
+	// NetworkPolicies, without Kubernetes (ignored with --kubernetes):
+	// Kubernetes NetworkPolicy objects (their JSON field names), enforced
+	// as under Kubernetes for the pods attached on this node (peers on
+	// other nodes: by ipBlock). PodLabels gives those pods ("namespace/
+	// name") the labels selectors look at; a namespace's only label is
+	// kubernetes.io/metadata.name.
+	NetworkPolicies []NetworkPolicy              `yaml:"networkPolicies,omitempty"`
+	PodLabels       map[string]map[string]string `yaml:"podLabels,omitempty"`
+}
+
+// NetworkPolicy is a Kubernetes NetworkPolicy in a cluster file: written
+// and read with its API (JSON) field names, as kubectl shows it.
+type NetworkPolicy struct{ networkingv1.NetworkPolicy }
+
+// UnmarshalYAML reads the policy through its JSON form (the API types
+// name their fields in json tags only).
+func (p *NetworkPolicy) UnmarshalYAML(n *yaml.Node) error {
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("networkPolicies: %w", err)
+	}
+	if err := json.Unmarshal(b, &p.NetworkPolicy); err != nil {
+		return fmt.Errorf("networkPolicies: %w", err)
+	}
+	return nil
+}
+
+// MarshalYAML writes the policy with its JSON field names.
+func (p NetworkPolicy) MarshalYAML() (any, error) {
+	b, err := json.Marshal(p.NetworkPolicy)
+	if err != nil {
+		return nil, err
+	}
+	var v any
+	return v, json.Unmarshal(b, &v)
 }
 
 // Service is a Service in the cluster file: the fields of a Kubernetes

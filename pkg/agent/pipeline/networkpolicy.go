@@ -44,8 +44,8 @@ import (
 // carrying both rules' conjunction actions. A rule's conj_id flow carries
 // the rule's cookie, so its counters are the rule's: the new connections
 // it allowed. A drop flow's counters are the connections policy dropped
-// for that pod and direction (the fast path counts them as action-drop;
-// `nagarectl agent policies` names them policy drops).
+// for that pod and direction; its note (openflow.DropNote) makes the fast
+// path count them under the drop reason policy, per port.
 //
 // Commit: a connection is committed once, in the node's zone: at
 // EndpointDNAT for a Service connection (the translation must be
@@ -213,11 +213,14 @@ func (p *Pipeline) ruleFlows(r netpol.Rule) (*PolicyRule, []policyContribution) 
 // isolationFlow is one pod's default deny in one direction.
 func isolationFlow(dir netpol.Direction, a netip.Addr) policyContribution {
 	c := policyDropObject(dir, a)
+	// The note makes the switch count the drop as a policy drop, per
+	// port (openflow.DropNote); to OVS it is a comment.
+	deny := apply(openflow.DropNote("policy"))
 	var f *openflow.FlowMod
 	if dir == netpol.Egress {
-		f = flow(TableEgressDefault, prioSpecific, c, match(source(metaFromPod), ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Src, a)))
+		f = flow(TableEgressDefault, prioSpecific, c, match(source(metaFromPod), ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Src, a)), deny)
 	} else {
-		f = flow(TableIngressDefault, prioSpecific, c, match(ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Dst, a)))
+		f = flow(TableIngressDefault, prioSpecific, c, match(ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Dst, a)), deny)
 	}
 	return policyContribution{id: flowID(f.TableID, f.Priority, f.Match), f: f}
 }
@@ -390,7 +393,9 @@ func appliedMatches(r netpol.Rule) []openflow.Match {
 	return out
 }
 
-// peerMatches are the rule's peer prefixes (nil: any peer).
+// peerMatches are the rule's peer prefixes (nil: any peer). A rule with
+// no IPv4 peer gets an empty, non-nil list: a clause no packet matches,
+// so the rule allows nothing (never any peer).
 func peerMatches(r netpol.Rule) []openflow.Match {
 	if r.AnyPeer {
 		return nil
@@ -399,7 +404,7 @@ func peerMatches(r netpol.Rule) []openflow.Match {
 	if r.Direction == netpol.Egress {
 		field = openflow.FieldIPv4Dst
 	}
-	var out []openflow.Match
+	out := []openflow.Match{}
 	for _, p := range r.Peers {
 		if !p.Addr().Is4() {
 			continue
@@ -416,12 +421,13 @@ func peerMatches(r netpol.Rule) []openflow.Match {
 	return out
 }
 
-// portMatches are the rule's protocols and ports (nil: any).
+// portMatches are the rule's protocols and ports (nil: any; empty,
+// non-nil: none, as peerMatches).
 func portMatches(r netpol.Rule) []openflow.Match {
 	if r.AnyPort {
 		return nil
 	}
-	var out []openflow.Match
+	out := []openflow.Match{}
 	for _, pr := range r.Ports {
 		proto := openflow.Uint(openflow.FieldIPProto, uint64(pr.Proto))
 		if pr.Min == 0 && pr.Max == 65535 {
@@ -510,6 +516,7 @@ type PolicyCounter struct {
 	Rule      string `json:"rule,omitempty"` // realized rule ID; empty for a drop
 	Drop      string `json:"drop,omitempty"` // "ingress 10.0.1.2": the pod's default-deny drops
 	Direction string `json:"direction"`
+	Cookie    uint64 `json:"cookie"` // the drop flow's (a drop's only)
 	Packets   uint64 `json:"packets"`
 	Bytes     uint64 `json:"bytes"`
 }
@@ -545,7 +552,7 @@ func (p *Pipeline) PolicyCounters(ctx context.Context) ([]PolicyCounter, error) 
 			if f.TableID == TableEgressDefault.ID {
 				dir = "egress"
 			}
-			out = append(out, &PolicyCounter{Drop: d, Direction: dir, Packets: f.PacketCount, Bytes: f.ByteCount})
+			out = append(out, &PolicyCounter{Drop: d, Direction: dir, Cookie: f.Cookie, Packets: f.PacketCount, Bytes: f.ByteCount})
 			continue
 		}
 		r, ok := rules[f.Cookie]

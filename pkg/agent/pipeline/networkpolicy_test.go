@@ -12,6 +12,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/nagare-net/nagare/pkg/agent/netpol"
 	"github.com/nagare-net/nagare/pkg/ofproto"
 	"github.com/nagare-net/nagare/pkg/openflow"
@@ -95,7 +100,7 @@ func TestPolicyConjunctionCost(t *testing.T) {
 		r.Ports = append(r.Ports, netpol.PortRange{Proto: netpol.ProtoTCP, Min: uint16(1000 + 2*i), Max: uint16(1000 + 2*i)})
 	}
 	r2 := r
-	r2.ID, r2.Peers, r2.Ports = "ns/q/ingress/0", r.Peers[:1], nil
+	r2.ID, r2.Peers, r2.Ports, r2.AnyPort = "ns/q/ingress/0", r.Peers[:1], nil, true
 	p := representativePipeline()
 	pp := newProgrammedPolicies()
 	p.updatePolicies(pp, netpol.State{Rules: []netpol.Rule{r, r2}})
@@ -151,8 +156,8 @@ func TestPolicyDefaultDenyWalk(t *testing.T) {
 	var ct conntrack
 	// web → db: db is isolated, nothing allows it: dropped, not committed.
 	out, _ := ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 40000, 80))
-	if strings.Contains(out, "output") {
-		t.Fatalf("web → db under default deny: %s", out)
+	if out != "drop(policy)" {
+		t.Fatalf("web → db under default deny: %s, want drop(policy) (counted as a policy drop)", out)
 	}
 	if len(ct.orig) != 0 {
 		t.Fatalf("a denied connection was committed: %v", ct.orig)
@@ -175,7 +180,7 @@ func TestPolicyDefaultDenyWalk(t *testing.T) {
 	// From node2's pod through the tunnel to db: dropped; to web: delivered.
 	k := ipKey(6, 3, [6]byte{2}, [6]byte{3}, "10.77.2.5", "10.77.1.3", 43000, 80)
 	k.TunID = 1
-	if out, _ = ct.walk(t, sw.pl, k); strings.Contains(out, "output") {
+	if out, _ = ct.walk(t, sw.pl, k); out != "drop(policy)" {
 		t.Fatalf("node2 pod → db: %s", out)
 	}
 	k = ipKey(6, 3, [6]byte{2}, [6]byte{3}, "10.77.2.5", "10.77.1.2", 43000, 80)
@@ -289,5 +294,126 @@ func TestPolicyRestart(t *testing.T) {
 	}
 	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, webMAC, "10.77.1.3", "10.77.1.2", 40002, 80)); strings.Contains(out, "output") {
 		t.Fatalf("db → web (still isolated): %s", out)
+	}
+}
+
+// TestPolicyRuleWithoutPeersAllowsNothing: a rule left with no IPv4 peer
+// (only IPv6 blocks) or no port is a clause nothing matches: it allows
+// nothing, never everything (bad input must not fail open).
+func TestPolicyRuleWithoutPeersAllowsNothing(t *testing.T) {
+	if err := switchHasConjunction(); err != nil {
+		t.Skip(err)
+	}
+	st := netpol.State{
+		Rules: []netpol.Rule{
+			{ID: "default/v6/ingress/0", Direction: netpol.Ingress, AppliedTo: []netip.Addr{dbIP},
+				Peers: []netip.Prefix{netip.MustParsePrefix("fd00::/64")}, AnyPort: true},
+			{ID: "default/noport/ingress/0", Direction: netpol.Ingress, AppliedTo: []netip.Addr{dbIP}, AnyPeer: true},
+		},
+		IsolatedIngress: []netip.Addr{dbIP},
+	}
+	_, sw := policyNode(t, st)
+	var ct conntrack
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 40000, 80)); out != "drop(policy)" {
+		t.Fatalf("web → db with rules that allow nothing: %s", out)
+	}
+	// The same rules with their peer and port made real do allow.
+	st.Rules[0].Peers = append(st.Rules[0].Peers, netip.MustParsePrefix("10.77.1.2/32"))
+	_, sw = policyNode(t, st)
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 40001, 80)); !strings.HasSuffix(out, "output:6") {
+		t.Fatalf("web → db allowed by the v4 peer: %s", out)
+	}
+}
+
+// TestPolicyBadInputWalk: Kubernetes policies with bad parts, realized by
+// the engine and walked through the switch: what a bad part would have
+// allowed stays dropped, the good rules still allow, and every bad part
+// is a Problem. A rule whose only port is skipped (a range wider than
+// netpol.MaxPortRange) allows nothing, not every port.
+func TestPolicyBadInputWalk(t *testing.T) {
+	if err := switchHasConjunction(); err != nil {
+		t.Skip(err)
+	}
+	e := netpol.NewEngine("node1")
+	e.SetNamespace("default", nil)
+	e.SetPod(&netpol.Pod{Namespace: "default", Name: "web", Labels: map[string]string{"app": "web"}, IP: webIP, Node: "node1"})
+	e.SetPod(&netpol.Pod{Namespace: "default", Name: "db", Labels: map[string]string{"app": "db"}, IP: dbIP, Node: "node1"})
+	tcp := corev1.ProtocolTCP
+	port := func(p, end int32) networkingv1.NetworkPolicyPort {
+		pp := networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &intstr.IntOrString{IntVal: p}}
+		if end != 0 {
+			pp.EndPort = &end
+		}
+		return pp
+	}
+	named := intstr.FromString("nope")
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "db-bad"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{
+				{Ports: []networkingv1.NetworkPolicyPort{port(1, 60000)}},                                                                         // too wide: skipped
+				{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.77.1.0/33"}}}},                                  // malformed
+				{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/16", Except: []string{"10.77.1.0/24"}}}}}, // except outside
+				{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &named}}},                                                         // unknown named port
+				{Ports: []networkingv1.NetworkPolicyPort{port(5432, 0)}},                                                                          // the good one
+			}}}
+	e.SetPolicy(np)
+	// 10 000 rules in one policy (on web): over netpol.MaxRulesPerPolicy,
+	// it fails closed (web isolated, none of its rules) and is reported;
+	// db's policy is still enforced.
+	huge := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-huge"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}
+	for i := 0; i < 10000; i++ {
+		huge.Spec.Ingress = append(huge.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{Ports: []networkingv1.NetworkPolicyPort{port(int32(1+i%60000), 0)}})
+	}
+	e.SetPolicy(huge)
+	st, problems, _ := e.Realize()
+	if len(problems) < 5 {
+		t.Errorf("problems %v, want one per bad part and one for the 10 000 rules", problems)
+	}
+	_, sw := policyNode(t, st)
+	var ct conntrack
+	for _, dport := range []uint16{80, 5433, 60000} {
+		if out, _ := ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 40000+dport%1000, dport)); out != "drop(policy)" {
+			t.Errorf("web → db:%d: %s, want drop(policy)", dport, out)
+		}
+	}
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 41000, 5432)); !strings.HasSuffix(out, "output:6") {
+		t.Errorf("web → db:5432 (the good rule): %s", out)
+	}
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, webMAC, "10.77.1.3", "10.77.1.2", 42000, 5)); out != "drop(policy)" {
+		t.Errorf("db → web:5 under the 10 000-rule policy: %s, want drop(policy) (fail closed)", out)
+	}
+}
+
+// TestPolicyCutGuard: after a connection is cut, the server's packets
+// to the client are dropped while they are new (not picked up as a
+// connection the other way), other traffic between them is not, and the
+// guard goes by itself (idle timeout), untouched by Sync.
+func TestPolicyCutGuard(t *testing.T) {
+	p, sw := policyNode(t, netpol.State{})
+	ctx := context.Background()
+	cut := CutConnection{Proto: 6, Server: netip.AddrPortFrom(dbIP, 5432), Client: netip.AddrPortFrom(webIP, 40000)}
+	if err := p.GuardCutConnections(ctx, []CutConnection{cut}); err != nil {
+		t.Fatal(err)
+	}
+	var ct conntrack
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, webMAC, "10.77.1.3", "10.77.1.2", 5432, 40000)); out != "drop(policy)" {
+		t.Fatalf("the cut connection's server packet: %s, want drop(policy)", out)
+	}
+	if len(ct.orig) != 0 {
+		t.Fatalf("the server's packet was committed: %v", ct.orig)
+	}
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, webMAC, "10.77.1.3", "10.77.1.2", 5432, 40001)); !strings.HasSuffix(out, "output:5") {
+		t.Fatalf("another connection between them: %s", out)
+	}
+	st, err := p.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := p.conn.DumpFlows(ctx, &openflow.FlowStatsRequest{TableID: TableCtCommit.ID, OutPort: openflow.PortAny, OutGroup: openflow.GroupAny,
+		Cookie: cookiePolicyCut, CookieMask: cookieFeature})
+	if err != nil || len(fs) != 1 || fs[0].IdleTimeout != policyCutIdle {
+		t.Fatalf("guard flows after Sync (%+v): %+v %v, want one with idle_timeout %d", st, fs, err, policyCutIdle)
 	}
 }

@@ -496,6 +496,9 @@ func (p *Pipeline) Sync(ctx context.Context) (SyncStats, error) {
 		if learnedFlow(h.TableID, h.Cookie) {
 			continue // the switch's own, removed with its learner (service_affinity.go)
 		}
+		if h.Cookie&cookieFeature == cookiePolicyCut {
+			continue // a cut connection's guard: it goes when idle (networkpolicy_cut.go)
+		}
 		if p.policies == nil && h.Cookie&cookieFeature == cookiePolicy {
 			continue // no policy state yet: a previous run's policy flows stay until UpdatePolicies
 		}
