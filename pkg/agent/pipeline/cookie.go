@@ -5,7 +5,7 @@ import "hash/fnv"
 // A flow's cookie says which feature made it and for which object:
 //
 //	bits 63..56  feature (cookieNode, cookiePod, cookieRemote, cookieService,
-//	             cookieAffinity, cookiePolicy)
+//	             cookieAffinity, cookiePolicy, cookieRedirect)
 //	bits 55..0   object: FNV-1a of the object's key ("node", the pod's
 //	             containerID/ifName, the remote node's name, the
 //	             Service's namespace/name), 56 bits
@@ -24,6 +24,9 @@ const (
 	// cookiePolicy marks NetworkPolicy flows: a realized rule's (object:
 	// its rule ID) or a pod's default deny (networkpolicy.go).
 	cookiePolicy uint64 = 0x06 << 56
+	// cookieRedirect marks the node-wide transparent-redirect flows
+	// (proxyredirect.go); an opted-out pod's flow has the pod's cookie.
+	cookieRedirect uint64 = 0x07 << 56
 
 	objectMask    uint64 = 1<<56 - 1
 	cookieFeature uint64 = 0xff << 56
