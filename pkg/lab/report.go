@@ -40,6 +40,9 @@ func (r *Row) Cell(col string) Summary { return Summarize(r.Values[col]) }
 func (res *Result) Rows() []*Row {
 	byKey := map[rowKey]*Row{}
 	for _, s := range res.Samples {
+		if s.Kind == KindBookinfo {
+			continue // one test per proxy placement: writeMesh's tables
+		}
 		k := rowKey{s.Measurement, s.Placement, s.Load, s.DataPlane}
 		row := byKey[k]
 		if row == nil {
@@ -262,6 +265,9 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	rows := res.Rows()
 	multiLoad := len(s.Loads) > 1
 	for _, m := range s.Measurements {
+		if m.Kind == KindBookinfo {
+			continue // writeMesh
+		}
 		for _, pl := range m.Placements {
 			fmt.Fprintf(w, "\n### %s\n\n", res.measurementTitle(m, pl))
 			cols := measurementColumns(m)
@@ -328,6 +334,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	res.writePaper(w, rows)
 	res.writeFlowSetupVsOVS(w, rows)
 	res.writeServices(w, rows)
+	res.writeMesh(w)
 	res.writeIsolation(w, rows)
 	var failures []string
 	for _, row := range rows {

@@ -72,8 +72,16 @@ func (m MeasurementSpec) throughService() bool {
 // the plane's reason).
 func serviceTests(s *Scenario, dp DataPlane, tests []test) (keep []test, skipped []Sample) {
 	sp, isSP := dp.(ServicePlane)
+	mp, isMP := dp.(MeshPlane)
 	for _, tc := range tests {
 		switch {
+		case tc.m.Kind == KindBookinfo && !isMP:
+			continue
+		case tc.m.Kind == KindBookinfo:
+			if err := mp.MeshServices(); err != nil {
+				skipped = append(skipped, newSample(s, dp.Name(), tc, 0, StatusSkipped, err.Error()))
+				continue
+			}
 		case !tc.m.throughService():
 		case !isSP:
 			continue
@@ -357,6 +365,7 @@ type ConnRateResult struct {
 	// and non-2xx/3xx responses.
 	Errors   int     `json:"errors"`
 	LatP50Us float64 `json:"lat_p50_us"`
+	LatP90Us float64 `json:"lat_p90_us,omitempty"`
 	LatP99Us float64 `json:"lat_p99_us"`
 }
 
@@ -365,7 +374,7 @@ var (
 	wrkReqRE   = regexp.MustCompile(`(\d+) requests in `)
 	wrkSockRE  = regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
 	wrkNon2RE  = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
-	wrkPctRE   = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
+	wrkPctRE   = regexp.MustCompile(`(?m)^\s+(50|90|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
 	wrkUnitsUs = map[string]float64{"us": 1, "ms": 1e3, "s": 1e6}
 )
 
@@ -393,9 +402,12 @@ func ParseWrk(out string) (ConnRateResult, error) {
 	for _, p := range wrkPctRE.FindAllStringSubmatch(out, -1) {
 		v, _ := strconv.ParseFloat(p[2], 64)
 		v *= wrkUnitsUs[p[3]]
-		if p[1] == "50" {
+		switch p[1] {
+		case "50":
 			r.LatP50Us = v
-		} else {
+		case "90":
+			r.LatP90Us = v
+		default:
 			r.LatP99Us = v
 		}
 	}
