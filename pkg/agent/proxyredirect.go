@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"net"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,25 @@ func (a *Agent) setupProxyLink() error {
 	a.redirect.link = l
 	a.redirect.up.Store(a.proxyAnswers())
 	return nil
+}
+
+// AnnotationProxyRedirect set to "false" on a pod opts it out of
+// transparent redirection (Kubernetes; the cluster file's optOut names
+// pods otherwise). Read at the pod's ADD and at every switch sync.
+const AnnotationProxyRedirect = "nagare.io/proxy-redirect"
+
+// optedOut says whether pod (namespace/name) carries the opt-out
+// annotation; wait is how long to ask the API server for a pod its cache
+// does not hold yet (0: the cache only).
+func (a *Agent) optedOut(ctx context.Context, pod string, wait time.Duration) bool {
+	if a.cfg.Cluster.ProxyRedirect == nil || a.cfg.Kube == nil {
+		return false
+	}
+	ns, name, ok := strings.Cut(pod, "/")
+	if !ok {
+		return false
+	}
+	return a.cfg.Kube.PodAnnotation(ctx, ns, name, AnnotationProxyRedirect, wait) == "false"
 }
 
 // pipelineRedirect is what the pipeline redirects, or nil.

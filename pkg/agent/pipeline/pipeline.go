@@ -257,6 +257,8 @@ type Pod struct {
 	Port uint32
 	MAC  net.HardwareAddr
 	IP   netip.Addr
+	// NoRedirect: never sent to the node's proxy (proxyredirect.go).
+	NoRedirect bool
 }
 
 // RemoteNode is another node, reached through a tunnel endpoint port.
@@ -340,7 +342,7 @@ func (p *Pipeline) AddPod(ctx context.Context, pod Pod) error {
 }
 
 func samePod(a, b Pod) bool {
-	return a.Port == b.Port && a.IP == b.IP && a.MAC.String() == b.MAC.String()
+	return a.Port == b.Port && a.IP == b.IP && a.MAC.String() == b.MAC.String() && a.NoRedirect == b.NoRedirect
 }
 
 // DelPod removes a pod's flows (by its cookie). Unknown pods are fine.

@@ -67,7 +67,8 @@ type Redirect struct {
 	// FailClosed: with the proxy down, new selected connections are
 	// refused (ICMP port unreachable) instead of going direct.
 	FailClosed bool
-	// OptOut are pods (namespace/name) never redirected.
+	// OptOut are pods (namespace/name) never redirected, besides those
+	// marked Pod.NoRedirect (a Kubernetes annotation).
 	OptOut map[string]bool
 }
 
@@ -107,7 +108,7 @@ func (p *Pipeline) redirectFlows() []*openflow.FlowMod {
 
 // redirectPodFlows are a pod's redirect flows: its opt-out, if it opted out.
 func (p *Pipeline) redirectPodFlows(c uint64, pod Pod) []*openflow.FlowMod {
-	if r := p.redirect; r == nil || r.Port == 0 || !r.OptOut[pod.Name] {
+	if r := p.redirect; r == nil || r.Port == 0 || !(pod.NoRedirect || r.OptOut[pod.Name]) {
 		return nil
 	}
 	return []*openflow.FlowMod{redirectOptOut(c, pod)}

@@ -42,6 +42,17 @@ func TestRedirectFlowsSay(t *testing.T) {
 	if containsFlow(text, "table=24,priority=210,in_port=5") {
 		t.Errorf("web did not opt out but has an opt-out flow:\n%s", text)
 	}
+	// A pod marked NoRedirect (its annotation) opts out as one named in OptOut does.
+	web := p.pods["3f2a9c/eth0"]
+	web.NoRedirect = true
+	p.pods[web.Key] = web
+	found := false
+	for _, f := range p.Desired() {
+		found = found || containsFlow(f.String(), "table=24,priority=210,tcp,in_port=5,ct_state=+new+trk actions=resubmit(,25),resubmit(,26)")
+	}
+	if !found {
+		t.Errorf("no opt-out flow for a pod marked NoRedirect")
+	}
 	// Without redirection the node has none of them.
 	for _, f := range representativePipeline().Desired() {
 		if f.Cookie&cookieFeature == cookieRedirect || (f.TableID == TableConntrackState.ID && f.Priority >= prioRedirectNew) {
