@@ -93,7 +93,7 @@ func (p *nodeProxyPlacement) Setup(ctx context.Context, app *MeshApp, c *Cleanup
 		if err != nil {
 			return err
 		}
-		if err := waitListeningNS(ctx, n.NS, fmt.Sprintf("127.0.0.1:%d", nodeProxyHealth), proc, 10*time.Second); err != nil {
+		if err := waitListening(ctx, &Pod{Name: "node " + n.Name, NS: n.NS}, fmt.Sprintf("127.0.0.1:%d", nodeProxyHealth), proc, 10*time.Second); err != nil {
 			return fmt.Errorf("node proxy on %s: %w", n.Name, err)
 		}
 		p.procs = append(p.procs, proc.Pid)
@@ -221,22 +221,6 @@ func ParseHAProxyRequests(page, name string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("stats CSV: no req_tot of frontend %s", name)
-}
-
-// waitListeningNS connects to addr in namespace ns until it accepts, for
-// at most timeout, or until proc exits.
-func waitListeningNS(ctx context.Context, ns, addr string, proc *Proc, timeout time.Duration) error {
-	for deadline := time.Now().Add(timeout); ; {
-		c, err := dialInNetns(ctx, netnsPath(ns), "tcp", addr)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if proc.Exited() || time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s: %v: %s", addr, err, lastLines(proc.Output(), 5))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // waitMetric waits until the agent's metric name (unlabelled) is want.

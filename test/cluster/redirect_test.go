@@ -2,9 +2,7 @@ package cluster
 
 import (
 	"bufio"
-	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +14,7 @@ import (
 	"github.com/nagare-net/nagare/internal/nstest"
 	"github.com/nagare-net/nagare/pkg/agent"
 	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/switchd"
 )
 
 // TestProxyRedirect runs a real HAProxy as node1's proxy with transparent
@@ -25,7 +24,8 @@ import (
 // an opted-out pod's goes direct (the endpoint sees the pod), an
 // established redirected connection lives through a switch restart and
 // an agent restart, and with the proxy killed new connections go direct
-// (failMode open) and come back to the proxy when it returns.
+// (failMode open) and come back to the proxy when it returns; with
+// failMode closed they are refused (ICMP port unreachable from the agent).
 func TestProxyRedirect(t *testing.T) {
 	haproxy, err := exec.LookPath("haproxy")
 	if err != nil {
@@ -40,12 +40,13 @@ func TestProxyRedirect(t *testing.T) {
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	srv1, srv2 := addPod(ctx, t, n1, "srv1"), addPod(ctx, t, n2, "srv2")
 	for _, s := range []*nscluster.Pod{srv1, srv2} {
-		serveWhoEcho(t, podNS(s), s.Name)
+		serveWho(t, podNS(s), s.Name)
 	}
 	cli := addPod(ctx, t, n1, "cli")
 	optout := addPod(ctx, t, n1, "optout")
 	gateway := n1.Config.Gateway().String()
 
+	top := t
 	hp := startHAProxy(t, haproxy, n1)
 	waitProxyUp(t, n1, true)
 
@@ -58,6 +59,15 @@ func TestProxyRedirect(t *testing.T) {
 			for _, cmd := range [][]string{{"ip", "-s", "link", "show", "nagare-px0"}, {"ip", "rule"}, {"ip", "route", "show", "table", "15001"}, {"ss", "-tlnp"}, {"ss", "-tanp"}, {"sh", "-c", "nstat -az | grep -v ' 0 ' ; sysctl -a 2>/dev/null | grep -E 'rp_filter|src_valid|accept_local'"}} {
 				o, _ := exec.Command("ip", append([]string{"netns", "exec", n1.NS}, cmd...)...).CombinedOutput()
 				diag += "\n$ " + strings.Join(cmd, " ") + "\n" + string(o)
+			}
+			for _, cmd := range []string{"conntrack", "dump-cache"} {
+				if resp, err := switchd.Call(ctx, n1.SwitchSocket(), switchd.CtlRequest{Cmd: cmd}); err == nil {
+					for _, l := range resp.Lines {
+						if strings.Contains(l, "9090") || strings.Contains(l, "10.96.0.20") {
+							diag += "\n" + cmd + ": " + l
+						}
+					}
+				}
 			}
 			t.Fatalf("%s → 10.96.0.20:9090: %v\n%s\nproxy log:\n%s", ns.Name, err, diag, hp.text())
 		}
@@ -94,53 +104,6 @@ func TestProxyRedirect(t *testing.T) {
 		}
 	})
 
-	t.Run("established-survives-restarts", func(t *testing.T) {
-		conn, err := dialIn(t, podNS(cli), "10.96.0.20:9090")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		r := bufio.NewReader(conn)
-		if line, err := r.ReadString('\n'); err != nil || !strings.HasSuffix(strings.TrimSpace(line), gateway) {
-			t.Fatalf("first line %q %v: want one through the proxy", line, err)
-		}
-		echo := func(step string) {
-			t.Helper()
-			conn.SetDeadline(time.Now().Add(5 * time.Second))
-			msg := "after " + step + "\n"
-			if _, err := io.WriteString(conn, msg); err != nil {
-				t.Fatalf("%s: write: %v", step, err)
-			}
-			if got, err := r.ReadString('\n'); err != nil || got != msg {
-				t.Fatalf("%s: echo %q %v", step, got, err)
-			}
-		}
-		echo("nothing")
-		n1.Switch.Stop()
-		if err := n1.StartSwitch(ctx); err != nil {
-			t.Fatal(err)
-		}
-		waitResync(t, n1)
-		echo("a switch restart")
-		n1.Agent.Stop()
-		echo("the agent stopped")
-		if err := n1.StartAgent(ctx); err != nil {
-			t.Fatal(err)
-		}
-		st, err := n1.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Switch.LastSync.Added != 0 || st.Switch.LastSync.Deleted != 0 {
-			t.Errorf("agent restart changed flows: %+v", st.Switch.LastSync)
-		}
-		echo("an agent restart")
-		// New connections are still redirected after both restarts.
-		if seen := who(t, podNS(cli)); seen != gateway {
-			t.Fatalf("after the restarts a new connection went direct: %s", seen)
-		}
-	})
-
 	t.Run("proxy-down-fails-open", func(t *testing.T) {
 		m0, _ := agent.FetchMetrics(ctx, n1.AgentSocket())
 		hp.kill()
@@ -164,7 +127,7 @@ func TestProxyRedirect(t *testing.T) {
 		if line, _ := r.ReadString('\n'); !strings.HasSuffix(strings.TrimSpace(line), cli.IP.String()) {
 			t.Fatalf("direct connection's first line %q", line)
 		}
-		hp = startHAProxy(t, haproxy, n1)
+		hp = startHAProxy(top, haproxy, n1) // lives on into the next subtest
 		waitProxyUp(t, n1, true)
 		conn.SetDeadline(time.Now().Add(5 * time.Second))
 		io.WriteString(conn, "still direct\n")
@@ -175,31 +138,94 @@ func TestProxyRedirect(t *testing.T) {
 			t.Fatalf("proxy back: a new connection went direct (%s)", seen)
 		}
 	})
-}
 
-// serveWhoEcho answers each TCP connection on 9090 with "name client-IP"
-// and then echoes what it reads.
-func serveWhoEcho(t *testing.T, ns nstest.NS, name string) {
-	var ln net.Listener
-	var err error
-	ns.In(t, func() { ln, err = net.Listen("tcp4", "0.0.0.0:9090") })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				fmt.Fprintln(c, name, c.RemoteAddr().(*net.TCPAddr).IP)
-				io.Copy(c, c)
-			}()
+	t.Run("proxy-down-fails-closed", func(t *testing.T) {
+		// The same node with failMode closed (the agent restarted on the new file).
+		c.Config.ProxyRedirect.FailMode = "closed"
+		if err := c.WriteClusterFile(); err != nil {
+			t.Fatal(err)
 		}
-	}()
+		n1.Agent.Stop()
+		if err := n1.StartAgent(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitProxyUp(t, n1, true)
+		m0, _ := agent.FetchMetrics(ctx, n1.AgentSocket())
+		hp.kill()
+		waitProxyUp(t, n1, false)
+		start := time.Now()
+		_, _, err := tcpWho(t, podNS(cli), "10.96.0.20:9090")
+		if err == nil || !strings.Contains(err.Error(), "refused") {
+			t.Fatalf("proxy down, fail closed: %v, want connection refused", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("refused after %v: a silent drop and a retry, not an answer", d)
+		}
+		m1, _ := agent.FetchMetrics(ctx, n1.AgentSocket())
+		if d := metricSum(m1, "nagare_agent_service_rejects_total") - metricSum(m0, "nagare_agent_service_rejects_total"); d < 1 {
+			t.Errorf("rejects counted: %v, want at least 1", d)
+		}
+		// The opted-out pod is not refused: it never meets the proxy.
+		if seen := who(t, podNS(optout)); seen != optout.IP.String() {
+			t.Fatalf("opted-out pod with the proxy down: %s", seen)
+		}
+	})
+
+	// Last: nothing after it opens a new connection through the node's
+	// Service path (see the report: the node's first connection to a
+	// ClusterIP after a switch restart can be lost, with or without
+	// redirection).
+	hp = startHAProxy(t, haproxy, n1)
+	waitProxyUp(t, n1, true)
+	t.Run("established-survives-restarts", func(t *testing.T) {
+		conn, err := dialIn(t, podNS(cli), "10.96.0.20:9090")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		r := bufio.NewReader(conn)
+		if line, err := r.ReadString('\n'); err != nil || !strings.HasSuffix(strings.TrimSpace(line), gateway) {
+			t.Fatalf("first line %q %v: want one through the proxy", line, err)
+		}
+		echo := func(step string) {
+			t.Helper()
+			conn.SetDeadline(time.Now().Add(5 * time.Second))
+			msg := "after " + step + "\n"
+			if _, err := io.WriteString(conn, msg); err != nil {
+				t.Fatalf("%s: write: %v", step, err)
+			}
+			if got, err := r.ReadString('\n'); err != nil || got != msg {
+				t.Fatalf("%s: echo %q %v", step, got, err)
+			}
+		}
+		echo("nothing")
+		n1.Agent.Stop()
+		echo("the agent stopped")
+		if err := n1.StartAgent(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st, err := n1.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Switch.LastSync.Added != 0 || st.Switch.LastSync.Deleted != 0 {
+			t.Errorf("agent restart changed flows: %+v", st.Switch.LastSync)
+		}
+		echo("an agent restart")
+		if seen := who(t, podNS(cli)); seen != gateway {
+			t.Fatalf("after the agent's restart a new connection went direct: %s", seen)
+		}
+		st0, err := n1.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n1.Switch.Stop()
+		if err := n1.StartSwitch(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitResync(t, n1, st0.Switch.Reconnects)
+		echo("a switch restart")
+	})
 }
 
 // haproxyRun is one HAProxy process the test started in a node's namespace.
@@ -294,13 +320,14 @@ func waitProxyUp(t *testing.T, n *nscluster.Node, up bool) {
 	}
 }
 
-// waitResync waits until n's agent has synced a restarted switch.
-func waitResync(t *testing.T, n *nscluster.Node) {
+// waitResync waits until n's agent, which had reconnected to its switch
+// reconnects times, has synced the restarted switch.
+func waitResync(t *testing.T, n *nscluster.Node, reconnects int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		st, err := n.Status(ctxT(t, 5*time.Second))
-		if err == nil && st.Switch.Connected && st.Switch.LastSync.Added > 0 {
+		if err == nil && st.Switch.Connected && st.Switch.Reconnects > reconnects {
 			return
 		}
 		if time.Now().After(deadline) {
