@@ -40,17 +40,30 @@ const (
 
 func init() {
 	RegisterProxyPlacement(func() ProxyPlacement { return &nodeProxyPlacement{} })
+	RegisterProxyPlacement(func() ProxyPlacement { return &nodeProxyPlacement{dpu: true} })
 }
 
-// nodeProxyPlacement is one HAProxy per node behind nagare's redirection.
+// nodeProxyPlacement is one HAProxy per node behind nagare's redirection;
+// with dpu, in the node's DPU domain (nagare in DPU mode: the switch, the
+// node's devices and so the proxy link are there), on the DPU's CPUs,
+// reached over the VF hairpin (pod → VF → representor → switch → proxy).
 type nodeProxyPlacement struct {
+	dpu   bool
 	procs []int
-	nodes []string // node namespaces whose proxy counts requests
+	nodes []string // namespaces whose proxy counts requests
 }
 
-func (p *nodeProxyPlacement) Name() string { return "node" }
+func (p *nodeProxyPlacement) Name() string {
+	if p.dpu {
+		return "dpu"
+	}
+	return "node"
+}
 
 func (p *nodeProxyPlacement) Description() string {
+	if p.dpu {
+		return "HAProxy per node in its DPU domain, on the DPU's CPU (" + dpuCPUs() + "): pods' connections to the Services (:9080) cross the VF hairpin to the DPU's switch, which redirects them to it (transparent redirection); it connects to the original ClusterIP from there"
+	}
 	return "HAProxy per node in the node's namespace: pods' connections to the Services (:9080) sent to it by nagare's fast path (transparent redirection, no rule in the pods), which connects to the original ClusterIP"
 }
 
@@ -59,8 +72,11 @@ func (p *nodeProxyPlacement) Available(dp DataPlane) error {
 	if !ok {
 		return notAvailable("transparent redirection is nagare's (%s has none)", dp.Name())
 	}
-	if np.dpu {
-		return notAvailable("the node proxy with the switch in a DPU domain is the dpu placement's (not built yet)")
+	if np.dpu != p.dpu {
+		if p.dpu {
+			return notAvailable("the dpu placement needs nagare in DPU mode")
+		}
+		return notAvailable("with the switch in a DPU domain the node's proxy is the dpu placement")
 	}
 	if _, err := exec.LookPath("haproxy"); err != nil {
 		return notAvailable("haproxy: %v (make deps)", err)
@@ -89,15 +105,23 @@ func (p *nodeProxyPlacement) Setup(ctx context.Context, app *MeshApp, c *Cleanup
 		if err != nil {
 			return err
 		}
-		proc, err := t.Sh.Start(c, "", "ip", "netns", "exec", n.NS, "haproxy", "-db", "-f", conf)
+		ns, args := n.NS, []string{"haproxy", "-db", "-f", conf}
+		if p.dpu {
+			cn := cl.Node(n.Name)
+			if cn == nil || cn.DPUNS == "" {
+				return fmt.Errorf("node %s has no DPU domain", n.Name)
+			}
+			ns, args = cn.DPUNS, append([]string{"taskset", "-c", dpuCPUs()}, args...)
+		}
+		proc, err := t.Sh.Start(c, "", append([]string{"ip", "netns", "exec", ns}, args...)...)
 		if err != nil {
 			return err
 		}
-		if err := waitListening(ctx, &Pod{Name: "node " + n.Name, NS: n.NS}, fmt.Sprintf("127.0.0.1:%d", nodeProxyHealth), proc, 10*time.Second); err != nil {
-			return fmt.Errorf("node proxy on %s: %w", n.Name, err)
+		if err := waitListening(ctx, &Pod{Name: "proxy of " + n.Name, NS: ns}, fmt.Sprintf("127.0.0.1:%d", nodeProxyHealth), proc, 10*time.Second); err != nil {
+			return fmt.Errorf("%s proxy on %s: %w", p.Name(), n.Name, err)
 		}
 		p.procs = append(p.procs, proc.Pid)
-		p.nodes = append(p.nodes, n.NS)
+		p.nodes = append(p.nodes, ns)
 	}
 	old := cl.Config.ProxyRedirect
 	oldCIDR := cl.Config.ServiceCIDR
@@ -138,7 +162,7 @@ func (p *nodeProxyPlacement) Setup(ctx context.Context, app *MeshApp, c *Cleanup
 			return fmt.Errorf("agent on %s: %w", n.Config.Name, err)
 		}
 	}
-	t.Sh.logf("# node proxy: redirection of tcp %s:%d on, agents restarted", meshServiceCIDR, bookinfo.Port)
+	t.Sh.logf("# %s proxy: redirection of tcp %s:%d on, agents restarted", p.Name(), meshServiceCIDR, bookinfo.Port)
 	return nil
 }
 
