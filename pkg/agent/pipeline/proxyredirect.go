@@ -90,7 +90,7 @@ func (p *Pipeline) SetProxyUp(ctx context.Context, up bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.proxyUp = up
-	if p.redirect == nil {
+	if p.redirect == nil || p.redirect.Port == 0 {
 		return nil
 	}
 	return p.apply(ctx, redirectNewFlows(redirectObject(), p.redirect, up), nil)
