@@ -15,6 +15,7 @@ var toolPackages = map[string]string{
 	"ethtool":          "ethtool",
 	"ping":             "iputils-ping",
 	"taskset":          "util-linux",
+	"setpriv":          "util-linux",
 	"sysctl":           "procps",
 	"sockperf":         "sockperf",
 	"iperf3":           "iperf3",
@@ -66,6 +67,9 @@ func (s *Scenario) requiredTools() []string {
 		case KindConnRate:
 			tools = append(tools, "wrk", "nginx")
 		case KindServiceScale:
+		case KindBookinfo:
+			// wrk, the sidecars' nginx (as their own user) and capture rules.
+			tools = append(tools, "wrk", "nginx", "nft", "setpriv")
 		default:
 			tools = append(tools, "iperf3")
 		}
