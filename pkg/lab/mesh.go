@@ -361,15 +361,7 @@ func (r *planeRun) meshRun(ctx context.Context, tc test, pl ProxyPlacement, step
 	for _, conns := range m.Connections {
 		st := MeshStep{Connections: conns}
 		procs := pl.Processes()
-		b, err := takeSnapshot(nil)
-		if err != nil {
-			return res, err
-		}
-		bp, err := pidTicks("proxy", procs)
-		if err != nil {
-			return res, err
-		}
-		ba, err := pidTicks("application", appPids)
+		b, err := takeMeshSnapshot(procs, appPids)
 		if err != nil {
 			return res, err
 		}
@@ -382,15 +374,7 @@ func (r *planeRun) meshRun(ctx context.Context, tc test, pl ProxyPlacement, step
 		if err != nil {
 			return res, err
 		}
-		a, err := takeSnapshot(nil)
-		if err != nil {
-			return res, err
-		}
-		ap, err := pidTicks("proxy", procs)
-		if err != nil {
-			return res, err
-		}
-		aa, err := pidTicks("application", appPids)
+		a, err := takeMeshSnapshot(procs, appPids)
 		if err != nil {
 			return res, err
 		}
@@ -400,8 +384,8 @@ func (r *planeRun) meshRun(ctx context.Context, tc test, pl ProxyPlacement, step
 		}
 		st.Requests, st.ReqPerSec, st.Errors = w.Requests, w.ConnPerSec, w.Errors
 		st.P50Ms, st.P90Ms, st.P99Ms = w.LatP50Us/1e3, w.LatP90Us/1e3, w.LatP99Us/1e3
-		st.HostCPUs = usageBetween(b, a, st.WindowSeconds).HostCPUSeconds
-		st.ProxyCPUs, st.AppCPUs = cpuSecondsBetween(bp, ap), cpuSecondsBetween(ba, aa)
+		st.HostCPUs = usageBetween(b.host, a.host, st.WindowSeconds).HostCPUSeconds
+		st.ProxyCPUs, st.AppCPUs = cpuSecondsBetween(b.proxy, a.proxy), cpuSecondsBetween(b.app, a.app)
 		res.Requests += int64(w.Requests)
 		r.sh.logf("#   %d connections: %d requests, %.0f/s, p50 %.2f p90 %.2f p99 %.2f ms, %d errors; CPU s host %.2f proxies %.2f app %.2f",
 			conns, st.Requests, st.ReqPerSec, st.P50Ms, st.P90Ms, st.P99Ms, st.Errors, st.HostCPUs, st.ProxyCPUs, st.AppCPUs)
@@ -465,10 +449,7 @@ func (r *planeRun) startBookinfo(ctx context.Context, app *MeshApp, step *Cleanu
 // pages it asked for and the page's size. A page of the wrong size is an
 // error: something other than productpage answered.
 func checkProductPage(ctx context.Context, pod *Pod, url string, timeout time.Duration) (n int64, size int, err error) {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialInNetns(ctx, netnsPath(pod.NS), network, addr)
-		}}}
+	client := podHTTPClient(pod)
 	get := func() (int, error) {
 		n++
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -552,4 +533,31 @@ func validateMeshPaper(s *Scenario, i int, pr PaperRow, bad func(string, ...any)
 		bad("paper[%d]: %q is bookinfo: give p90_ms, not rtt, mbps or loss", i, pr.Measurement)
 	}
 	return true
+}
+
+// podHTTPClient is an HTTP client whose connections are made in pod's
+// namespace, one per request, each request bounded to 2 s.
+func podHTTPClient(pod *Pod) *http.Client {
+	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialInNetns(ctx, netnsPath(pod.NS), network, addr)
+		}}}
+}
+
+// meshSnapshot is the CPU counters around one wrk step: the host's, the
+// proxies', the application's.
+type meshSnapshot struct {
+	host       cpuSnapshot
+	proxy, app map[int]uint64
+}
+
+func takeMeshSnapshot(proxies, app []int) (s meshSnapshot, err error) {
+	if s.host, err = takeSnapshot(nil); err != nil {
+		return s, err
+	}
+	if s.proxy, err = pidTicks("proxy", proxies); err != nil {
+		return s, err
+	}
+	s.app, err = pidTicks("application", app)
+	return s, err
 }
