@@ -86,6 +86,11 @@ func labList(w io.Writer) error {
 		}
 		fmt.Fprintf(w, "  %-20s %-16s %s [%s]\n", n, dp.Scope(), dp.Description(), avail)
 	}
+	fmt.Fprintln(w, "\nproxy placements (bookinfo measurements' proxies:, seed2-sidecar):")
+	for _, n := range lab.ProxyPlacementNames() {
+		pl, _ := lab.NewProxyPlacement(n)
+		fmt.Fprintf(w, "  %-20s %s\n", n, pl.Description())
+	}
 	return nil
 }
 

@@ -76,6 +76,15 @@ var proxyPlacements = map[string]func() ProxyPlacement{}
 // RegisterProxyPlacement makes a placement known to scenarios by its Name.
 func RegisterProxyPlacement(f func() ProxyPlacement) { proxyPlacements[f().Name()] = f }
 
+// NewProxyPlacement makes a fresh placement by its name.
+func NewProxyPlacement(name string) (ProxyPlacement, error) {
+	f, ok := proxyPlacements[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown proxy placement %q (known: %s)", name, strings.Join(ProxyPlacementNames(), ", "))
+	}
+	return f(), nil
+}
+
 // ProxyPlacementNames lists the known placements, sorted.
 func ProxyPlacementNames() []string {
 	var n []string
@@ -318,7 +327,11 @@ func (r *planeRun) runMesh(ctx context.Context, tests []test) []Sample {
 func (r *planeRun) meshTest(ctx context.Context, tc test) Sample {
 	s := r.sample(tc, StatusOK, "")
 	s.Start = time.Now()
-	pl := proxyPlacements[tc.proxy]()
+	pl, err := NewProxyPlacement(tc.proxy)
+	if err != nil {
+		s.Status, s.Error = StatusFailed, err.Error()
+		return s
+	}
 	if err := pl.Available(r.dp); err != nil {
 		s.Status, s.Error = StatusSkipped, err.Error()
 		return s

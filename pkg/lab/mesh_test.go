@@ -172,6 +172,17 @@ func TestMeshReport(t *testing.T) {
 	if strings.Contains(md, "### productpage: productpage") {
 		t.Error("the bookinfo measurement also got a generic table")
 	}
+	var csvOut strings.Builder
+	if err := res.WriteCSV(&csvOut); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(csvOut.String()), "\n")
+	if len(lines) != 1+3*2+1 { // header, 3 placements × 2 steps, the skipped one
+		t.Errorf("%d CSV lines, want 8:\n%s", len(lines), csvOut.String())
+	}
+	if !strings.HasSuffix(lines[3], ",sidecar-in,1,250,500,2,4,8,0,0,1,0.25,0.5,3670,1000") {
+		t.Errorf("CSV line of sidecar-in at 1 connection: %s", lines[3])
+	}
 	dir := t.TempDir()
 	if err := res.WritePlots(dir); err != nil {
 		t.Fatal(err)
