@@ -572,6 +572,11 @@ func (s *Scenario) Validate() error {
 			bad("%s: size %d, want 16-1400 bytes", where, m.Size)
 		}
 	}
+	if s.usesServices() && slices.ContainsFunc(s.Measurements, func(m MeasurementSpec) bool { return m.Kind == KindBookinfo }) {
+		// The agents take Services from the API server then, and ignore
+		// their cluster file's, where the application's are.
+		bad("measurements: bookinfo cannot share a scenario with measurements through the API server's Services (via, service-scale)")
+	}
 	lnames := map[string]bool{}
 	for i, l := range s.Loads {
 		where := fmt.Sprintf("loads[%d] %q", i, l.Name)
