@@ -324,8 +324,8 @@ func (r *planeRun) runMesh(ctx context.Context, tests []test) []Sample {
 	return out
 }
 
-func (r *planeRun) meshTest(ctx context.Context, tc test) Sample {
-	s := r.sample(tc, StatusOK, "")
+func (r *planeRun) meshTest(ctx context.Context, tc test) (s Sample) {
+	s = r.sample(tc, StatusOK, "")
 	s.Start = time.Now()
 	pl, err := NewProxyPlacement(tc.proxy)
 	if err != nil {
@@ -336,9 +336,15 @@ func (r *planeRun) meshTest(ctx context.Context, tc test) Sample {
 		s.Status, s.Error = StatusSkipped, err.Error()
 		return s
 	}
+	// The application and the proxies stop with the test; what cannot be
+	// undone fails it (the next placement would run beside leftovers).
 	step := &Cleanup{}
 	undo := r.topo.Cleanup.Add("stop bookinfo ("+tc.proxy+")", step.RunAll)
-	defer undo.Run()
+	defer func() {
+		if err := undo.Run(); err != nil && s.Status == StatusOK {
+			s.Status, s.Error = StatusFailed, "stopping the application and proxies: "+err.Error()
+		}
+	}()
 	res, err := r.meshRun(ctx, tc, pl, step)
 	s.Mesh = res
 	if err != nil {
