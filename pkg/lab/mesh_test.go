@@ -81,6 +81,7 @@ measurements:
 		{"  - {name: m, kind: bookinfo, client: c, server: p, " + ok + "}\npaper:\n  - {label: x, measurement: m, dataplane: nagare, proxy: sidecar-in, p90_ms: 1}", `proxy "sidecar-in" is not one of "m"'s proxies`},
 		{"  - {name: m, kind: bookinfo, client: c, server: p, " + ok + "}\npaper:\n  - {label: x, measurement: m, dataplane: nagare, proxy: none}", "p90_ms: the paper's p90"},
 		{"  - {name: m, kind: bookinfo, client: c, server: p, " + ok + "}\n  - {name: v, kind: rtt, client: c, server: p, via: clusterip}", "bookinfo cannot share a scenario"},
+		{"  - {name: m, kind: bookinfo, client: c, server: p, " + ok + "}\n  - {name: m2, kind: bookinfo, client: c, server: p, " + ok + "}", "2 bookinfo measurements, at most one"},
 		{"  - {name: m, kind: rtt, client: c, server: p}\npaper:\n  - {label: x, measurement: m, dataplane: nagare, rtt: [1, 2, 3, 4, 5], p90_ms: 3}", "proxy and p90_ms are for bookinfo measurements"},
 	} {
 		_, err := ParseScenario([]byte(base + c.meas + "\n"))

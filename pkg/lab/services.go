@@ -66,7 +66,9 @@ func (m MeasurementSpec) throughService() bool {
 	return m.Via == ViaClusterIP || m.Via == ViaNodePort || m.Kind == KindServiceScale
 }
 
-// serviceTests keeps, of a data plane's tests, those it can run: tests
+// serviceTests keeps, of a data plane's tests, those it can run: bookinfo
+// tests need a MeshPlane (others are not applicable; one that cannot
+// carry them here gets skipped samples), tests
 // through Services need a ServicePlane (others are not applicable), and
 // NodePort tests one with NodePorts (others get skipped samples, with
 // the plane's reason).
