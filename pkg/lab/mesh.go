@@ -520,6 +520,28 @@ func writeFileIn(t *Topology, name, content string) (string, error) {
 	return p, os.WriteFile(p, []byte(content), 0o644)
 }
 
+// SetProxies makes every bookinfo measurement of s compare placements
+// instead of its own, and keeps only the paper's rows beside them
+// (nagarectl lab run --proxies). Run validates the names.
+func (s *Scenario) SetProxies(placements []string) {
+	keep := map[string]bool{}
+	for _, p := range placements {
+		keep[p] = true
+	}
+	for i := range s.Measurements {
+		if s.Measurements[i].Kind == KindBookinfo {
+			s.Measurements[i].Proxies = placements
+		}
+	}
+	var rows []PaperRow
+	for _, pr := range s.Paper {
+		if pr.Proxy == "" || keep[pr.Proxy] {
+			rows = append(rows, pr)
+		}
+	}
+	s.Paper = rows
+}
+
 // validateMeshPaper checks a paper row of a bookinfo measurement; false
 // if pr is not one (the other kinds' rules apply).
 func validateMeshPaper(s *Scenario, i int, pr PaperRow, bad func(string, ...any)) bool {

@@ -56,6 +56,29 @@ func TestSeed2SidecarScenario(t *testing.T) {
 	}
 }
 
+// TestSetProxies: --proxies replaces the placements and drops the
+// paper's rows of the others, so the scenario stays valid.
+func TestSetProxies(t *testing.T) {
+	s, err := LoadScenario("seed2-sidecar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetProxies([]string{"none", "sidecar-inout"})
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(s.Measurements[0].Proxies, ","); got != "none,sidecar-inout" {
+		t.Errorf("proxies %s", got)
+	}
+	if len(s.Paper) != 2 || s.Paper[1].Proxy != "sidecar-inout" {
+		t.Errorf("paper rows %+v", s.Paper)
+	}
+	s.SetProxies([]string{"none", "elsewhere"})
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), `unknown placement "elsewhere"`) {
+		t.Errorf("unknown placement: %v", err)
+	}
+}
+
 func TestBookinfoValidation(t *testing.T) {
 	base := `
 name: s
