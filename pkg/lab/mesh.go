@@ -241,10 +241,15 @@ func validateMesh(m MeasurementSpec, where string, pods map[string]PodSpec, bad 
 	if len(m.Connections) == 0 {
 		bad("%s: connections: list wrk's connection counts, e.g. [1, 2, 4, 8]", where)
 	}
+	seenConns := map[int]bool{}
 	for _, c := range m.Connections {
 		if c < 1 || c > 1024 {
 			bad("%s: connections: %d, want 1-1024", where, c)
 		}
+		if seenConns[c] {
+			bad("%s: connections: %d listed twice (the report has one line per count)", where, c)
+		}
+		seenConns[c] = true
 	}
 	for _, p := range m.Placements {
 		if p != CrossCore {

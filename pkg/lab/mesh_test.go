@@ -99,6 +99,7 @@ measurements:
 		{`  - {name: m, kind: bookinfo, client: c, server: p, bookinfo: {details: d, reviews: [r1], ratings: ra}, proxies: [none, none], connections: [1]}`, `"none" listed twice`},
 		{`  - {name: m, kind: bookinfo, client: c, server: p, bookinfo: {details: d, reviews: [r1], ratings: ra}, proxies: [], connections: [1]}`, "proxies: list the proxy placements"},
 		{`  - {name: m, kind: bookinfo, client: c, server: p, bookinfo: {details: d, reviews: [r1], ratings: ra}, proxies: [none], connections: [0]}`, "connections: 0, want 1-1024"},
+		{`  - {name: m, kind: bookinfo, client: c, server: p, bookinfo: {details: d, reviews: [r1], ratings: ra}, proxies: [none], connections: [1, 2, 1]}`, "connections: 1 listed twice"},
 		{`  - {name: m, kind: bookinfo, client: c, server: p, ` + ok + `, placements: [same-core]}`, "bookinfo runs cross-core only"},
 		{`  - {name: m, kind: tcp, client: c, server: p, proxies: [none]}`, "proxies and connections are for kind bookinfo"},
 		{"  - {name: m, kind: bookinfo, client: c, server: p, " + ok + "}\npaper:\n  - {label: x, measurement: m, dataplane: nagare, proxy: sidecar-in, p90_ms: 1}", `proxy "sidecar-in" is not one of "m"'s proxies`},
