@@ -76,6 +76,15 @@ var proxyPlacements = map[string]func() ProxyPlacement{}
 // RegisterProxyPlacement makes a placement known to scenarios by its Name.
 func RegisterProxyPlacement(f func() ProxyPlacement) { proxyPlacements[f().Name()] = f }
 
+// NewProxyPlacement makes a fresh placement by its name.
+func NewProxyPlacement(name string) (ProxyPlacement, error) {
+	f, ok := proxyPlacements[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown proxy placement %q (known: %s)", name, strings.Join(ProxyPlacementNames(), ", "))
+	}
+	return f(), nil
+}
+
 // ProxyPlacementNames lists the known placements, sorted.
 func ProxyPlacementNames() []string {
 	var n []string
@@ -232,10 +241,15 @@ func validateMesh(m MeasurementSpec, where string, pods map[string]PodSpec, bad 
 	if len(m.Connections) == 0 {
 		bad("%s: connections: list wrk's connection counts, e.g. [1, 2, 4, 8]", where)
 	}
+	seenConns := map[int]bool{}
 	for _, c := range m.Connections {
 		if c < 1 || c > 1024 {
 			bad("%s: connections: %d, want 1-1024", where, c)
 		}
+		if seenConns[c] {
+			bad("%s: connections: %d listed twice (the report has one line per count)", where, c)
+		}
+		seenConns[c] = true
 	}
 	for _, p := range m.Placements {
 		if p != CrossCore {
@@ -315,17 +329,27 @@ func (r *planeRun) runMesh(ctx context.Context, tests []test) []Sample {
 	return out
 }
 
-func (r *planeRun) meshTest(ctx context.Context, tc test) Sample {
-	s := r.sample(tc, StatusOK, "")
+func (r *planeRun) meshTest(ctx context.Context, tc test) (s Sample) {
+	s = r.sample(tc, StatusOK, "")
 	s.Start = time.Now()
-	pl := proxyPlacements[tc.proxy]()
+	pl, err := NewProxyPlacement(tc.proxy)
+	if err != nil {
+		s.Status, s.Error = StatusFailed, err.Error()
+		return s
+	}
 	if err := pl.Available(r.dp); err != nil {
 		s.Status, s.Error = StatusSkipped, err.Error()
 		return s
 	}
+	// The application and the proxies stop with the test; what cannot be
+	// undone fails it (the next placement would run beside leftovers).
 	step := &Cleanup{}
 	undo := r.topo.Cleanup.Add("stop bookinfo ("+tc.proxy+")", step.RunAll)
-	defer undo.Run()
+	defer func() {
+		if err := undo.Run(); err != nil && s.Status == StatusOK {
+			s.Status, s.Error = StatusFailed, "stopping the application and proxies: "+err.Error()
+		}
+	}()
 	res, err := r.meshRun(ctx, tc, pl, step)
 	s.Mesh = res
 	if err != nil {
@@ -361,15 +385,7 @@ func (r *planeRun) meshRun(ctx context.Context, tc test, pl ProxyPlacement, step
 	for _, conns := range m.Connections {
 		st := MeshStep{Connections: conns}
 		procs := pl.Processes()
-		b, err := takeSnapshot(nil)
-		if err != nil {
-			return res, err
-		}
-		bp, err := pidTicks("proxy", procs)
-		if err != nil {
-			return res, err
-		}
-		ba, err := pidTicks("application", appPids)
+		b, err := takeMeshSnapshot(procs, appPids)
 		if err != nil {
 			return res, err
 		}
@@ -382,15 +398,7 @@ func (r *planeRun) meshRun(ctx context.Context, tc test, pl ProxyPlacement, step
 		if err != nil {
 			return res, err
 		}
-		a, err := takeSnapshot(nil)
-		if err != nil {
-			return res, err
-		}
-		ap, err := pidTicks("proxy", procs)
-		if err != nil {
-			return res, err
-		}
-		aa, err := pidTicks("application", appPids)
+		a, err := takeMeshSnapshot(procs, appPids)
 		if err != nil {
 			return res, err
 		}
@@ -400,8 +408,8 @@ func (r *planeRun) meshRun(ctx context.Context, tc test, pl ProxyPlacement, step
 		}
 		st.Requests, st.ReqPerSec, st.Errors = w.Requests, w.ConnPerSec, w.Errors
 		st.P50Ms, st.P90Ms, st.P99Ms = w.LatP50Us/1e3, w.LatP90Us/1e3, w.LatP99Us/1e3
-		st.HostCPUs = usageBetween(b, a, st.WindowSeconds).HostCPUSeconds
-		st.ProxyCPUs, st.AppCPUs = cpuSecondsBetween(bp, ap), cpuSecondsBetween(ba, aa)
+		st.HostCPUs = usageBetween(b.host, a.host, st.WindowSeconds).HostCPUSeconds
+		st.ProxyCPUs, st.AppCPUs = cpuSecondsBetween(b.proxy, a.proxy), cpuSecondsBetween(b.app, a.app)
 		res.Requests += int64(w.Requests)
 		r.sh.logf("#   %d connections: %d requests, %.0f/s, p50 %.2f p90 %.2f p99 %.2f ms, %d errors; CPU s host %.2f proxies %.2f app %.2f",
 			conns, st.Requests, st.ReqPerSec, st.P50Ms, st.P90Ms, st.P99Ms, st.Errors, st.HostCPUs, st.ProxyCPUs, st.AppCPUs)
@@ -465,10 +473,7 @@ func (r *planeRun) startBookinfo(ctx context.Context, app *MeshApp, step *Cleanu
 // pages it asked for and the page's size. A page of the wrong size is an
 // error: something other than productpage answered.
 func checkProductPage(ctx context.Context, pod *Pod, url string, timeout time.Duration) (n int64, size int, err error) {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialInNetns(ctx, netnsPath(pod.NS), network, addr)
-		}}}
+	client := podHTTPClient(pod)
 	get := func() (int, error) {
 		n++
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -520,6 +525,28 @@ func writeFileIn(t *Topology, name, content string) (string, error) {
 	return p, os.WriteFile(p, []byte(content), 0o644)
 }
 
+// SetProxies makes every bookinfo measurement of s compare placements
+// instead of its own, and keeps only the paper's rows beside them
+// (nagarectl lab run --proxies). Run validates the names.
+func (s *Scenario) SetProxies(placements []string) {
+	keep := map[string]bool{}
+	for _, p := range placements {
+		keep[p] = true
+	}
+	for i := range s.Measurements {
+		if s.Measurements[i].Kind == KindBookinfo {
+			s.Measurements[i].Proxies = placements
+		}
+	}
+	var rows []PaperRow
+	for _, pr := range s.Paper {
+		if pr.Proxy == "" || keep[pr.Proxy] {
+			rows = append(rows, pr)
+		}
+	}
+	s.Paper = rows
+}
+
 // validateMeshPaper checks a paper row of a bookinfo measurement; false
 // if pr is not one (the other kinds' rules apply).
 func validateMeshPaper(s *Scenario, i int, pr PaperRow, bad func(string, ...any)) bool {
@@ -552,4 +579,31 @@ func validateMeshPaper(s *Scenario, i int, pr PaperRow, bad func(string, ...any)
 		bad("paper[%d]: %q is bookinfo: give p90_ms, not rtt, mbps or loss", i, pr.Measurement)
 	}
 	return true
+}
+
+// podHTTPClient is an HTTP client whose connections are made in pod's
+// namespace, one per request, each request bounded to 2 s.
+func podHTTPClient(pod *Pod) *http.Client {
+	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialInNetns(ctx, netnsPath(pod.NS), network, addr)
+		}}}
+}
+
+// meshSnapshot is the CPU counters around one wrk step: the host's, the
+// proxies', the application's.
+type meshSnapshot struct {
+	host       cpuSnapshot
+	proxy, app map[int]uint64
+}
+
+func takeMeshSnapshot(proxies, app []int) (s meshSnapshot, err error) {
+	if s.host, err = takeSnapshot(nil); err != nil {
+		return s, err
+	}
+	if s.proxy, err = pidTicks("proxy", proxies); err != nil {
+		return s, err
+	}
+	s.app, err = pidTicks("application", app)
+	return s, err
 }

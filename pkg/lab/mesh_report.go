@@ -104,6 +104,29 @@ func (res *Result) meshAggregate() (map[meshKey]*meshCell, map[meshKey]*meshTest
 	return cells, tests
 }
 
+// meshCSVHeader are samples.csv's bookinfo columns: a bookinfo sample has
+// one line per connection count.
+var meshCSVHeader = []string{"proxy", "connections", "req_per_s", "requests", "p50_ms", "p90_ms", "p99_ms", "wrk_errors",
+	"step_window_s", "step_host_cpu_s", "proxy_cpu_s", "app_cpu_s", "proxy_requests", "pages"}
+
+// meshCSV are the bookinfo columns of sample s, one line per step (one
+// empty line for other kinds).
+func meshCSV(s Sample) [][]string {
+	if s.Mesh == nil || len(s.Mesh.Steps) == 0 {
+		line := make([]string, len(meshCSVHeader))
+		line[0] = s.Proxy
+		return [][]string{line}
+	}
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	var out [][]string
+	for _, st := range s.Mesh.Steps {
+		out = append(out, []string{s.Proxy, strconv.Itoa(st.Connections), f(st.ReqPerSec), strconv.Itoa(st.Requests),
+			f(st.P50Ms), f(st.P90Ms), f(st.P99Ms), strconv.Itoa(st.Errors), f(st.WindowSeconds), f(st.HostCPUs),
+			f(st.ProxyCPUs), f(st.AppCPUs), strconv.FormatInt(s.Mesh.ProxyRequests, 10), strconv.FormatInt(s.Mesh.Requests, 10)})
+	}
+	return out
+}
+
 // writeMesh writes the bookinfo measurements' tables.
 func (res *Result) writeMesh(w io.Writer) {
 	s := res.Scenario

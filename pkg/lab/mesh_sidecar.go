@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -163,23 +162,14 @@ func sidecarRules(outbound bool) string {
 // and stub_status on loopback (the request counter).
 func sidecarNginxConf(dir string, clusterIPs map[string]string, outbound bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `worker_processes 1;
-daemon off;
-master_process off;
-pid %[1]s/nginx.pid;
-error_log stderr warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  client_body_temp_path %[1]s/body; proxy_temp_path %[1]s/proxy; fastcgi_temp_path %[1]s/fcgi;
-  uwsgi_temp_path %[1]s/uwsgi; scgi_temp_path %[1]s/scgi;
-  proxy_http_version 1.1;
+	b.WriteString(nginxPreamble(dir))
+	fmt.Fprintf(&b, `  proxy_http_version 1.1;
   proxy_set_header Connection "";
   proxy_set_header Host $http_host;
-  upstream inbound_app { server 127.0.0.1:%[2]d; keepalive 64; }
-  server { listen %[3]d backlog=4096; location / { proxy_pass http://inbound_app; } }
-  server { listen 127.0.0.1:%[4]d; location = /stats { stub_status; } }
-`, dir, bookinfo.Port, sidecarInbound, sidecarStats)
+  upstream inbound_app { server 127.0.0.1:%[1]d; keepalive 64; }
+  server { listen %[2]d backlog=4096; location / { proxy_pass http://inbound_app; } }
+  server { listen 127.0.0.1:%[3]d; location = /stats { stub_status; } }
+`, bookinfo.Port, sidecarInbound, sidecarStats)
 	if outbound {
 		b.WriteString("  map $host $outbound_service {\n")
 		for _, role := range bookinfo.Roles {
@@ -228,10 +218,7 @@ func ParseStubStatus(page string) (int64, error) {
 func (p *sidecarPlacement) Requests(ctx context.Context) (int64, error) {
 	var total int64
 	for _, pod := range p.stats {
-		client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return dialInNetns(ctx, netnsPath(pod.NS), network, addr)
-			}}}
+		client := podHTTPClient(pod)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/stats", sidecarStats), nil)
 		if err != nil {
 			return 0, err

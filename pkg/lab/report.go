@@ -503,7 +503,7 @@ func (res *Result) writeCost(w io.Writer, rows []*Row) {
 var csvHeader = append([]string{"dataplane", "measurement", "kind", "client", "server", "scope", "placement", "load", "rep", "status", "error",
 	"start", "rtt_min_us", "rtt_avg_us", "rtt_p50_us", "rtt_p90_us", "rtt_p99_us", "rtt_p99_9_us", "rtt_max_us", "trans_per_s",
 	"tcp_gbps", "tcp_retransmits", "udp_rx_pps", "udp_tx_pps", "udp_loss_pct",
-	"background_busy_pct", "window_s", "switch_procs", "switch_cpu_s", "host_cpu_s", "host_busy_per_cpu", "softirqs_per_cpu", "net_rx_softirqs", "interrupts_per_cpu"}, append(flowSetupCSVHeader, servicesCSVHeader...)...)
+	"background_busy_pct", "window_s", "switch_procs", "switch_cpu_s", "host_cpu_s", "host_busy_per_cpu", "softirqs_per_cpu", "net_rx_softirqs", "interrupts_per_cpu"}, append(append(flowSetupCSVHeader, servicesCSVHeader...), meshCSVHeader...)...)
 
 // WriteCSV writes one line per sample (per repetition, unaggregated).
 func (res *Result) WriteCSV(w io.Writer) error {
@@ -543,7 +543,10 @@ func (res *Result) WriteCSV(w io.Writer) error {
 			rec = append(rec, "", strconv.Itoa(s.SwitchProcs), "", "", "", "", "", "")
 		}
 		rec = append(rec, flowSetupCSV(s)...)
-		cw.Write(append(rec, servicesCSV(s)...))
+		rec = append(rec, servicesCSV(s)...)
+		for _, m := range meshCSV(s) {
+			cw.Write(append(rec[:len(rec):len(rec)], m...))
+		}
 	}
 	cw.Flush()
 	return cw.Error()

@@ -572,6 +572,17 @@ func (s *Scenario) Validate() error {
 			bad("%s: size %d, want 16-1400 bytes", where, m.Size)
 		}
 	}
+	if n := len(slices.DeleteFunc(slices.Clone(s.Measurements), func(m MeasurementSpec) bool { return m.Kind != KindBookinfo })); n > 0 {
+		if s.usesServices() {
+			// The agents take Services from the API server then, and
+			// ignore their cluster file's, where the application's are.
+			bad("measurements: bookinfo cannot share a scenario with measurements through the API server's Services (via, service-scale)")
+		}
+		if n > 1 {
+			// Its Services have fixed ClusterIPs (meshClusterIP).
+			bad("measurements: %d bookinfo measurements, at most one per scenario (list its proxies and connections instead)", n)
+		}
+	}
 	lnames := map[string]bool{}
 	for i, l := range s.Loads {
 		where := fmt.Sprintf("loads[%d] %q", i, l.Name)
