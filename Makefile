@@ -10,7 +10,7 @@ APT_PKGS  := clang llvm libbpf-dev gcc-multilib iproute2 ethtool iputils-ping \
              sockperf iperf3 stress-ng openvswitch-switch openvswitch-common \
              bpftool tcpdump python3-venv \
              etcd-server etcd-client containerd runc containernetworking-plugins busybox-static \
-             wrk nginx-light iptables nftables
+             wrk nginx-light haproxy iptables nftables
 
 .PHONY: all deps k8s-deps generate build vet test test-short bench perf fuzz quickstart clean
 

@@ -20,7 +20,7 @@ func init() {
 	register(&command{
 		name:    "lab",
 		summary: "run the lab's scenarios (data planes compared with real tools)",
-		usage:   "nagarectl lab run SCENARIO [--out DIR] [--reps N] [--duration 5s] [--timeout 10m] | nagarectl lab list | nagarectl lab report DIR | nagarectl lab perf DIR [--figures docs/perf-figures.md] | nagarectl lab pktgen send|recv [FLAGS]",
+		usage:   "nagarectl lab run SCENARIO [--out DIR] [--reps N] [--duration 5s] [--timeout 10m] [--dataplanes A,B] [--loads A,B] [--proxies A,B] | nagarectl lab list | nagarectl lab report DIR | nagarectl lab perf DIR [--figures docs/perf-figures.md] | nagarectl lab pktgen send|recv [FLAGS]",
 		run:     runLab,
 	})
 }
@@ -135,6 +135,11 @@ func labList(w io.Writer) error {
 		}
 		fmt.Fprintf(w, "  %-20s %-16s %s [%s]\n", n, dp.Scope(), dp.Description(), avail)
 	}
+	fmt.Fprintln(w, "\nproxy placements (bookinfo measurements' proxies:, seed2-sidecar):")
+	for _, n := range lab.ProxyPlacementNames() {
+		pl, _ := lab.NewProxyPlacement(n)
+		fmt.Fprintf(w, "  %-20s %s\n", n, pl.Description())
+	}
 	return nil
 }
 
@@ -159,6 +164,7 @@ func labRun(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&timeout, "timeout", "give up (and clean up) after this long, e.g. 10m (default: no limit)")
 	planes := fs.String("dataplanes", "", "comma-separated data planes to run instead of the scenario's (a short timing run)")
 	loads := fs.String("loads", "", "comma-separated load steps of the scenario to run (default: all of them)")
+	proxies := fs.String("proxies", "", "comma-separated proxy placements of the bookinfo measurements to run instead of the scenario's (seed2-sidecar; `lab list` names them)")
 	// Flags may come before or after the scenario name.
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -176,6 +182,9 @@ func labRun(args []string, stdout, stderr io.Writer) error {
 	}
 	if *planes != "" {
 		s.DataPlanes = strings.Split(*planes, ",")
+	}
+	if *proxies != "" {
+		s.SetProxies(strings.Split(*proxies, ","))
 	}
 	if *loads != "" {
 		byName := map[string]lab.LoadSpec{}

@@ -347,6 +347,10 @@ func (c *Cluster) writeClusterFile() error {
 	return os.WriteFile(c.ClusterFile(), b, 0o644)
 }
 
+// WriteClusterFile writes Config to the cluster file again (after a
+// change; the agents read it when they start).
+func (c *Cluster) WriteClusterFile() error { return c.writeClusterFile() }
+
 // ClusterFile is the cluster file every agent reads.
 func (c *Cluster) ClusterFile() string { return filepath.Join(c.opt.Dir, "cluster.yaml") }
 

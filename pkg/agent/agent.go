@@ -170,6 +170,7 @@ type Agent struct {
 	filePolicyMu   sync.Mutex                   // one feedClusterPolicies at a time (pods come and go concurrently)
 	pendingCut     atomic.Pointer[netpol.State] // policies a switch Sync programmed: policyLoop cuts what they deny
 	filePolicyPods map[string]bool              // cluster-file policies: the local pods fed to the engine
+	redirect       redirectState                // transparent redirection to the node's proxy (proxyredirect.go)
 }
 
 // New checks the configuration; Run does the work.
@@ -234,7 +235,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.startServices()
 	a.startPolicies()
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(6)
+	go func() { defer wg.Done(); a.proxyLoop(ctx) }()
 	go func() { defer wg.Done(); a.serviceLoop(ctx) }()
 	go func() { defer wg.Done(); a.policyLoop(ctx) }()
 	go func() {
@@ -309,6 +311,9 @@ func (a *Agent) setupNode() error {
 	}
 	if err := a.setupNodePorts(); err != nil {
 		return fmt.Errorf("nodeport steering: %w", err)
+	}
+	if err := a.setupProxyLink(); err != nil {
+		return fmt.Errorf("proxy link: %w", err)
 	}
 	return a.ensureMasquerade()
 }
@@ -404,6 +409,7 @@ func (a *Agent) syncSwitch(ctx context.Context, conn *pipeline.Conn) error {
 		a.pl.SetConn(conn)
 		a.pl.SetNode(a.pipelineNode()) // the gateway may have a new port number
 	}
+	a.pl.SetRedirect(a.pipelineRedirect(), a.redirect.up.Load())
 	pods, remotes := a.pipelineStateLocked()
 	a.pl.SetState(pods, remotes)
 	a.mu.Unlock()
@@ -457,8 +463,17 @@ func (a *Agent) ensurePorts(ctx context.Context) error {
 			return fmt.Errorf("gateway port: %w", err)
 		}
 	}
+	var proxyPort uint32
+	if a.redirect.link.PortName != "" {
+		if proxyPort = byName[a.redirect.link.PortName].OFPort; proxyPort == 0 {
+			if proxyPort, err = a.addPort(ctx, ctlproto.Request{Cmd: "port-add", Name: a.redirect.link.PortName, Kind: "internal"}); err != nil {
+				return fmt.Errorf("proxy port: %w", err)
+			}
+		}
+	}
 	a.mu.Lock()
 	a.gwPort = gwPort
+	a.redirect.port = proxyPort
 	remotes := make([]*remote, 0, len(a.remotes))
 	for _, r := range a.remotes {
 		remotes = append(remotes, r)

@@ -33,6 +33,7 @@ type nodeNetwork interface {
 	DelRemote(nodenet.Remote) error
 	EnsureServiceRoute(netip.Prefix, net.HardwareAddr) error
 	DelServiceRoute(netip.Prefix) error
+	EnsureProxyLink(name string) (nodenet.ProxyLink, error)
 	Close()
 }
 

@@ -136,6 +136,7 @@ func (a *Agent) pipelineStateLocked() ([]pipeline.Pod, []pipeline.RemoteNode) {
 	var pods []pipeline.Pod
 	for _, p := range a.pods {
 		if pp, ok := p.pipelinePod(); ok {
+			pp.NoRedirect = a.optedOut(context.Background(), p.Pod, 0)
 			pods = append(pods, pp)
 		}
 	}
@@ -230,9 +231,11 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 	if err := a.saveRecord(rec); err != nil {
 		return nil, undo(err)
 	}
+	optOut := a.optedOut(ctx, rec.Pod, 2*time.Second)
 	a.mu.Lock()
 	pp, _ := rec.pipelinePod()
 	a.mu.Unlock()
+	pp.NoRedirect = optOut
 	a.swMu.Lock()
 	err = pl.AddPod(ctx, pp)
 	a.swMu.Unlock()

@@ -368,8 +368,19 @@ func newMetrics(a *Agent) *metrics {
 				_, t := a.ipam.Stats()
 				return float64(t)
 			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nagare_agent_proxy_up",
+			Help: "Transparent redirection: 1 while the node's proxy answers its health address (new selected connections go to it)."},
+			func() float64 {
+				if a.redirect.up.Load() {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "nagare_agent_proxy_down_total",
+			Help: "Transparent redirection: times the node's proxy stopped answering (new selected connections then went direct, or were refused with failMode closed)."},
+			func() float64 { return float64(a.redirect.downs.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "nagare_agent_service_rejects_total",
-			Help: "New connections to a Service without endpoints answered with ICMP port unreachable."},
+			Help: "New connections answered with ICMP port unreachable: to a Service without endpoints, or (transparent redirection, failMode closed) selected while the node proxy is down."},
 			func() float64 { return float64(a.rejecter.Sent.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "nagare_agent_service_rejects_limited_total",
 			Help: "Service rejects not answered: their ingress port was over its budget (100/s, burst 20)."},

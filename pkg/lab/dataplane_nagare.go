@@ -177,6 +177,8 @@ func (p *nagarePlane) Setup(ctx context.Context, t *Topology) error {
 		t.Sh.logf("# DPU mode: each node's %s moves into <node>-dpu, whose switch runs on CPU %s; direct forward %v", opt.DPUUplink, dpuCPUs(), p.df)
 		opt.DPUCPUs = dpuCPUs()
 	}
+	// The application's Services (bookinfo) come with the cluster file.
+	cc.Services = append(cc.Services, t.ClusterServices...)
 	if t.Services {
 		if err := p.kubernetesServices(ctx, t, cc, &opt); err != nil {
 			return err
@@ -328,3 +330,7 @@ func (p *nagarePlane) NodePortAddress(_ *Topology, n *Node) (string, error) {
 	}
 	return n.UnderlayIP, nil
 }
+
+// MeshServices: the agents take the application's Services from their
+// cluster file (Topology.ClusterServices), in every mode.
+func (p *nagarePlane) MeshServices() error { return nil }

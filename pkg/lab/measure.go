@@ -45,6 +45,9 @@ func (r *planeRun) runMeasurement(ctx context.Context, tests []test) []Sample {
 	if isFlowSetupKind(m.Kind) {
 		return r.runFlowSetup(ctx, tests) // no server process: flowsetup.go
 	}
+	if m.Kind == KindBookinfo {
+		return r.runMesh(ctx, tests) // the application serves: mesh.go
+	}
 	if m.Kind == KindServiceScale {
 		return r.runServiceScale(ctx, tests) // the probe listener serves: services.go
 	}

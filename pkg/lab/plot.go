@@ -175,6 +175,9 @@ func (res *Result) WritePlots(dir string) error {
 	if err := res.servicePlots(dir, find); err != nil {
 		return err
 	}
+	if err := res.meshPlots(dir); err != nil {
+		return err
+	}
 	if err := res.vsPods(dir, find); err != nil {
 		return err
 	}

@@ -40,6 +40,9 @@ func (r *Row) Cell(col string) Summary { return Summarize(r.Values[col]) }
 func (res *Result) Rows() []*Row {
 	byKey := map[rowKey]*Row{}
 	for _, s := range res.Samples {
+		if s.Kind == KindBookinfo {
+			continue // one test per proxy placement: writeMesh's tables
+		}
 		k := rowKey{s.Measurement, s.Placement, s.Load, s.DataPlane}
 		row := byKey[k]
 		if row == nil {
@@ -262,6 +265,9 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	rows := res.Rows()
 	multiLoad := len(s.Loads) > 1
 	for _, m := range s.Measurements {
+		if m.Kind == KindBookinfo {
+			continue // writeMesh
+		}
 		for _, pl := range m.Placements {
 			fmt.Fprintf(w, "\n### %s\n\n", res.measurementTitle(m, pl))
 			cols := measurementColumns(m)
@@ -328,6 +334,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	res.writePaper(w, rows)
 	res.writeFlowSetupVsOVS(w, rows)
 	res.writeServices(w, rows)
+	res.writeMesh(w)
 	res.writeIsolation(w, rows)
 	var failures []string
 	for _, row := range rows {
@@ -496,7 +503,7 @@ func (res *Result) writeCost(w io.Writer, rows []*Row) {
 var csvHeader = append([]string{"dataplane", "measurement", "kind", "client", "server", "scope", "placement", "load", "rep", "status", "error",
 	"start", "rtt_min_us", "rtt_avg_us", "rtt_p50_us", "rtt_p90_us", "rtt_p99_us", "rtt_p99_9_us", "rtt_max_us", "trans_per_s",
 	"tcp_gbps", "tcp_retransmits", "udp_rx_pps", "udp_tx_pps", "udp_loss_pct",
-	"background_busy_pct", "window_s", "switch_procs", "switch_cpu_s", "host_cpu_s", "host_busy_per_cpu", "softirqs_per_cpu", "net_rx_softirqs", "interrupts_per_cpu"}, append(flowSetupCSVHeader, servicesCSVHeader...)...)
+	"background_busy_pct", "window_s", "switch_procs", "switch_cpu_s", "host_cpu_s", "host_busy_per_cpu", "softirqs_per_cpu", "net_rx_softirqs", "interrupts_per_cpu"}, append(append(flowSetupCSVHeader, servicesCSVHeader...), meshCSVHeader...)...)
 
 // WriteCSV writes one line per sample (per repetition, unaggregated).
 func (res *Result) WriteCSV(w io.Writer) error {
@@ -536,7 +543,10 @@ func (res *Result) WriteCSV(w io.Writer) error {
 			rec = append(rec, "", strconv.Itoa(s.SwitchProcs), "", "", "", "", "", "")
 		}
 		rec = append(rec, flowSetupCSV(s)...)
-		cw.Write(append(rec, servicesCSV(s)...))
+		rec = append(rec, servicesCSV(s)...)
+		for _, m := range meshCSV(s) {
+			cw.Write(append(rec[:len(rec):len(rec)], m...))
+		}
 	}
 	cw.Flush()
 	return cw.Error()

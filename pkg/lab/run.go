@@ -65,6 +65,9 @@ type Sample struct {
 	// ConnRate and Scale are the Service kinds' results (services.go).
 	ConnRate *ConnRateResult `json:"conn_rate,omitempty"`
 	Scale    []ScaleStep     `json:"scale,omitempty"`
+	// Proxy is a bookinfo test's proxy placement, Mesh its result (mesh.go).
+	Proxy string      `json:"proxy,omitempty"`
+	Mesh  *MeshResult `json:"mesh,omitempty"`
 	// Isolation is the switch's cache after the sample's load step.
 	Isolation *IsolationResult `json:"isolation,omitempty"`
 	CPU       *CPUUsage        `json:"cpu,omitempty"`
@@ -133,6 +136,8 @@ type test struct {
 	m         MeasurementSpec
 	load      LoadSpec
 	placement string
+	// proxy is a bookinfo test's proxy placement.
+	proxy string
 }
 
 // Run runs scenario s: for each repetition, each data plane in turn builds
@@ -302,7 +307,12 @@ func applicableTests(s *Scenario, sc Scope) []test {
 				continue
 			}
 			for _, pl := range m.Placements {
-				out = append(out, test{m: m, load: l, placement: pl})
+				tc := test{m: m, load: l, placement: pl}
+				if m.Kind == KindBookinfo {
+					out = append(out, meshTests(tc)...)
+					continue
+				}
+				out = append(out, tc)
 			}
 		}
 	}
@@ -313,7 +323,7 @@ func newSample(s *Scenario, plane string, tc test, rep int, status, errText stri
 	return Sample{
 		DataPlane: plane, Measurement: tc.m.Name, Kind: tc.m.Kind, Client: tc.m.Client, Server: tc.m.Server,
 		Scope: s.scope(tc.m.Client, tc.m.Server).String(), Placement: tc.placement, Load: tc.load.Name,
-		Rep: rep, Status: status, Error: errText,
+		Rep: rep, Status: status, Error: errText, Proxy: tc.proxy,
 	}
 }
 
@@ -406,6 +416,11 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 		if a := tc.load.Attack; a != nil {
 			addPair(a.From, a.To)
 		}
+		if b := tc.m.Bookinfo; b != nil {
+			for _, p := range b.pairs(tc.m.Client, tc.m.Server) {
+				addPair(p[0], p[1])
+			}
+		}
 	}
 	c := &Cleanup{}
 	t := newTopology(r.s, r.prefix, pods, r.sh, c)
@@ -445,6 +460,9 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 	}
 	for _, tc := range r.tests {
 		t.Services = t.Services || tc.m.throughService()
+		if b := tc.m.Bookinfo; b != nil && t.ClusterServices == nil {
+			t.ClusterServices = meshServices(b, tc.m.Server)
+		}
 	}
 	if err := r.dp.Setup(ctx, t); err != nil {
 		return r.failAll(fmt.Errorf("%s setup: %w", r.dp.Name(), err)), nil

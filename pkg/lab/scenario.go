@@ -68,6 +68,11 @@ type PaperRow struct {
 	// either may be left out when the paper gives only the other.
 	Mbps []float64 `yaml:"mbps"`
 	Loss []float64 `yaml:"loss"`
+	// Proxy and P90Ms are a bookinfo measurement's: the proxy placement
+	// of ours beside the paper's setup, and the paper's p90 latency of
+	// the product page at one connection (ms).
+	Proxy string  `yaml:"proxy"`
+	P90Ms float64 `yaml:"p90_ms"`
 }
 
 // PodSpec places one pod on a node.
@@ -203,6 +208,12 @@ type MeasurementSpec struct {
 	Conns int `yaml:"conns"`
 	// Services (service-scale) are the Service counts to step through.
 	Services []int `yaml:"services"`
+	// Bookinfo (kind bookinfo) names the application's pods; Proxies
+	// are the proxy placements to compare (ProxyPlacement), Connections
+	// wrk's connection counts (mesh.go).
+	Bookinfo    *BookinfoSpec `yaml:"bookinfo"`
+	Proxies     []string      `yaml:"proxies"`
+	Connections []int         `yaml:"connections"`
 }
 
 // FlowSpec is one more flow of a multi-flow measurement.
@@ -371,6 +382,9 @@ func (s *Scenario) Validate() error {
 		bad("name: missing")
 	}
 	for i, pr := range s.Paper {
+		if validateMeshPaper(s, i, pr, bad) {
+			continue
+		}
 		var m *MeasurementSpec
 		for k := range s.Measurements {
 			if s.Measurements[k].Name == pr.Measurement && (s.Measurements[k].Kind == KindRTT || s.Measurements[k].Kind == KindUDPPPS) {
@@ -494,11 +508,12 @@ func (s *Scenario) Validate() error {
 		case KindRTT, KindTCP, KindUDPPPS:
 		case KindFlowSetup, KindRevalidation:
 			validateFlowSetup(m, where, bad)
-		case KindConnRate, KindServiceScale:
+		case KindConnRate, KindServiceScale, KindBookinfo:
 		default:
-			bad("%s: unknown kind %q (want rtt, tcp, udp-pps, flow-setup, revalidation, conn-rate or service-scale)", where, m.Kind)
+			bad("%s: unknown kind %q (want rtt, tcp, udp-pps, flow-setup, revalidation, conn-rate, service-scale or bookinfo)", where, m.Kind)
 		}
 		validateServices(m, where, bad)
+		validateMesh(m, where, pods, bad)
 		if m.Baseline != "" && !slices.ContainsFunc(s.Measurements, func(b MeasurementSpec) bool {
 			return b.Name == m.Baseline && b.Kind == m.Kind && !b.throughService()
 		}) {
@@ -553,8 +568,19 @@ func (s *Scenario) Validate() error {
 		case m.Kind == KindUDPPPS && (m.Size < 16 || m.Size > 8192):
 			// Past the pod MTU the datagram is fragmented: seed 001's 8192 B case.
 			bad("%s: size %d, want 16-8192 bytes", where, m.Size)
-		case m.Kind != KindTCP && m.Kind != KindUDPPPS && m.Kind != KindConnRate && m.Kind != KindServiceScale && (m.Size < 16 || m.Size > 1400):
+		case m.Kind != KindTCP && m.Kind != KindUDPPPS && m.Kind != KindConnRate && m.Kind != KindServiceScale && m.Kind != KindBookinfo && (m.Size < 16 || m.Size > 1400):
 			bad("%s: size %d, want 16-1400 bytes", where, m.Size)
+		}
+	}
+	if n := len(slices.DeleteFunc(slices.Clone(s.Measurements), func(m MeasurementSpec) bool { return m.Kind != KindBookinfo })); n > 0 {
+		if s.usesServices() {
+			// The agents take Services from the API server then, and
+			// ignore their cluster file's, where the application's are.
+			bad("measurements: bookinfo cannot share a scenario with measurements through the API server's Services (via, service-scale)")
+		}
+		if n > 1 {
+			// Its Services have fixed ClusterIPs (meshClusterIP).
+			bad("measurements: %d bookinfo measurements, at most one per scenario (list its proxies and connections instead)", n)
 		}
 	}
 	lnames := map[string]bool{}

@@ -66,14 +66,24 @@ func (m MeasurementSpec) throughService() bool {
 	return m.Via == ViaClusterIP || m.Via == ViaNodePort || m.Kind == KindServiceScale
 }
 
-// serviceTests keeps, of a data plane's tests, those it can run: tests
+// serviceTests keeps, of a data plane's tests, those it can run: bookinfo
+// tests need a MeshPlane (others are not applicable; one that cannot
+// carry them here gets skipped samples), tests
 // through Services need a ServicePlane (others are not applicable), and
 // NodePort tests one with NodePorts (others get skipped samples, with
 // the plane's reason).
 func serviceTests(s *Scenario, dp DataPlane, tests []test) (keep []test, skipped []Sample) {
 	sp, isSP := dp.(ServicePlane)
+	mp, isMP := dp.(MeshPlane)
 	for _, tc := range tests {
 		switch {
+		case tc.m.Kind == KindBookinfo && !isMP:
+			continue
+		case tc.m.Kind == KindBookinfo:
+			if err := mp.MeshServices(); err != nil {
+				skipped = append(skipped, newSample(s, dp.Name(), tc, 0, StatusSkipped, err.Error()))
+				continue
+			}
 		case !tc.m.throughService():
 		case !isSP:
 			continue
@@ -357,6 +367,7 @@ type ConnRateResult struct {
 	// and non-2xx/3xx responses.
 	Errors   int     `json:"errors"`
 	LatP50Us float64 `json:"lat_p50_us"`
+	LatP90Us float64 `json:"lat_p90_us,omitempty"`
 	LatP99Us float64 `json:"lat_p99_us"`
 }
 
@@ -365,7 +376,7 @@ var (
 	wrkReqRE   = regexp.MustCompile(`(\d+) requests in `)
 	wrkSockRE  = regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
 	wrkNon2RE  = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
-	wrkPctRE   = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
+	wrkPctRE   = regexp.MustCompile(`(?m)^\s+(50|90|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
 	wrkUnitsUs = map[string]float64{"us": 1, "ms": 1e3, "s": 1e6}
 )
 
@@ -393,9 +404,12 @@ func ParseWrk(out string) (ConnRateResult, error) {
 	for _, p := range wrkPctRE.FindAllStringSubmatch(out, -1) {
 		v, _ := strconv.ParseFloat(p[2], 64)
 		v *= wrkUnitsUs[p[3]]
-		if p[1] == "50" {
+		switch p[1] {
+		case "50":
 			r.LatP50Us = v
-		} else {
+		case "90":
+			r.LatP90Us = v
+		default:
 			r.LatP99Us = v
 		}
 	}
@@ -405,9 +419,10 @@ func ParseWrk(out string) (ConnRateResult, error) {
 	return r, nil
 }
 
-// nginxConf is a one-process nginx answering "ok" to everything on
-// ip:port, closing each connection after its response.
-func nginxConf(dir, ip string, port int) string {
+// nginxPreamble starts the configuration of a one-process nginx (in the
+// foreground, no master: its PID is all of its CPU) keeping its files in
+// dir, up to the opened http block.
+func nginxPreamble(dir string) string {
 	return fmt.Sprintf(`worker_processes 1;
 daemon off;
 master_process off;
@@ -418,10 +433,16 @@ http {
   access_log off;
   client_body_temp_path %[1]s/body; proxy_temp_path %[1]s/proxy; fastcgi_temp_path %[1]s/fcgi;
   uwsgi_temp_path %[1]s/uwsgi; scgi_temp_path %[1]s/scgi;
-  keepalive_timeout 0;
-  server { listen %[2]s:%[3]d backlog=8192; location / { return 200 "ok\n"; } }
+`, dir)
 }
-`, dir, ip, port)
+
+// nginxConf is a one-process nginx answering "ok" to everything on
+// ip:port, closing each connection after its response.
+func nginxConf(dir, ip string, port int) string {
+	return nginxPreamble(dir) + fmt.Sprintf(`  keepalive_timeout 0;
+  server { listen %[1]s:%[2]d backlog=8192; location / { return 200 "ok\n"; } }
+}
+`, ip, port)
 }
 
 // startNginx starts nginx in the server pod, pinned to cpu, and waits
@@ -440,19 +461,11 @@ func (r *planeRun) startNginx(ctx context.Context, server *Pod, cpu string) (*Pr
 	if err != nil {
 		return nil, err
 	}
-	addr := net.JoinHostPort(server.IP, strconv.Itoa(httpPort))
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		c, err := dialInNetns(ctx, netnsPath(server.NS), "tcp", addr)
-		if err == nil {
-			c.Close()
-			return p, nil
-		}
-		if p.Exited() || time.Now().After(deadline) || ctx.Err() != nil {
-			p.Stop()
-			return nil, fmt.Errorf("nginx on %s: %v: %s", addr, err, lastLines(p.Output(), 5))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := waitListening(ctx, server, net.JoinHostPort(server.IP, strconv.Itoa(httpPort)), p, 10*time.Second); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("nginx: %w", err)
 	}
+	return p, nil
 }
 
 // ScaleStep is one Service count of a service-scale measurement.

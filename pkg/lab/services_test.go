@@ -33,7 +33,7 @@ func TestParseWrk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ConnRateResult{ConnPerSec: 2443.96, Requests: 5450, Errors: 17, LatP50Us: 1120, LatP99Us: 1.46e6}
+	want := ConnRateResult{ConnPerSec: 2443.96, Requests: 5450, Errors: 17, LatP50Us: 1120, LatP90Us: 1.05e6, LatP99Us: 1.46e6}
 	if r != want {
 		t.Errorf("ParseWrk = %+v, want %+v", r, want)
 	}

@@ -15,6 +15,7 @@ var toolPackages = map[string]string{
 	"ethtool":          "ethtool",
 	"ping":             "iputils-ping",
 	"taskset":          "util-linux",
+	"setpriv":          "util-linux",
 	"sysctl":           "procps",
 	"sockperf":         "sockperf",
 	"iperf3":           "iperf3",
@@ -26,6 +27,7 @@ var toolPackages = map[string]string{
 	"ovs-appctl":       "openvswitch-common",
 	"wrk":              "wrk",
 	"nginx":            "nginx-light",
+	"haproxy":          "haproxy",
 	"etcd":             "etcd-server",
 	"nft":              "nftables",
 	"iptables-restore": "iptables",
@@ -66,6 +68,15 @@ func (s *Scenario) requiredTools() []string {
 		case KindConnRate:
 			tools = append(tools, "wrk", "nginx")
 		case KindServiceScale:
+		case KindBookinfo:
+			// wrk, the sidecars' nginx (as their own user) and capture rules.
+			tools = append(tools, "wrk", "nginx", "nft", "setpriv")
+			for _, p := range m.Proxies {
+				if p == "node" || p == "dpu" { // HAProxy, behind nagare's transparent redirection (mesh_node.go)
+					tools = append(tools, "haproxy")
+					break
+				}
+			}
 		default:
 			tools = append(tools, "iperf3")
 		}

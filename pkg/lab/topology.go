@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/nagare-net/nagare/pkg/agent/config"
 )
 
 // Address plan (see docs/lab.md). All of it lives only inside the lab's own
@@ -47,7 +49,10 @@ type Topology struct {
 	// plane must run a Service proxy fed by the run's Kubernetes API
 	// server (KubeAPI).
 	Services bool
-	kubeAPI  *kubeAPI
+	// ClusterServices are Services a MeshPlane programs from its cluster
+	// file (the bookinfo application's, mesh.go); nil: none.
+	ClusterServices []config.Service
+	kubeAPI         *kubeAPI
 }
 
 // Node is a node network namespace.

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"os/exec"
 	"strings"
@@ -111,7 +112,8 @@ func TestServicesNodePort(t *testing.T) {
 	}
 }
 
-// serveWho answers TCP 9090 in ns with "name client-address".
+// serveWho answers TCP 9090 in ns with "name client-address", then echoes
+// what it reads until the client closes.
 func serveWho(t *testing.T, ns nstest.NS, name string) {
 	var ln net.Listener
 	var err error
@@ -126,8 +128,11 @@ func serveWho(t *testing.T, ns nstest.NS, name string) {
 			if err != nil {
 				return
 			}
-			fmt.Fprintln(c, name, c.RemoteAddr().(*net.TCPAddr).IP)
-			c.Close()
+			go func() {
+				defer c.Close()
+				fmt.Fprintln(c, name, c.RemoteAddr().(*net.TCPAddr).IP)
+				io.Copy(c, c) // until the client closes (TestProxyRedirect's long connections)
+			}()
 		}
 	}()
 }

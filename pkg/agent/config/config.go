@@ -54,6 +54,10 @@ type Cluster struct {
 	// Kubernetes only; default: in-cluster configuration.
 	KubeAPIServerOverride string `yaml:"kubeAPIServerOverride,omitempty"`
 	Nodes                 []Node `yaml:"nodes"`
+	// ProxyRedirect, when set, sends pods' selected TCP connections to a
+	// proxy on each node, transparently (docs/agent.md "Transparent
+	// redirection to the node's proxy").
+	ProxyRedirect *ProxyRedirect `yaml:"proxyRedirect,omitempty"`
 	// Services, without Kubernetes (ignored with --kubernetes).
 	Services []Service `yaml:"services,omitempty"`
 	// NetworkPolicies, without Kubernetes (ignored with --kubernetes):
@@ -138,6 +142,55 @@ type ServicePort struct {
 	NodePort   int `yaml:"nodePort,omitempty"`
 }
 
+// ProxyRedirect is transparent redirection to the node's proxy.
+type ProxyRedirect struct {
+	// Ports are the TCP destination ports redirected (at least one).
+	Ports []uint16 `yaml:"ports"`
+	// Destinations limit redirection to connections to these prefixes
+	// (e.g. the serviceCIDR); empty: any destination.
+	Destinations []netip.Prefix `yaml:"destinations,omitempty"`
+	// FailMode is what new selected connections get while the proxy does
+	// not answer: "open" (default: they go direct) or "closed" (refused
+	// with ICMP port unreachable).
+	FailMode string `yaml:"failMode,omitempty"`
+	// HealthAddr is what the agent dials (TCP, in the node's namespace)
+	// every HealthInterval to know the proxy is up (default 127.0.0.1:15021).
+	HealthAddr string `yaml:"healthAddr,omitempty"`
+	// HealthIntervalMS is that period in milliseconds (default 500).
+	HealthIntervalMS int `yaml:"healthIntervalMS,omitempty"`
+	// OptOut are pods (namespace/name) never redirected; under
+	// Kubernetes, the annotation nagare.io/proxy-redirect: "false" too.
+	OptOut []string `yaml:"optOut,omitempty"`
+}
+
+// FailClosed says whether new connections are refused while the proxy is down.
+func (r *ProxyRedirect) FailClosed() bool { return r.FailMode == "closed" }
+
+func (r *ProxyRedirect) complete() error {
+	if len(r.Ports) == 0 {
+		return errors.New("proxyRedirect: ports: at least one TCP port")
+	}
+	switch r.FailMode {
+	case "":
+		r.FailMode = "open"
+	case "open", "closed":
+	default:
+		return fmt.Errorf("proxyRedirect: failMode %q: want open or closed", r.FailMode)
+	}
+	for _, d := range r.Destinations {
+		if !d.Addr().Is4() {
+			return fmt.Errorf("proxyRedirect: destination %s: only IPv4", d)
+		}
+	}
+	if r.HealthAddr == "" {
+		r.HealthAddr = "127.0.0.1:15021"
+	}
+	if r.HealthIntervalMS <= 0 {
+		r.HealthIntervalMS = 500
+	}
+	return nil
+}
+
 // Node is one node of the cluster.
 type Node struct {
 	Name string `yaml:"name"`
@@ -217,6 +270,11 @@ func (c *Cluster) Complete() error {
 	}
 	if c.ClusterCIDR.IsValid() && !c.ClusterCIDR.Addr().Is4() {
 		return fmt.Errorf("clusterCIDR %s: only IPv4 is supported", c.ClusterCIDR)
+	}
+	if c.ProxyRedirect != nil {
+		if err := c.ProxyRedirect.complete(); err != nil {
+			return err
+		}
 	}
 	names := map[string]bool{}
 	underlays := map[netip.Addr]string{}

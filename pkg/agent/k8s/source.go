@@ -353,6 +353,31 @@ func (s *Source) LocalNode(ctx context.Context) (config.Node, error) {
 	}
 }
 
+// PodAnnotation is a local pod's annotation key: from the informer's
+// cache, or (a pod the cache has not seen yet: its CNI ADD may come
+// before the watch event) from the API server, at most timeout; "" when
+// the pod or the annotation is unknown.
+func (s *Source) PodAnnotation(ctx context.Context, namespace, name, key string, timeout time.Duration) string {
+	s.mu.Lock()
+	l := s.pods
+	s.mu.Unlock()
+	if l != nil {
+		if p, err := l.Pods(namespace).Get(name); err == nil {
+			return p.Annotations[key]
+		}
+	}
+	if timeout <= 0 {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	p, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return p.Annotations[key]
+}
+
 // LocalPods lists the pods the API server has on this node (not host
 // network ones), once the caches synced.
 func (s *Source) LocalPods() ([]PodRef, error) {

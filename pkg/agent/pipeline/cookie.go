@@ -5,7 +5,7 @@ import "hash/fnv"
 // A flow's cookie says which feature made it and for which object:
 //
 //	bits 63..56  feature (cookieNode, cookiePod, cookieRemote, cookieService,
-//	             cookieAffinity, cookiePolicy, cookiePolicyCut)
+//	             cookieAffinity, cookiePolicy, cookiePolicyCut, cookieRedirect)
 //	bits 55..0   object: FNV-1a of the object's key ("node", the pod's
 //	             containerID/ifName, the remote node's name, the
 //	             Service's namespace/name), 56 bits
@@ -27,6 +27,9 @@ const (
 	// cookiePolicyCut marks the guard flow of one connection a policy
 	// cut (networkpolicy_cut.go); the switch removes it when idle.
 	cookiePolicyCut uint64 = 0x07 << 56
+	// cookieRedirect marks the node-wide transparent-redirect flows
+	// (proxyredirect.go); an opted-out pod's flow has the pod's cookie.
+	cookieRedirect uint64 = 0x08 << 56
 
 	objectMask    uint64 = 1<<56 - 1
 	cookieFeature uint64 = 0xff << 56

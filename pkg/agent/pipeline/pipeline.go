@@ -9,6 +9,7 @@
 //	service.go           Services (ClusterIP and the other frontends): conntrack, select groups, DNAT
 //	service_affinity.go  Services' sessionAffinity ClientIP: learned client → endpoint flows
 //	networkpolicy.go     NetworkPolicy: egress and ingress rules by conjunction, default deny
+//	proxyredirect.go     transparent redirection of pods' selected TCP connections to the node's proxy
 //
 // cookie.go says which feature and object a flow belongs to; ofconn.go is
 // the OpenFlow 1.3 client.
@@ -63,7 +64,10 @@ type Table struct {
 //     tracker (zone CtZone) with nat, which restores an established
 //     connection's translation in both directions, and recirculates to
 //     ConntrackState; what is not IPv4 goes on to L3.
-//   - ConntrackState drops what the tracker found invalid in pods' packets.
+//   - ConntrackState drops what the tracker found invalid in pods' packets;
+//     with transparent redirection it sends pods' selected TCP
+//     connections, new and established, to the node's proxy
+//     (proxyredirect.go).
 //   - SessionAffinity holds the flows the switch learned for Services with
 //     sessionAffinity ClientIP (client, frontend → endpoint, with the
 //     affinity timeout): a hit loads the endpoint into registers. The
@@ -253,6 +257,8 @@ type Pod struct {
 	Port uint32
 	MAC  net.HardwareAddr
 	IP   netip.Addr
+	// NoRedirect: never sent to the node's proxy (proxyredirect.go).
+	NoRedirect bool
 }
 
 // RemoteNode is another node, reached through a tunnel endpoint port.
@@ -278,6 +284,9 @@ type Pipeline struct {
 
 	policies *programmedPolicies // nil: no policy state set yet
 	conjIDs  conjIDs
+
+	redirect *Redirect // nil: no transparent redirection (proxyredirect.go)
+	proxyUp  bool      // the proxy answers: selected new connections go to it
 }
 
 // New makes a pipeline for node, programmed through c.
@@ -333,7 +342,7 @@ func (p *Pipeline) AddPod(ctx context.Context, pod Pod) error {
 }
 
 func samePod(a, b Pod) bool {
-	return a.Port == b.Port && a.IP == b.IP && a.MAC.String() == b.MAC.String()
+	return a.Port == b.Port && a.IP == b.IP && a.MAC.String() == b.MAC.String() && a.NoRedirect == b.NoRedirect
 }
 
 // DelPod removes a pod's flows (by its cookie). Unknown pods are fine.
@@ -421,6 +430,7 @@ func (p *Pipeline) desiredLocked() []*openflow.FlowMod {
 	if p.policies != nil {
 		fs = append(fs, p.policies.flows()...)
 	}
+	fs = append(fs, p.redirectFlows()...)
 	sort.SliceStable(fs, func(i, j int) bool { return fs[i].TableID < fs[j].TableID })
 	return fs
 }

@@ -16,7 +16,7 @@ import "github.com/nagare-net/nagare/pkg/openflow"
 // podFlows are one pod's flows, with the pod's cookie.
 func (p *Pipeline) podFlows(pod Pod) []*openflow.FlowMod {
 	c := podObject(pod.Key)
-	return []*openflow.FlowMod{
+	return append([]*openflow.FlowMod{
 		classifierFromPod(c, pod),
 		spoofGuardIP(c, pod),
 		spoofGuardARP(c, pod),
@@ -24,7 +24,7 @@ func (p *Pipeline) podFlows(pod Pod) []*openflow.FlowMod {
 		l3RoutedToPod(c, p.node, pod),
 		l3TunnelToPod(c, p.node, pod),
 		l2ToPod(c, pod),
-	}
+	}, p.redirectPodFlows(c, pod)...)
 }
 
 // podConnectivityFlows are the node-wide flows every pod relies on (ARP replies, no flooding).

@@ -184,7 +184,7 @@ func (r *Rejecter) Serve(ctx context.Context, c *Conn) {
 // answer is the PACKET_OUT for pi, or nil (not a reject, not answerable, over the port's limit).
 func (r *Rejecter) answer(pi *openflow.PacketIn, now time.Time) *openflow.PacketOut {
 	in, ok := pi.Match.Get(openflow.FieldInPort)
-	if !isServiceReject(pi) || !ok {
+	if !(isServiceReject(pi) || isRedirectReject(pi)) || !ok {
 		r.Ignored.Add(1)
 		return nil
 	}
