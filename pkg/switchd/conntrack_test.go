@@ -275,6 +275,55 @@ func TestServiceConnectionSurvivesSwitchRestart(t *testing.T) {
 	t.Logf("%d round trips on one connection across the restart, longest gap %v", asked, maxGap)
 }
 
+// TestNewServiceConnectionsRightAfterRestart: new connections to a
+// Service behind a select group, made before the restarted switch's
+// revalidator has run (here: never). Their first passes (ct, then the
+// group's hash) are cached from the previous process, so the first miss is
+// a later pass whose recirculation id the new process has not made yet; it
+// must recover the whole chain back to a first pass, or the connection's
+// SYNs are dropped until the revalidator's round (on a node, the first
+// connection after a restart timed out).
+func TestNewServiceConnectionsRightAfterRestart(t *testing.T) {
+	ts := startSwitch(t, 3, nil)
+	serviceFlows(ts, 2, 3)
+	if err := ts.Pods[0].Sh(t, "ip", "neigh", "replace", svcVIP, "lladdr", svcMAC, "dev", "eth0", "nud", "permanent"); err != nil {
+		t.Fatal(err)
+	}
+	namedEchoServer(t, ts, 2)
+	namedEchoServer(t, ts, 3)
+	for i := range 4 { // every pass cached, both buckets seen
+		c := dialService(t, ts)
+		if _, err := c.ask(fmt.Sprintf("before %d", i)); err != nil {
+			t.Fatal(err)
+		}
+		c.c.Close()
+	}
+	runDir := ts.Config().RunDir
+	ts.stop()
+	ts2 := runSwitch(t, ts.Node, ts.Pods, runDir, func(c *Config) { c.RevalidateInterval = time.Hour })
+	serviceFlows(ts2, 2, 3)
+	backends := map[string]int{}
+	for i := range 8 {
+		var c net.Conn
+		var err error
+		ts2.Pods[0].In(t, func() {
+			// Under the SYN retransmission timer (1 s): a dropped SYN fails.
+			c, err = net.DialTimeout("tcp4", fmt.Sprintf("%s:%d", svcVIP, svcPort), 900*time.Millisecond)
+		})
+		if err != nil {
+			t.Fatalf("new connection %d after the restart: %v (recirculation states recovered: %d)", i, err, ts2.stats.recircRecovered.Load())
+		}
+		sc := &svcConn{c: c, r: bufio.NewReader(c)}
+		name, err := sc.ask(fmt.Sprintf("after %d", i))
+		if err != nil {
+			t.Fatalf("new connection %d after the restart: %v", i, err)
+		}
+		backends[name]++
+		c.Close()
+	}
+	t.Logf("8 new connections right after the restart: backends %v, recirculation states recovered %d", backends, ts2.stats.recircRecovered.Load())
+}
+
 // TestConnJSONForClients: a connection as "conntrack" lists it in Data
 // decodes into the control protocol's Conn (the agent reads those to cut
 // connections a policy denies), and a flush naming it selects only it.

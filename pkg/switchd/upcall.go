@@ -158,7 +158,19 @@ func (s *Switch) translate(key flow.Key, trace bool) (xlate, error) {
 // that. Ids are hashes of the frozen state, so a first pass translated
 // against the same tables gives the same id. It reports whether id is
 // known now.
-func (s *Switch) recoverRecirc(id uint32) bool {
+func (s *Switch) recoverRecirc(id uint32) bool { return s.recoverRecircDepth(id, 0) }
+
+// maxRecoverDepth bounds how many passes back recoverRecircDepth goes:
+// the fast path's own bound on recirculations (RECIRC_MAX, recirc.h).
+const maxRecoverDepth = 8
+
+func (s *Switch) recoverRecircDepth(id uint32, depth int) bool {
+	if s.pl.KnowsRecirc(id) {
+		return true
+	}
+	if depth >= maxRecoverDepth {
+		return false
+	}
 	var keys []flow.Key
 	s.cache.mu.Lock()
 	for _, uk := range s.cache.ukeys {
@@ -174,9 +186,12 @@ func (s *Switch) recoverRecirc(id uint32) bool {
 	}
 	s.cache.mu.Unlock()
 	for _, k := range keys {
-		// A first pass that is itself recirculated recovers its own
-		// predecessor first (bounded by the recirculation depth).
-		if k.RecircID != 0 && !s.pl.KnowsRecirc(k.RecircID) {
+		// A pass that is itself recirculated recovers its own
+		// predecessor first (bounded by the recirculation depth): a
+		// Service behind a select group is three passes (ct, hash,
+		// ct commit), and a new connection's first two are usually
+		// cached, so its third pass's miss must reach back two.
+		if k.RecircID != 0 && !s.recoverRecircDepth(k.RecircID, depth+1) {
 			continue
 		}
 		if _, err := s.translate(k, false); err == nil && s.pl.KnowsRecirc(id) {
