@@ -126,6 +126,8 @@ type Agent struct {
 	node config.Node // this node
 	net  nodeNetwork
 	gw   nodenet.Gateway
+	// podMTU is the pods' MTU: the underlay's (config.Cluster.PodMTU).
+	podMTU int
 	ipam podStore
 	pl   *pipeline.Pipeline
 	met  *metrics
@@ -286,10 +288,12 @@ func (a *Agent) setupNode() error {
 	c := a.cfg.Cluster
 	gwPrefix := netip.PrefixFrom(a.node.Gateway(), a.node.PodCIDR.Bits())
 	nn, err := nodenet.Open(nodenet.Config{Netns: a.nodeNetns(), Gateway: a.cfg.Gateway, GatewayIP: gwPrefix,
-		MTU: c.PodMTU(), Tunnel: a.cfg.Tunnel, VXLANPort: c.VXLANPort, TunnelMTU: c.PodMTU()})
+		Tunnel: a.cfg.Tunnel, VXLANPort: c.VXLANPort})
 	if err != nil {
 		return err
 	}
+	a.podMTU = a.cfg.Cluster.PodMTU(a.underlayMTU(nn))
+	nn.SetMTU(a.podMTU)
 	a.net = nn
 	if a.gw, err = a.net.EnsureGateway(); err != nil {
 		return err
@@ -306,6 +310,30 @@ func (a *Agent) setupNode() error {
 		return fmt.Errorf("nodeport steering: %w", err)
 	}
 	return a.ensureMasquerade()
+}
+
+// underlayMTU is the MTU of the node's device holding its underlay
+// address; 1500 when no device holds it (then say so: pods may get an
+// MTU their path cannot carry, and the cluster file's mtu fixes it).
+func (a *Agent) underlayMTU(nn *nodenet.Net) int {
+	mtu, dev, err := nn.UnderlayMTU(a.node.Underlay)
+	if err != nil {
+		if a.cfg.Cluster.MTU == 0 {
+			a.log.Warn("underlay MTU unknown, assuming 1500 (set mtu in the cluster file)", "err", err)
+		}
+		return 1500
+	}
+	a.log.Info("underlay", "device", dev, "mtu", mtu, "configured", a.cfg.Cluster.MTU, "podMTU", a.cfg.Cluster.PodMTU(mtu))
+	return mtu
+}
+
+// mtu is the pods' MTU: set by setupNode; before it (tests without a
+// node) what a 1500-byte underlay gives.
+func (a *Agent) mtu() int {
+	if a.podMTU == 0 {
+		return a.cfg.Cluster.PodMTU(1500)
+	}
+	return a.podMTU
 }
 
 func (a *Agent) pipelineNode() pipeline.Node {
