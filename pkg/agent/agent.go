@@ -128,10 +128,10 @@ type Agent struct {
 	gw   nodenet.Gateway
 	// podMTU is the pods' MTU: the underlay's (config.Cluster.PodMTU).
 	podMTU int
-	ipam podStore
-	pl   *pipeline.Pipeline
-	met  *metrics
-	reg  *prometheus.Registry
+	ipam   podStore
+	pl     *pipeline.Pipeline
+	met    *metrics
+	reg    *prometheus.Registry
 
 	// mu guards the maps below and conn; structural work on the switch
 	// (ports, pipeline) runs under swMu so a reconnect's full sync and a
@@ -140,6 +140,9 @@ type Agent struct {
 	swMu        sync.Mutex
 	conn        *pipeline.Conn
 	ready       bool // switch connected and synced
+	// networkMarked: the Node's NetworkUnavailable condition was cleared
+	// (Kubernetes) in this run.
+	networkMarked bool
 	gwPort      uint32
 	pods        map[string]*podRecord // by key (containerID/ifName)
 	remotes     map[string]*remote    // by node name
@@ -456,7 +459,18 @@ func (a *Agent) syncSwitch(ctx context.Context, conn *pipeline.Conn) error {
 	a.ready = true
 	a.downReason, a.lostReason = "", ""
 	a.lastSync, a.lastSyncAt, a.lastSyncDur = st, time.Now(), time.Since(start)
+	markNode := a.cfg.Kube != nil && !a.networkMarked
+	a.networkMarked = true
 	a.mu.Unlock()
+	if markNode {
+		// The node's pod network works from here on: the scheduler may
+		// place pods (NetworkUnavailable=False), once per agent run.
+		go func() {
+			if err := a.cfg.Kube.MarkNetworkAvailable(ctx); err != nil && ctx.Err() == nil {
+				a.log.Error("node condition", "err", err)
+			}
+		}()
+	}
 	a.log.Info("switch synced", "added", st.Added, "deleted", st.Deleted, "kept", st.Kept, "pods", len(pods), "remotes", len(remotes), "took", time.Since(start))
 	return nil
 }

@@ -14,12 +14,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 
-	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/nagare-net/nagare/pkg/agent/inns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -67,21 +64,9 @@ func Open(cfg Config) (*Net, error) {
 	if cfg.VXLANPort == 0 {
 		cfg.VXLANPort = 4789
 	}
-	var h *netlink.Handle
-	var err error
-	if cfg.Netns == "" {
-		h, err = netlink.NewHandle()
-	} else {
-		var nh netns.NsHandle
-		nh, err = netns.GetFromPath(cfg.Netns)
-		if err != nil {
-			return nil, fmt.Errorf("node namespace %s: %w", cfg.Netns, err)
-		}
-		defer nh.Close()
-		h, err = netlink.NewHandleAt(nh)
-	}
+	h, err := inns.Netlink(cfg.Netns)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("node namespace: %w", err)
 	}
 	return &Net{cfg: cfg, h: h}, nil
 }
@@ -350,28 +335,7 @@ func (n *Net) Remove() error {
 	return errors.Join(errs...)
 }
 
-func (n *Net) sysctls(kv map[string]string) error {
-	set := func() error {
-		for k, v := range kv {
-			p := filepath.Join("/proc/sys", k)
-			cur, err := os.ReadFile(p)
-			if errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			if err == nil && string(cur) == v+"\n" {
-				continue
-			}
-			if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
-				return fmt.Errorf("sysctl %s=%s: %w", k, v, err)
-			}
-		}
-		return nil
-	}
-	if n.cfg.Netns == "" {
-		return set()
-	}
-	return ns.WithNetNSPath(n.cfg.Netns, func(ns.NetNS) error { return set() })
-}
+func (n *Net) sysctls(kv map[string]string) error { return inns.Sysctls(n.cfg.Netns, kv) }
 
 func ipnet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
