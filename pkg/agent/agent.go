@@ -136,24 +136,24 @@ type Agent struct {
 	// mu guards the maps below and conn; structural work on the switch
 	// (ports, pipeline) runs under swMu so a reconnect's full sync and a
 	// pod's flows never interleave.
-	mu          sync.Mutex
-	swMu        sync.Mutex
-	conn        *pipeline.Conn
-	ready       bool // switch connected and synced
+	mu    sync.Mutex
+	swMu  sync.Mutex
+	conn  *pipeline.Conn
+	ready bool // switch connected and synced
 	// networkMarked: the Node's NetworkUnavailable condition was cleared
 	// (Kubernetes) in this run.
 	networkMarked bool
-	gwPort      uint32
-	pods        map[string]*podRecord // by key (containerID/ifName)
-	remotes     map[string]*remote    // by node name
-	locks       keyedMutex
-	started     time.Time
-	lastSync    pipeline.SyncStats
-	lastSyncAt  time.Time
-	lastSyncDur time.Duration
-	reconnects  int
-	downReason  string // why the switch is not ready (for CNI errors and STATUS)
-	lostReason  string // why the last connection ended (kept while reconnecting)
+	gwPort        uint32
+	pods          map[string]*podRecord // by key (containerID/ifName)
+	remotes       map[string]*remote    // by node name
+	locks         keyedMutex
+	started       time.Time
+	lastSync      pipeline.SyncStats
+	lastSyncAt    time.Time
+	lastSyncDur   time.Duration
+	reconnects    int
+	downReason    string // why the switch is not ready (for CNI errors and STATUS)
+	lostReason    string // why the last connection ended (kept while reconnecting)
 
 	sw controlnet.Endpoint // where the switch is
 	vf *vf.VF              // DPU mode: VF links and direct forward
