@@ -26,7 +26,9 @@ func TestSwitchStoppedKeepsForwarding(t *testing.T) { switchStoppedKeepsForwardi
 // TestSwitchStoppedKeepsForwardingWithinNode is the same within a node.
 // It fails today: established flows between two pods of one node stop
 // some 10 s after the switch stops (a ping within the node loses most
-// echoes, the stream stalls), while the same flows across nodes go on.
+// echoes, the stream stalls), while the same flows across nodes go on;
+// the pods' neighbours stay REACHABLE, the drops map counts nothing and
+// the misses counter grows: the packets miss the megaflow table.
 // Skipped until that is fixed (docs: deploy/README.md, removal).
 func TestSwitchStoppedKeepsForwardingWithinNode(t *testing.T) {
 	if testing.Short() || !knownDefects() {
