@@ -374,7 +374,10 @@ func (c *twoNode) nodeNamespaces(n *tnode) {
 	// new instance), or the two switches would share their maps.
 	// Shared, as on a systemd host: the DaemonSet's mount-bpffs mounts it
 	// with Bidirectional propagation, refused on a private mount.
-	sh.WriteString("mount -t bpf -o mode=0700 bpffs /sys/fs/bpf\nmount --make-shared /sys/fs/bpf\n")
+	// The host's own bpffs is unmounted in the node's namespace first (a
+	// slave: the host keeps it), or the runtime finds that one, not
+	// shared, under the node's.
+	sh.WriteString("umount -l /sys/fs/bpf 2>/dev/null || true\nmount -t bpf -o mode=0700 bpffs /sys/fs/bpf\nmount --make-shared /sys/fs/bpf\n")
 	fmt.Fprintf(&sh, "touch %q\nexec sleep 2147483647\n", filepath.Join(n.dir, "ready"))
 	cmd := exec.Command("nsenter", "--net=/run/netns/"+n.netns, "unshare", "--mount", "--propagation", "slave", "sh", "-c", sh.String())
 	f, err := os.Create(c.path("logs", n.netns+"-holder.log"))
