@@ -296,7 +296,12 @@ __noinline int set_tunnel(struct __sk_buff *skb, struct parse_state *ps, const s
 	tk.local_ipv4 = bpf_ntohl(a->tun.local);
 	tk.tunnel_tos = (a->flags & TUN_TOS_INHERIT) ? packet_tos(skb, ps, key->nw_tos) : a->tun.tos;
 	tk.tunnel_ttl = a->tun.ttl ? a->tun.ttl : 64;
-	return bpf_skb_set_tunnel_key(skb, &tk, sizeof(tk), 0);
+	/* DF on the outer header, as OVS's df_default=true: an external-mode
+	 * device takes DF only from the key (drivers/net/vxlan ignores its
+	 * own df setting then). Without it an oversized outer packet is
+	 * fragmented on the way, or dropped by a router that will not, and
+	 * no ICMP frag-needed ever tells the pod (docs/agent.md#mtu). */
+	return bpf_skb_set_tunnel_key(skb, &tk, sizeof(tk), BPF_F_DONT_FRAGMENT);
 }
 
 /* output_set sends a copy of the packet, as it is now, to every port of

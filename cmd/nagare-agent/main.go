@@ -6,7 +6,7 @@
 //	nagare-agent --kubernetes [--kubeconfig FILE] --node-name NODE --config FILE ...
 //	nagare-agent --mode dpu --dpu-netns NS --dpu-switch ssl:IP:PORT ...   # the switch in a DPU domain
 //	nagare-agent install-cni --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d
-//	nagare-agent cleanup --node-name NODE [--netns ...]   # remove the node's devices and masquerade
+//	nagare-agent cleanup [--node-name NODE] [--netns ...] [--keep-cni]   # remove the node's devices, tables, IPAM database, nagare-cni and its conflist
 //
 // Without Kubernetes the nodes and Services come from a cluster file (the
 // embedded default unless --cluster-file names one); with --kubernetes the
@@ -31,6 +31,7 @@ import (
 	"github.com/nagare-net/nagare/pkg/agent"
 	"github.com/nagare-net/nagare/pkg/agent/cniserver"
 	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/agent/inns"
 	"github.com/nagare-net/nagare/pkg/agent/k8s"
 	"github.com/nagare-net/nagare/pkg/agent/nodenet"
 	"github.com/nagare-net/nagare/pkg/agent/nodeport"
@@ -89,6 +90,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.DPU.PinDir, "bpffs", "", "DPU mode: BPF filesystem directory for the VF maps (default /sys/fs/bpf/nagare/agent-<node>)")
 	fs.BoolVar(&cfg.DPU.DirectForward, "direct-forward", true, "DPU mode: forward intra-node pod traffic at the VF, never hairpinning through the DPU")
 	fs.DurationVar(&cfg.DPU.LeaseTimeout, "dpu-lease", 2*time.Second, "DPU mode: the DPU is down when it has not answered for this long")
+	fs.StringVar(&inns.SysctlRoot, "proc-sys", inns.SysctlRoot, "where the kernel's sysctls are (a container that is not privileged mounts the host's /proc/sys/net under /host/proc/sys and passes /host/proc/sys)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -193,20 +195,48 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-// cleanup removes what the agent made on the node (gateway, tunnel device,
-// masquerade table). Pods attached are left to their runtime's DEL.
+// cleanup removes what the agent made on the node: gateway, tunnel
+// device and its PMTU bridge, the masquerade and NodePort tables, and with
+// --node-name the IPAM database; the conflist and nagare-cni too unless
+// --keep-cni. Pods attached are left to their runtime's DEL; what stays
+// is said in deploy/README.md (ip_forward, the portmap plugin).
 func cleanup(args []string) error {
 	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
 	netnsName := fs.String("netns", "", "the node's network namespace")
 	gw := fs.String("gateway", nodenet.DefaultGateway, "gateway device name")
 	tun := fs.String("tunnel", nodenet.DefaultTunnel, "VXLAN device name")
+	node := fs.String("node-name", defaultNodeName(), "this node's name: its IPAM database <state-dir>/ipam-<node>.db is removed")
+	stateDir := fs.String("state-dir", agent.DefaultStateDir, "the agent's state directory")
+	binDir := fs.String("bin-dir", "/opt/cni/bin", "where install-cni put nagare-cni")
+	confDir := fs.String("conf-dir", "/etc/cni/net.d", "where install-cni put "+cniserver.ConflistName)
+	keepCNI := fs.Bool("keep-cni", false, "leave nagare-cni and the conflist in place")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("cleanup: unexpected arguments %q", fs.Args())
 	}
 	n, err := nodenet.Open(nodenet.Config{Netns: netnsPath(*netnsName), Gateway: *gw, Tunnel: *tun})
 	if err != nil {
 		return err
 	}
 	defer n.Close()
-	return errors.Join(n.Remove(), snat.Remove(netnsPath(*netnsName)), nodeport.Remove(netnsPath(*netnsName)))
+	errs := []error{n.Remove(), snat.Remove(netnsPath(*netnsName)), nodeport.Remove(netnsPath(*netnsName))}
+	files := []string{}
+	if *node != "" {
+		files = append(files, filepath.Join(*stateDir, "ipam-"+*node+".db"))
+	}
+	if !*keepCNI {
+		// The conflist first: a runtime that still finds it would call a
+		// plugin that is gone.
+		files = append(files, filepath.Join(*confDir, cniserver.ConflistName), filepath.Join(*binDir, "nagare-cni"))
+	}
+	for _, f := range files {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		} else if err == nil {
+			fmt.Println("removed", f)
+		}
+	}
+	return errors.Join(errs...)
 }

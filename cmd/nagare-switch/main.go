@@ -15,6 +15,8 @@
 // the flows it has; starting it again takes them over. One switch runs a
 // bridge in a run dir at a time: a second one, or --destroy, is refused
 // while it runs (an flock on <run-dir>/<bridge>.lock).
+//
+//	nagare-switch mount-bpffs [--bpffs DIR]   # a BPF filesystem on /sys/fs/bpf if none, and DIR on it
 package main
 
 import (
@@ -49,6 +51,9 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == "mount-bpffs" {
+		return mountBPFFS(args[1:])
+	}
 	fs := flag.NewFlagSet("nagare-switch", flag.ContinueOnError)
 	var (
 		cfg         switchd.Config
@@ -216,4 +221,23 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return sw.Run(ctx)
+}
+
+// mountBPFFS mounts a BPF filesystem on /sys/fs/bpf if the node has none
+// and makes the pin directory: the DaemonSet's privileged init container
+// (mount propagation Bidirectional), so the switch itself needs neither.
+func mountBPFFS(args []string) error {
+	fs := flag.NewFlagSet("mount-bpffs", flag.ContinueOnError)
+	dir := fs.String("bpffs", datapath.DefaultPinRoot, "the switch's pin directory, made on the BPF filesystem")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("mount-bpffs: unexpected arguments %q", fs.Args())
+	}
+	if err := datapath.EnsureBPFFS(*dir); err != nil {
+		return err
+	}
+	fmt.Println("BPF filesystem ready:", *dir)
+	return nil
 }

@@ -16,7 +16,7 @@ import (
 
 func init() {
 	register(&command{name: "agent", summary: "the node agent: pods, IPAM, nodes, tunnels, Services, NetworkPolicies, pipeline flows per table",
-		usage: "nagarectl agent [--agent-socket PATH] [status|pods|nodes|services|policies|pipeline|dpu|metrics] [--json]\n       nagarectl agent [--agent-socket PATH] direct-forward on|off",
+		usage: "nagarectl agent [--agent-socket PATH] [status|pods|nodes|services|policies|pipeline|dpu|metrics] [--json]\n       nagarectl agent [--agent-socket PATH] direct-forward on|off\n       nagarectl agent [--agent-socket PATH] live|ready   # the DaemonSet's probes: exit 0 when alive / the pipeline is programmed",
 		run:   runAgent})
 }
 
@@ -25,12 +25,34 @@ func runAgent(args []string, stdout, _ io.Writer) error {
 	fs.SetOutput(io.Discard)
 	sock := fs.String("agent-socket", agent.DefaultAgentSocket, "the agent's status socket")
 	asJSON := fs.Bool("json", false, "print the agent's status as JSON")
-	what := "status"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		what, args = args[0], args[1:]
+	// The verb may come before the flags or after them (the usage line
+	// puts --agent-socket first).
+	what := ""
+	for {
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") && what == "" {
+			what, args = args[0], args[1:]
+		}
+		if err := fs.Parse(args); err != nil {
+			return usagef("%v", err)
+		}
+		if args = fs.Args(); what != "" || len(args) == 0 {
+			break
+		}
 	}
-	if err := fs.Parse(args); err != nil {
-		return usagef("%v", err)
+	if what == "" {
+		what = "status"
+	}
+	if what == "live" || what == "ready" {
+		if fs.NArg() > 0 {
+			return usagef("unexpected arguments %q", fs.Args())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := agent.Probe(ctx, *sock, what); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintln(stdout, what)
+		return err
 	}
 	if what == "direct-forward" {
 		if fs.NArg() != 1 || (fs.Arg(0) != "on" && fs.Arg(0) != "off") {

@@ -34,6 +34,19 @@ func TestDispatchExitCodes(t *testing.T) {
 		{[]string{"lab", "list", "extra"}, 2, "", "takes no arguments"},
 		{[]string{"lab", "report"}, 2, "", "takes one results directory"},
 		{[]string{"lab", "report", "/nonexistent"}, 1, "", "results.json"},
+		// nagarectl agent [--agent-socket PATH] VERB: the flag before the
+		// verb (as the usage line writes it) or after; no agent there is
+		// exit 1 (not a usage error).
+		{[]string{"agent", "--agent-socket", "/nonexistent/agent.sock", "status"}, 1, "", "agent at /nonexistent/agent.sock"},
+		{[]string{"agent", "status", "--agent-socket", "/nonexistent/agent.sock"}, 1, "", "agent at /nonexistent/agent.sock"},
+		{[]string{"agent", "--agent-socket", "/nonexistent/agent.sock"}, 1, "", "agent at /nonexistent/agent.sock"},
+		{[]string{"agent", "--agent-socket", "/nonexistent/agent.sock", "pods", "--json"}, 1, "", "agent at /nonexistent/agent.sock"},
+		{[]string{"agent", "--agent-socket", "/nonexistent/agent.sock", "ready"}, 1, "", "agent at /nonexistent/agent.sock"},
+		{[]string{"agent", "--agent-socket", "/nonexistent/agent.sock", "live"}, 1, "", "agent at /nonexistent/agent.sock"},
+		{[]string{"agent", "--agent-socket", "/nonexistent/agent.sock", "direct-forward", "on"}, 1, "", "agent at /nonexistent/agent.sock"},
+		{[]string{"agent", "--agent-socket", "/nonexistent/agent.sock", "direct-forward", "maybe"}, 2, "", "direct-forward on|off"},
+		{[]string{"agent", "--agent-socket", "/nonexistent/agent.sock", "status", "extra"}, 2, "", "unexpected arguments"},
+		{[]string{"agent", "--bogus", "status"}, 2, "", "flag provided but not defined"},
 	} {
 		var out, errb bytes.Buffer
 		code := dispatch(c.args, &out, &errb)

@@ -127,29 +127,34 @@ type Agent struct {
 	node config.Node // this node
 	net  nodeNetwork
 	gw   nodenet.Gateway
-	ipam podStore
-	pl   *pipeline.Pipeline
-	met  *metrics
-	reg  *prometheus.Registry
+	// podMTU is the pods' MTU: the underlay's (config.Cluster.PodMTU).
+	podMTU int
+	ipam   podStore
+	pl     *pipeline.Pipeline
+	met    *metrics
+	reg    *prometheus.Registry
 
 	// mu guards the maps below and conn; structural work on the switch
 	// (ports, pipeline) runs under swMu so a reconnect's full sync and a
 	// pod's flows never interleave.
-	mu          sync.Mutex
-	swMu        sync.Mutex
-	conn        *pipeline.Conn
-	ready       bool // switch connected and synced
-	gwPort      uint32
-	pods        map[string]*podRecord // by key (containerID/ifName)
-	remotes     map[string]*remote    // by node name
-	locks       keyedMutex
-	started     time.Time
-	lastSync    pipeline.SyncStats
-	lastSyncAt  time.Time
-	lastSyncDur time.Duration
-	reconnects  int
-	downReason  string // why the switch is not ready (for CNI errors and STATUS)
-	lostReason  string // why the last connection ended (kept while reconnecting)
+	mu    sync.Mutex
+	swMu  sync.Mutex
+	conn  *pipeline.Conn
+	ready bool // switch connected and synced
+	// networkMarked: the Node's NetworkUnavailable condition was cleared
+	// (Kubernetes) in this run.
+	networkMarked bool
+	gwPort        uint32
+	pods          map[string]*podRecord // by key (containerID/ifName)
+	remotes       map[string]*remote    // by node name
+	locks         keyedMutex
+	started       time.Time
+	lastSync      pipeline.SyncStats
+	lastSyncAt    time.Time
+	lastSyncDur   time.Duration
+	reconnects    int
+	downReason    string // why the switch is not ready (for CNI errors and STATUS)
+	lostReason    string // why the last connection ended (kept while reconnecting)
 
 	sw controlnet.Endpoint // where the switch is
 	vf *vf.VF              // DPU mode: VF links and direct forward
@@ -293,10 +298,12 @@ func (a *Agent) setupNode() error {
 	c := a.cfg.Cluster
 	gwPrefix := netip.PrefixFrom(a.node.Gateway(), a.node.PodCIDR.Bits())
 	nn, err := nodenet.Open(nodenet.Config{Netns: a.nodeNetns(), Gateway: a.cfg.Gateway, GatewayIP: gwPrefix,
-		MTU: c.PodMTU(), Tunnel: a.cfg.Tunnel, VXLANPort: c.VXLANPort, TunnelMTU: c.PodMTU()})
+		Tunnel: a.cfg.Tunnel, VXLANPort: c.VXLANPort})
 	if err != nil {
 		return err
 	}
+	a.podMTU = a.cfg.Cluster.PodMTU(a.underlayMTU(nn))
+	nn.SetMTU(a.podMTU)
 	a.net = nn
 	if a.gw, err = a.net.EnsureGateway(); err != nil {
 		return err
@@ -316,6 +323,30 @@ func (a *Agent) setupNode() error {
 		return fmt.Errorf("proxy link: %w", err)
 	}
 	return a.ensureMasquerade()
+}
+
+// underlayMTU is the MTU of the node's device holding its underlay
+// address; 1500 when no device holds it (then say so: pods may get an
+// MTU their path cannot carry, and the cluster file's mtu fixes it).
+func (a *Agent) underlayMTU(nn *nodenet.Net) int {
+	mtu, dev, err := nn.UnderlayMTU(a.node.Underlay)
+	if err != nil {
+		if a.cfg.Cluster.MTU == 0 {
+			a.log.Warn("underlay MTU unknown, assuming 1500 (set mtu in the cluster file)", "err", err)
+		}
+		return 1500
+	}
+	a.log.Info("underlay", "device", dev, "mtu", mtu, "configured", a.cfg.Cluster.MTU, "podMTU", a.cfg.Cluster.PodMTU(mtu))
+	return mtu
+}
+
+// mtu is the pods' MTU: set by setupNode; before it (tests without a
+// node) what a 1500-byte underlay gives.
+func (a *Agent) mtu() int {
+	if a.podMTU == 0 {
+		return a.cfg.Cluster.PodMTU(1500)
+	}
+	return a.podMTU
 }
 
 func (a *Agent) pipelineNode() pipeline.Node {
@@ -439,7 +470,18 @@ func (a *Agent) syncSwitch(ctx context.Context, conn *pipeline.Conn) error {
 	a.ready = true
 	a.downReason, a.lostReason = "", ""
 	a.lastSync, a.lastSyncAt, a.lastSyncDur = st, time.Now(), time.Since(start)
+	markNode := a.cfg.Kube != nil && !a.networkMarked
+	a.networkMarked = true
 	a.mu.Unlock()
+	if markNode {
+		// The node's pod network works from here on: the scheduler may
+		// place pods (NetworkUnavailable=False), once per agent run.
+		go func() {
+			if err := a.cfg.Kube.MarkNetworkAvailable(ctx); err != nil && ctx.Err() == nil {
+				a.log.Error("node condition", "err", err)
+			}
+		}()
+	}
 	a.log.Info("switch synced", "added", st.Added, "deleted", st.Deleted, "kept", st.Kept, "pods", len(pods), "remotes", len(remotes), "took", time.Since(start))
 	return nil
 }

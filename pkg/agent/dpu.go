@@ -163,7 +163,7 @@ func (a *Agent) vfLink(p *podRecord) (vf.Link, error) {
 	if err != nil {
 		return vf.Link{}, err
 	}
-	return vf.Link{Host: p.Host, MAC: mac, IP: p.IP, Net: a.cfg.Cluster.VNI, MTU: a.cfg.Cluster.PodMTU()}, nil
+	return vf.Link{Host: p.Host, MAC: mac, IP: p.IP, Net: a.cfg.Cluster.VNI, MTU: a.mtu()}, nil
 }
 
 // attachVF makes the pod's crossing into the DPU domain (again, when the

@@ -291,7 +291,7 @@ func (a *Agent) ensurePodPort(ctx context.Context, host string) (uint32, error) 
 
 func (a *Agent) podSpec(rec *podRecord) podnet.Pod {
 	return podnet.Pod{Netns: rec.Netns, IfName: rec.IfName, Host: rec.Host,
-		Addr: netip.PrefixFrom(rec.IP, a.node.PodCIDR.Bits()), GW: a.node.Gateway(), MTU: a.cfg.Cluster.PodMTU()}
+		Addr: netip.PrefixFrom(rec.IP, a.node.PodCIDR.Bits()), GW: a.node.Gateway(), MTU: a.mtu()}
 }
 
 func (a *Agent) podCount() int {

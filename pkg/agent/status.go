@@ -258,6 +258,17 @@ func (a *Agent) serveStatus() (net.Listener, error) {
 		_ = enc.Encode(a.Snapshot(r.Context()))
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	// The DaemonSet's probes (nagarectl agent live|ready): live = the
+	// agent answers; ready = the switch is connected and its pipeline
+	// programmed (every port and flow synced), else 503 and why.
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if ok, why := a.Ready(); !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
 	// POST /direct-forward?on=true|false (DPU mode; the lab's rows).
 	mux.HandleFunc("/direct-forward", func(w http.ResponseWriter, r *http.Request) {
 		on, err := strconv.ParseBool(r.URL.Query().Get("on"))
@@ -505,6 +516,30 @@ func FetchStatus(ctx context.Context, socket string) (*Status, error) {
 		return nil, fmt.Errorf("agent at %s: %w", socket, err)
 	}
 	return &st, nil
+}
+
+// Ready says whether the node's switch is connected and its pipeline
+// programmed, and if not, why.
+func (a *Agent) Ready() (bool, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ready {
+		return true, ""
+	}
+	if a.downReason != "" {
+		return false, a.downReason
+	}
+	return false, errSwitchDown.Error()
+}
+
+// Probe asks the agent serving socket whether it is alive (what "live"
+// asks: /livez) or ready (/readyz); an error says why not.
+func Probe(ctx context.Context, socket, what string) error {
+	if what != "live" && what != "ready" {
+		return fmt.Errorf("probe %q: want live or ready", what)
+	}
+	_, err := agentGet(ctx, socket, "/"+what+"z")
+	return err
 }
 
 // FetchMetrics returns the agent's /metrics text.

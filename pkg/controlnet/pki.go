@@ -35,7 +35,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nagare-net/nagare/internal/atomicfile"
+	"github.com/nagare-net/nagare/pkg/atomicfile"
 )
 
 // Role is who a certificate is for.

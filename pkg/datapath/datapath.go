@@ -403,8 +403,12 @@ func (d *Datapath) startNSThread() {
 	}
 }
 
-// ensureBPFFS makes sure dir is on a BPF filesystem, mounting one on
-// /sys/fs/bpf when the machine has none mounted.
+// EnsureBPFFS makes sure dir is on a BPF filesystem, mounting one on
+// /sys/fs/bpf when the machine has none mounted (nagare-switch
+// mount-bpffs: the DaemonSet's init container, whose mount propagates to
+// the host so the pins outlive every container).
+func EnsureBPFFS(dir string) error { return ensureBPFFS(dir) }
+
 func ensureBPFFS(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err == nil && isBPFFS(dir) {
 		return nil

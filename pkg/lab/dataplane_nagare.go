@@ -10,15 +10,15 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/nagare-net/nagare/internal/nscluster"
 	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/nscluster"
 )
 
 // nagarePlane is nagare as users run it: on every node with pods the real
 // nagare-switch and nagare-agent processes (the agent programs the switch
 // over OpenFlow 1.3 from a cluster file), and every pod attached by
 // calling the real nagare-cni plugin through the CNI library, as a
-// container runtime does. internal/nscluster (the cluster tests' harness)
+// container runtime does. pkg/nscluster (the cluster tests' harness)
 // starts and stops all of it; here it adopts the lab's own node
 // namespaces and underlay instead of making its own.
 //

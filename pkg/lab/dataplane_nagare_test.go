@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nagare-net/nagare/internal/nscluster"
+	"github.com/nagare-net/nagare/pkg/nscluster"
 )
 
 const nagareTinyScenario = `

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # image.sh — build nagare's container image as an OCI tar and, if a
 # containerd socket is given, import it for the kubelet (deploy/nagare.yaml
-# runs nagare:dev with imagePullPolicy Never). No registry, no Docker.
+# runs nagare:dev, imagePullPolicy IfNotPresent: deploy/kustomization.yaml). No registry, no Docker.
 #
 #   scripts/k8s/image.sh [OUT.tar] [CONTAINERD_SOCKET]
 #   ctr -n k8s.io images import OUT.tar            # on every node

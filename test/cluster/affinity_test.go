@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nagare-net/nagare/internal/nscluster"
 	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/nscluster"
 )
 
 // TestServicesSessionAffinity: sticky (10.96.0.12, TCP 80 → 8080,

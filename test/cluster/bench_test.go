@@ -16,7 +16,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netns"
 
-	"github.com/nagare-net/nagare/internal/nscluster"
+	"github.com/nagare-net/nagare/pkg/nscluster"
 )
 
 // BenchmarkCNI times CNI ADD and DEL through the CNI library, as a

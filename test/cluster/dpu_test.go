@@ -15,11 +15,11 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/nagare-net/nagare/internal/nscluster"
 	"github.com/nagare-net/nagare/internal/nstest"
 	"github.com/nagare-net/nagare/pkg/agent"
 	"github.com/nagare-net/nagare/pkg/agent/vf"
 	"github.com/nagare-net/nagare/pkg/controlnet"
+	"github.com/nagare-net/nagare/pkg/nscluster"
 	"github.com/nagare-net/nagare/pkg/switchd"
 )
 

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nagare-net/nagare/internal/nscluster"
 	"github.com/nagare-net/nagare/internal/nstest"
 	"github.com/nagare-net/nagare/pkg/lab"
+	"github.com/nagare-net/nagare/pkg/nscluster"
 )
 
 // BenchmarkPodRTT: 128-byte UDP round trips (sockperf, client, server and

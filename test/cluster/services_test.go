@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nagare-net/nagare/internal/nscluster"
 	"github.com/nagare-net/nagare/internal/nstest"
 	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/nscluster"
 )
 
 // TestServicesClusterIP: the cluster file's Services through nagare's own

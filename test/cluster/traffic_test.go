@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nagare-net/nagare/internal/nscluster"
 	"github.com/nagare-net/nagare/internal/nstest"
+	"github.com/nagare-net/nagare/pkg/nscluster"
 )
 
 func podNS(p *nscluster.Pod) nstest.NS   { return nstest.NS{Name: p.NS, Path: p.Netns} }

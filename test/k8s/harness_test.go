@@ -110,6 +110,37 @@ func (c *cluster) logf(format string, args ...any) {
 // up brings the whole node up; t.Cleanup tears it down.
 func up(t *testing.T) *cluster {
 	t.Helper()
+	start := time.Now()
+	c := upAPIServer(t)
+	c.sharedBPFFS()
+	c.controllerManager()
+	c.containerd()
+	c.images()
+	c.kubelet()
+	c.binder()
+	c.logf("Kubernetes %s up in %v (node %s, files in %s)", k8sVersion, time.Since(start).Round(time.Millisecond), c.node, c.dir)
+	return c
+}
+
+// sharedBPFFS makes the machine's /sys/fs/bpf a shared mount for the
+// test, as it is on a systemd host: the DaemonSet's mount-bpffs mounts it
+// with Bidirectional propagation, which the runtime refuses on a private
+// mount. Teardown makes it private again if it was.
+func (c *cluster) sharedBPFFS() {
+	out, err := run("findmnt", "-n", "-o", "PROPAGATION", "/sys/fs/bpf")
+	if err != nil || strings.TrimSpace(out) == "shared" {
+		return
+	}
+	if out, err := run("mount", "--make-shared", "/sys/fs/bpf"); err != nil {
+		c.t.Fatal(out, err)
+	}
+	c.t.Cleanup(func() { _, _ = run("mount", "--make-private", "/sys/fs/bpf") })
+}
+
+// upAPIServer starts etcd and kube-apiserver alone (no node): enough to
+// validate objects against the real API (kubectl apply --dry-run=server).
+func upAPIServer(t *testing.T) *cluster {
+	t.Helper()
 	requireK8s(t)
 	root, _ := filepath.Abs("../..")
 	dir, err := os.MkdirTemp("/var/tmp", "nagare-k8s-")
@@ -151,16 +182,9 @@ func up(t *testing.T) *cluster {
 			}
 		}
 	}
-	start := time.Now()
 	c.pki()
 	c.etcd()
 	c.apiserver()
-	c.controllerManager()
-	c.containerd()
-	c.images()
-	c.kubelet()
-	c.binder()
-	c.logf("Kubernetes %s up in %v (node %s, files in %s)", k8sVersion, time.Since(start).Round(time.Millisecond), c.node, c.dir)
 	return c
 }
 
@@ -586,11 +610,16 @@ func (c *cluster) down() {
 		c.t.Errorf("container processes outlived the cluster: %v", leaked)
 	}
 	// nagare's node-wide state on the host (the DaemonSet ran on the host network).
+	// Devices and tables only: the CNI files and the IPAM database are
+	// the test directory's (--keep-cni, no --node-name).
 	bin := c.path("nagare-bin")
 	for _, args := range [][]string{
-		{filepath.Join(bin, "nagare-agent"), "cleanup"},
+		{filepath.Join(bin, "nagare-agent"), "cleanup", "--keep-cni", "--node-name", ""},
 		{filepath.Join(bin, "nagare-switch"), "--bridge", "br-int", "--run-dir", c.path("nagare-run"), "--destroy"},
 	} {
+		if _, err := os.Stat(args[0]); err != nil {
+			break // nagare never ran (upAPIServer)
+		}
 		if out, err := run(args...); err != nil {
 			c.t.Errorf("cleanup: %v %s", err, out)
 		}

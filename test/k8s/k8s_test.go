@@ -15,24 +15,35 @@ import (
 	"github.com/nagare-net/nagare/pkg/switchd"
 )
 
-// manifest is deploy/nagare.yaml with the node paths moved into the
+// deployManifest is deploy/ as kubectl apply -k renders it
+// (kustomization.yaml's image and pull policy over nagare.yaml).
+func deployManifest(t *testing.T, repoRoot string) string {
+	t.Helper()
+	out, err := run("kubectl", "kustomize", filepath.Join(repoRoot, "deploy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// manifest is deploy/ (rendered) with the node paths moved into the
 // test's directory, and the API server reached on loopback (this cluster
 // has no kube-proxy to serve the kubernetes Service's ClusterIP).
 func (c *cluster) manifest() string {
-	b, err := os.ReadFile(filepath.Join(c.repoRoot, "deploy", "nagare.yaml"))
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	b := deployManifest(c.t, c.repoRoot)
 	s := strings.NewReplacer(
 		"/var/run/nagare", c.path("nagare-run"),
 		"/var/lib/nagare", c.path("nagare-state"),
 		"/opt/cni/bin", c.cniBin,
 		"/etc/cni/net.d", c.cniConf,
 	).Replace(string(b))
-	s = strings.Replace(s, "            - name: NODE_NAME\n", `            - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
-            - {name: KUBERNETES_SERVICE_PORT, value: "6443"}
-            - name: NODE_NAME
+	s = strings.Replace(s, "        - name: NODE_NAME\n", `        - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
+        - {name: KUBERNETES_SERVICE_PORT, value: "6443"}
+        - name: NODE_NAME
 `, 1)
+	if !strings.Contains(s, "KUBERNETES_SERVICE_HOST") {
+		c.t.Fatal("deploy/ rendered: no NODE_NAME entry where the test puts the API server's address")
+	}
 	out := c.path("nagare.yaml")
 	if err := os.WriteFile(out, []byte(s), 0o644); err != nil {
 		c.t.Fatal(err)

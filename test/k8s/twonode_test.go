@@ -372,7 +372,12 @@ func (c *twoNode) nodeNamespaces(n *tnode) {
 	// The switch pins its fast path under /sys/fs/bpf/nagare/br-int-*:
 	// each node gets a BPF file system of its own (every bpffs mount is a
 	// new instance), or the two switches would share their maps.
-	sh.WriteString("mount -t bpf -o mode=0700 bpffs /sys/fs/bpf\n")
+	// Shared, as on a systemd host: the DaemonSet's mount-bpffs mounts it
+	// with Bidirectional propagation, refused on a private mount.
+	// The host's own bpffs is unmounted in the node's namespace first (a
+	// slave: the host keeps it), or the runtime finds that one, not
+	// shared, under the node's.
+	sh.WriteString("umount -l /sys/fs/bpf 2>/dev/null || true\nmount -t bpf -o mode=0700 bpffs /sys/fs/bpf\nmount --make-shared /sys/fs/bpf\n")
 	fmt.Fprintf(&sh, "touch %q\nexec sleep 2147483647\n", filepath.Join(n.dir, "ready"))
 	cmd := exec.Command("nsenter", "--net=/run/netns/"+n.netns, "unshare", "--mount", "--propagation", "slave", "sh", "-c", sh.String())
 	f, err := os.Create(c.path("logs", n.netns+"-holder.log"))
@@ -665,17 +670,20 @@ func (c *twoNode) nodeRoutes() {
 	}
 }
 
-// nagareManifest is deploy/nagare.yaml, unchanged but for the API server's
+// nagareManifest is deploy/ (rendered), unchanged but for the API server's
 // address: the agent cannot use the kubernetes Service (nagare serves no
 // ClusterIP yet, and these nodes run no kube-proxy), so it is given the
 // API server itself, as Antrea's kubeAPIServerOverride does.
 func (c *twoNode) nagareManifest() string {
-	b, err := os.ReadFile(filepath.Join(c.repoRoot, "deploy", "nagare.yaml"))
-	c.fatal(err)
-	return strings.Replace(string(b), "            - name: NODE_NAME\n", fmt.Sprintf(`            - {name: KUBERNETES_SERVICE_HOST, value: %q}
-            - {name: KUBERNETES_SERVICE_PORT, value: "6443"}
-            - name: NODE_NAME
+	b := deployManifest(c.t, c.repoRoot)
+	s := strings.Replace(b, "        - name: NODE_NAME\n", fmt.Sprintf(`        - {name: KUBERNETES_SERVICE_HOST, value: %q}
+        - {name: KUBERNETES_SERVICE_PORT, value: "6443"}
+        - name: NODE_NAME
 `, cpAddr), 1)
+	if !strings.Contains(s, "KUBERNETES_SERVICE_HOST") {
+		c.t.Fatal("deploy/ rendered: no NODE_NAME entry where the test puts the API server's address")
+	}
+	return s
 }
 
 func (c *twoNode) agentStatus(ctx context.Context, n *tnode) (*agent.Status, error) {
@@ -893,7 +901,7 @@ func (c *twoNode) down() {
 		bin := c.path("nagare-bin")
 		if _, err := os.Stat(filepath.Join(bin, "nagare-agent")); err == nil {
 			for _, args := range [][]string{
-				{filepath.Join(bin, "nagare-agent"), "cleanup"},
+				{filepath.Join(bin, "nagare-agent"), "cleanup", "--keep-cni", "--node-name", ""},
 				{filepath.Join(bin, "nagare-switch"), "--bridge", "br-int", "--run-dir", "/run/nagare", "--destroy"},
 			} {
 				if out, err := c.inNode(n, args...); err != nil {

@@ -386,3 +386,36 @@ func TestPodName(t *testing.T) {
 		}
 	}
 }
+
+// TestResetAgent: an agent that drops the call (it stopped or restarted:
+// the connection is reset) is a "try again later" that says so, not "did
+// not answer in time"; a hung one still says that.
+func TestResetAgent(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "reset.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			// Read the request, then close with unread data in the
+			// socket: the kernel resets the peer.
+			_, _ = c.Read(make([]byte, 1))
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = Call(ctx, sock, &Request{Command: "ADD"})
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != types.ErrTryAgainLater || strings.Contains(te.Msg, "in time") ||
+		!(strings.Contains(te.Msg, "reset") || strings.Contains(te.Msg, "closed the connection")) {
+		t.Fatalf("reset agent: %v", err)
+	}
+	t.Log(te.Msg)
+}

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/nagare-net/nagare/internal/atomicfile"
+	"github.com/nagare-net/nagare/pkg/atomicfile"
 )
 
 // ConflistName is the file Install writes into the runtime's config

@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -191,8 +192,13 @@ func Call(ctx context.Context, socket string, req *Request) (*Response, error) {
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	if !sc.Scan() {
 		why := "closed the connection"
-		if sc.Err() != nil {
+		switch err := sc.Err(); {
+		case errors.Is(err, os.ErrDeadlineExceeded):
 			why = "did not answer in time"
+		case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+			why = "reset the connection (the agent stopped or restarted during the call)"
+		case err != nil:
+			why = "failed: " + err.Error()
 		}
 		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("nagare: the node agent at %s %s", socket, why), fmt.Sprint(sc.Err()))
 	}

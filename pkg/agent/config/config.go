@@ -26,11 +26,19 @@ import (
 // Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8.
 const VXLANOverhead = 50
 
+// MinMTU is the smallest underlay MTU the agent accepts: pods keep IPv4's
+// 576 bytes.
+const MinMTU = 576 + VXLANOverhead
+
 // Cluster is a cluster file.
 type Cluster struct {
 	// VNI is the VXLAN network identifier of the pod network (default 1).
 	VNI uint32 `yaml:"vni"`
-	// MTU is the underlay's MTU; pods get MTU - VXLANOverhead (default 1500).
+	// MTU is the underlay's MTU; pods get MTU - VXLANOverhead. Zero (the
+	// default): the agent reads it from the node's device that holds the
+	// node's underlay address (UnderlayMTU), so a 1400-byte underlay gives
+	// pods 1350 without a setting. Set it to override what the device says
+	// (a path whose MTU is smaller than the first hop's).
 	MTU int `yaml:"mtu"`
 	// ClusterCIDR covers every node's pod CIDR; traffic to it never leaves
 	// through SNAT. Default: the smallest prefix covering the nodes' pod
@@ -256,11 +264,8 @@ func (c *Cluster) Complete() error {
 	if c.VNI >= 1<<24 {
 		return fmt.Errorf("vni %d: must fit in 24 bits", c.VNI)
 	}
-	if c.MTU == 0 {
-		c.MTU = 1500
-	}
-	if c.MTU < 576+VXLANOverhead || c.MTU > 65535 {
-		return fmt.Errorf("mtu %d: want %d..65535", c.MTU, 576+VXLANOverhead)
+	if c.MTU != 0 && (c.MTU < MinMTU || c.MTU > 65535) {
+		return fmt.Errorf("mtu %d: want %d..65535, or 0 for the underlay device's", c.MTU, MinMTU)
 	}
 	if c.VXLANPort == 0 {
 		c.VXLANPort = 4789
@@ -363,5 +368,11 @@ func (c *Cluster) Node(name string) (Node, bool) {
 	return Node{}, false
 }
 
-// PodMTU is the MTU pods get: room for VXLAN on the underlay.
-func (c *Cluster) PodMTU() int { return c.MTU - VXLANOverhead }
+// PodMTU is the MTU pods get on an underlay of MTU underlay: the
+// configured MTU if set, else underlay; less room for VXLAN.
+func (c *Cluster) PodMTU(underlay int) int {
+	if c.MTU != 0 {
+		underlay = c.MTU
+	}
+	return underlay - VXLANOverhead
+}

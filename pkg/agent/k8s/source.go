@@ -402,3 +402,28 @@ func (s *Source) LocalPods() ([]PodRef, error) {
 	}
 	return out, nil
 }
+
+// MarkNetworkAvailable sets this node's NetworkUnavailable condition to
+// False (reason NagareIsUp), as a network plugin does once the node's pod
+// network works: the node controller and some cloud providers set it True
+// at registration, and the scheduler keeps pods off a node while it is.
+// It retries until it succeeds or ctx ends (RBAC: nodes/status patch).
+func (s *Source) MarkNetworkAvailable(ctx context.Context) error {
+	now := metav1.Now().UTC().Format(time.RFC3339)
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"False","reason":"NagareIsUp",`+
+		`"message":"nagare's agent programmed this node's switch","lastTransitionTime":%q,"lastHeartbeatTime":%q}]}}`,
+		corev1.NodeNetworkUnavailable, now, now)
+	for {
+		_, err := s.client.CoreV1().Nodes().PatchStatus(ctx, s.nodeName, []byte(patch))
+		if err == nil {
+			s.log.Info("node condition NetworkUnavailable=False", "node", s.nodeName)
+			return nil
+		}
+		s.log.Warn("cannot clear NetworkUnavailable; retrying", "node", s.nodeName, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %s NetworkUnavailable: %w (last: %v)", s.nodeName, ctx.Err(), err)
+		case <-time.After(5 * time.Second):
+		}
+	}
+}

@@ -207,3 +207,34 @@ func TestRESTConfigOverride(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkNetworkAvailable: the node's NetworkUnavailable condition
+// becomes False (reason NagareIsUp); the node's other conditions stay.
+func TestMarkNetworkAvailable(t *testing.T) {
+	n := node("me", "10.78.1.0/24", "192.168.1.1")
+	n.Status.Conditions = []corev1.NodeCondition{
+		{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue, Reason: "NoRouteCreated"},
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"},
+	}
+	client := fake.NewSimpleClientset(n)
+	s := NewSource(client, "me", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.MarkNetworkAvailable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.CoreV1().Nodes().Get(ctx, "me", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conds := map[corev1.NodeConditionType]corev1.NodeCondition{}
+	for _, c := range got.Status.Conditions {
+		conds[c.Type] = c
+	}
+	if c := conds[corev1.NodeNetworkUnavailable]; c.Status != corev1.ConditionFalse || c.Reason != "NagareIsUp" {
+		t.Errorf("NetworkUnavailable: %+v, want False/NagareIsUp", c)
+	}
+	if c := conds[corev1.NodeReady]; c.Status != corev1.ConditionTrue || len(got.Status.Conditions) != 2 {
+		t.Errorf("conditions after the patch: %+v", got.Status.Conditions)
+	}
+}

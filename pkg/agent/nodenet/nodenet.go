@@ -1,7 +1,8 @@
 // Package nodenet makes the node's own devices: the gateway (a veth pair,
 // as Antrea's antrea-gw0 is an internal port: one end holds the pod
 // subnet's first address in the node's stack, the other is a switch port),
-// the external-mode VXLAN device that carries every tunnel, and the routes
+// the external-mode VXLAN device that carries every tunnel (a port of an
+// idle bridge, for path MTU: ensurePMTUBridge), and the routes
 // that send traffic for other nodes' pod subnets into the switch.
 //
 // Every Ensure is idempotent and leaves what already matches alone, so an
@@ -13,12 +14,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 
-	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/nagare-net/nagare/pkg/agent/inns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,6 +24,9 @@ import (
 const (
 	DefaultGateway = "nagare-gw0"
 	DefaultTunnel  = "nagare-vx0"
+	// PMTUBridge is the idle bridge the tunnel device is a port of
+	// (EnsureTunnel says why).
+	PMTUBridge = "nagare-pmtu0"
 	// GatewayPortSuffix names the switch end of the gateway pair.
 	GatewayPortSuffix = "p"
 )
@@ -63,24 +64,16 @@ func Open(cfg Config) (*Net, error) {
 	if cfg.VXLANPort == 0 {
 		cfg.VXLANPort = 4789
 	}
-	var h *netlink.Handle
-	var err error
-	if cfg.Netns == "" {
-		h, err = netlink.NewHandle()
-	} else {
-		var nh netns.NsHandle
-		nh, err = netns.GetFromPath(cfg.Netns)
-		if err != nil {
-			return nil, fmt.Errorf("node namespace %s: %w", cfg.Netns, err)
-		}
-		defer nh.Close()
-		h, err = netlink.NewHandleAt(nh)
-	}
+	h, err := inns.Netlink(cfg.Netns)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("node namespace: %w", err)
 	}
 	return &Net{cfg: cfg, h: h}, nil
 }
+
+// SetMTU sets the pods' MTU, which the gateway pair and the tunnel device
+// get too (before EnsureGateway and EnsureTunnel).
+func (n *Net) SetMTU(mtu int) { n.cfg.MTU, n.cfg.TunnelMTU = mtu, mtu }
 
 // Close releases the handle.
 func (n *Net) Close() { n.h.Close() }
@@ -171,7 +164,67 @@ func (n *Net) EnsureTunnel() error {
 	if err := n.sysctls(map[string]string{"net/ipv6/conf/" + c.Tunnel + "/disable_ipv6": "1"}); err != nil {
 		return err
 	}
+	if err := n.ensurePMTUBridge(l); err != nil {
+		return err
+	}
 	return n.h.LinkSetUp(l)
+}
+
+// ensurePMTUBridge makes the tunnel device a port of PMTUBridge, a bridge
+// that stays down and carries nothing. Why: when an inner packet with DF
+// does not fit the path to the remote endpoint (the route's MTU, lowered
+// by an ICMP frag-needed the underlay sent for an earlier outer packet),
+// the VXLAN driver answers the pod with an ICMP frag-needed carrying the
+// inner MTU only if the device is a bridge or OVS port
+// (skb_tunnel_check_pmtu's "reply" case); it injects that ICMP back into
+// the device's receive path with the tunnel endpoints swapped, so the
+// switch sees it arrive from the remote node's tunnel port and forwards it
+// to the pod like any packet from that node. For any other device the
+// driver only lowers a route the skb does not have, and the outer packet
+// is dropped: the pod's TCP stalls. The switch's tc program takes every
+// packet the device receives before the bridge's handler would (tc
+// ingress runs first); a packet it passes up finds a disabled bridge port
+// and is dropped, as the stack (no address on the device) did before.
+func (n *Net) ensurePMTUBridge(tun netlink.Link) error {
+	br, err := n.h.LinkByName(PMTUBridge)
+	if err != nil {
+		la := netlink.NewLinkAttrs()
+		la.Name = PMTUBridge
+		if err := n.h.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("create %s: %w", PMTUBridge, err)
+		}
+		if br, err = n.h.LinkByName(PMTUBridge); err != nil {
+			return err
+		}
+	}
+	if tun.Attrs().MasterIndex == br.Attrs().Index {
+		return nil
+	}
+	if err := n.h.LinkSetMaster(tun, br); err != nil {
+		return fmt.Errorf("%s as a port of %s (ICMP frag-needed to pods): %w", tun.Attrs().Name, PMTUBridge, err)
+	}
+	return nil
+}
+
+// UnderlayMTU is the MTU of the device in the node's namespace that holds
+// addr, the node's underlay address (the VXLAN outer source), and that
+// device's name.
+func (n *Net) UnderlayMTU(addr netip.Addr) (int, string, error) {
+	as, err := n.h.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return 0, "", err
+	}
+	for _, a := range as {
+		if ip, ok := netip.AddrFromSlice(a.IP); !ok || ip.Unmap() != addr {
+			continue
+		}
+		l, err := n.h.LinkByIndex(a.LinkIndex)
+		if err != nil {
+			return 0, "", err
+		}
+		return l.Attrs().MTU, l.Attrs().Name, nil
+	}
+	return 0, "", fmt.Errorf("no device holds the underlay address %s", addr)
 }
 
 // Remote is another node's pod subnet as the node's routing sees it.
@@ -268,10 +321,11 @@ func (n *Net) Routes() ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Remove deletes the gateway pair and the tunnel device (uninstall).
+// Remove deletes the gateway pair, the tunnel device and its PMTU bridge
+// (uninstall).
 func (n *Net) Remove() error {
 	var errs []error
-	for _, name := range []string{n.cfg.Gateway, n.cfg.Tunnel} {
+	for _, name := range []string{n.cfg.Gateway, n.cfg.Tunnel, PMTUBridge} {
 		if l, err := n.h.LinkByName(name); err == nil {
 			if err := n.h.LinkDel(l); err != nil {
 				errs = append(errs, fmt.Errorf("delete %s: %w", name, err))
@@ -281,28 +335,7 @@ func (n *Net) Remove() error {
 	return errors.Join(errs...)
 }
 
-func (n *Net) sysctls(kv map[string]string) error {
-	set := func() error {
-		for k, v := range kv {
-			p := filepath.Join("/proc/sys", k)
-			cur, err := os.ReadFile(p)
-			if errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			if err == nil && string(cur) == v+"\n" {
-				continue
-			}
-			if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
-				return fmt.Errorf("sysctl %s=%s: %w", k, v, err)
-			}
-		}
-		return nil
-	}
-	if n.cfg.Netns == "" {
-		return set()
-	}
-	return ns.WithNetNSPath(n.cfg.Netns, func(ns.NetNS) error { return set() })
-}
+func (n *Net) sysctls(kv map[string]string) error { return inns.Sysctls(n.cfg.Netns, kv) }
 
 func ipnet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}

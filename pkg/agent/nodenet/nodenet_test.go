@@ -40,6 +40,20 @@ func TestNodeDevices(t *testing.T) {
 	if !strings.Contains(out, "external") || !strings.Contains(out, "dstport 4789") || !strings.Contains(out, "mtu 1450") {
 		t.Errorf("tunnel device: %s", out)
 	}
+	// The tunnel device is a port of the idle PMTU bridge (the driver then
+	// answers oversized inner packets with ICMP frag-needed).
+	if out := ip(t, node, "link", "show", "nagare-vx0"); !strings.Contains(out, "master "+PMTUBridge) {
+		t.Errorf("tunnel device not a port of %s: %s", PMTUBridge, out)
+	}
+	// The underlay's MTU is the MTU of the device holding the address.
+	node.IP(t, "link", "add", "ul0", "mtu", "1400", "type", "veth", "peer", "name", "ul0p")
+	node.IP(t, "addr", "add", "192.168.66.1/24", "dev", "ul0")
+	if mtu, dev, err := n.UnderlayMTU(netip.MustParseAddr("192.168.66.1")); err != nil || mtu != 1400 || dev != "ul0" {
+		t.Errorf("UnderlayMTU: %d %q %v, want 1400 ul0", mtu, dev, err)
+	}
+	if _, _, err := n.UnderlayMTU(netip.MustParseAddr("192.168.66.2")); err == nil {
+		t.Error("UnderlayMTU of an address no device holds: no error")
+	}
 	out = ip(t, node, "addr", "show", "nagare-gw0")
 	if !strings.Contains(out, "10.66.1.1/24") || !strings.Contains(out, "mtu 1450") {
 		t.Errorf("gateway: %s", out)

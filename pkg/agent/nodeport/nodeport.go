@@ -60,7 +60,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
-	"github.com/vishvananda/netns"
+	"github.com/nagare-net/nagare/pkg/agent/inns"
 	"golang.org/x/sys/unix"
 )
 
@@ -94,20 +94,7 @@ type Config struct {
 }
 
 func conn(ns string) (*nftables.Conn, func(), error) {
-	if ns == "" {
-		c, err := nftables.New(nftables.WithSockOptions(bigSendBuffer))
-		return c, func() {}, err
-	}
-	h, err := netns.GetFromPath(ns)
-	if err != nil {
-		return nil, nil, fmt.Errorf("namespace %s: %w", ns, err)
-	}
-	c, err := nftables.New(nftables.WithNetNSFd(int(h)), nftables.WithSockOptions(bigSendBuffer))
-	if err != nil {
-		h.Close()
-		return nil, nil, err
-	}
-	return c, func() { h.Close() }, nil
+	return inns.Nftables(ns, nftables.WithSockOptions(bigSendBuffer))
 }
 
 // sendBuffer holds one batch of ten thousand NodePorts and more: the

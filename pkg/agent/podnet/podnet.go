@@ -7,7 +7,7 @@
 // It works with netlink handles opened in the pod's and the node's
 // namespaces, so no goroutine ever changes its own namespace, except for
 // the per-interface sysctls (/proc/sys is read in the namespace of the
-// opening thread), which run on a locked thread (ns.WithNetNSPath).
+// opening thread), which run on a locked thread (package inns).
 package podnet
 
 import (
@@ -17,10 +17,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/nagare-net/nagare/pkg/agent/inns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -60,20 +59,6 @@ type Node struct {
 	Netns string // path; "" = the agent's own namespace
 }
 
-// HandleAt is a netlink handle in the namespace at path ("" = the
-// caller's).
-func HandleAt(path string) (*netlink.Handle, error) {
-	if path == "" {
-		return netlink.NewHandle()
-	}
-	h, err := netns.GetFromPath(path)
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	return netlink.NewHandleAt(h)
-}
-
 // Exists says whether a network namespace path exists and is one.
 func Exists(path string) error {
 	if err := ns.IsNSorErr(path); err != nil {
@@ -106,7 +91,7 @@ func (n Node) Setup(p Pod) (Attached, error) {
 		return out, err
 	}
 	defer podNS.Close()
-	hn, err := HandleAt(n.Netns)
+	hn, err := inns.Netlink(n.Netns)
 	if err != nil {
 		return out, fmt.Errorf("node namespace: %w", err)
 	}
@@ -155,11 +140,9 @@ func (n Node) Setup(p Pod) (Attached, error) {
 	if err != nil {
 		return out, fmt.Errorf("pod interface %s: %w", p.IfName, err)
 	}
-	if err := ns.WithNetNSPath(p.Netns, func(ns.NetNS) error {
-		// No IPv6 on the pod network yet: keep the interface from sending
-		// router and neighbour solicitations the spoof guard would drop.
-		return writeSysctl(filepath.Join("/proc/sys/net/ipv6/conf", p.IfName, "disable_ipv6"), "1")
-	}); err != nil {
+	// No IPv6 on the pod network yet: keep the interface from sending
+	// router and neighbour solicitations the spoof guard would drop.
+	if err := inns.NoIPv6(p.Netns, p.IfName); err != nil {
 		return out, fmt.Errorf("pod sysctls: %w", err)
 	}
 	if pl.Attrs().MTU != p.MTU {
@@ -189,25 +172,8 @@ func (n Node) Setup(p Pod) (Attached, error) {
 }
 
 // NoIPv6 turns IPv6 off on a device of the node's namespace that is a
-// switch port (or a VF's crossing), not a router interface: no link-local
-// address, no DAD or router solicitations.
-func (n Node) NoIPv6(ifname string) error {
-	set := func() error {
-		return writeSysctl(filepath.Join("/proc/sys/net/ipv6/conf", ifname, "disable_ipv6"), "1")
-	}
-	if n.Netns == "" {
-		return set()
-	}
-	return ns.WithNetNSPath(n.Netns, func(ns.NetNS) error { return set() })
-}
-
-func writeSysctl(path, v string) error {
-	err := os.WriteFile(path, []byte(v), 0o644)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil // IPv6 disabled in this kernel or namespace altogether
-	}
-	return err
-}
+// switch port (or a VF's crossing), not a router interface.
+func (n Node) NoIPv6(ifname string) error { return inns.NoIPv6(n.Netns, ifname) }
 
 func prefixNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
@@ -216,7 +182,7 @@ func prefixNet(p netip.Prefix) *net.IPNet {
 // Teardown removes the pair (deleting the host end removes the pod end
 // too). Idempotent: a missing device or namespace is not an error.
 func (n Node) Teardown(host string) error {
-	hn, err := HandleAt(n.Netns)
+	hn, err := inns.Netlink(n.Netns)
 	if err != nil {
 		return err
 	}
@@ -237,7 +203,7 @@ func (n Node) Teardown(host string) error {
 
 // HostExists says whether the host end exists.
 func (n Node) HostExists(host string) (bool, error) {
-	hn, err := HandleAt(n.Netns)
+	hn, err := inns.Netlink(n.Netns)
 	if err != nil {
 		return false, err
 	}
@@ -260,7 +226,7 @@ func (n Node) Check(p Pod) error {
 	if err := Exists(p.Netns); err != nil {
 		return err
 	}
-	hp, err := HandleAt(p.Netns)
+	hp, err := inns.Netlink(p.Netns)
 	if err != nil {
 		return err
 	}
@@ -301,7 +267,7 @@ func (n Node) Check(p Pod) error {
 	if !found {
 		return fmt.Errorf("%s lacks the default route via %s", p.IfName, p.GW)
 	}
-	hn, err := HandleAt(n.Netns)
+	hn, err := inns.Netlink(n.Netns)
 	if err != nil {
 		return err
 	}

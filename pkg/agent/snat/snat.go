@@ -24,7 +24,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"github.com/vishvananda/netns"
+	"github.com/nagare-net/nagare/pkg/agent/inns"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,22 +47,7 @@ type Config struct {
 	Gateway           string
 }
 
-func conn(ns string) (*nftables.Conn, func(), error) {
-	if ns == "" {
-		c, err := nftables.New()
-		return c, func() {}, err
-	}
-	h, err := netns.GetFromPath(ns)
-	if err != nil {
-		return nil, nil, fmt.Errorf("namespace %s: %w", ns, err)
-	}
-	c, err := nftables.New(nftables.WithNetNSFd(int(h)))
-	if err != nil {
-		h.Close()
-		return nil, nil, err
-	}
-	return c, func() { h.Close() }, nil
-}
+func conn(ns string) (*nftables.Conn, func(), error) { return inns.Nftables(ns) }
 
 // Ensure makes the table hold exactly the masquerade rule for cfg.
 func Ensure(cfg Config) error {

@@ -32,11 +32,10 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/nagare-net/nagare/pkg/agent/inns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-
-	"github.com/nagare-net/nagare/pkg/agent/podnet"
 )
 
 // ErrNotSupported wraps failures caused by a missing kernel feature.
@@ -187,12 +186,12 @@ func (v *VF) Attach(l Link) (rep string, err error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	wire, rep := WireName(l.Host), RepName(l.Host)
-	hh, err := podnet.HandleAt(v.cfg.HostNetns)
+	hh, err := inns.Netlink(v.cfg.HostNetns)
 	if err != nil {
 		return "", fmt.Errorf("host namespace: %w", err)
 	}
 	defer hh.Close()
-	hd, err := podnet.HandleAt(v.cfg.DPUNetns)
+	hd, err := inns.Netlink(v.cfg.DPUNetns)
 	if err != nil {
 		return "", fmt.Errorf("DPU namespace: %w", err)
 	}
@@ -235,10 +234,10 @@ func (v *VF) Attach(l Link) (rep string, err error) {
 	}
 	// Neither end is an interface of its namespace's stack: no IPv6
 	// (no DAD or router solicitations into the pod).
-	if err := (podnet.Node{Netns: v.cfg.HostNetns}).NoIPv6(wire); err != nil {
+	if err := inns.NoIPv6(v.cfg.HostNetns, wire); err != nil {
 		return "", err
 	}
-	if err := (podnet.Node{Netns: v.cfg.DPUNetns}).NoIPv6(rep); err != nil {
+	if err := inns.NoIPv6(v.cfg.DPUNetns, rep); err != nil {
 		return "", err
 	}
 	for _, x := range []struct {
@@ -294,7 +293,7 @@ func attachFilter(h *netlink.Handle, ifindex int, prog *ebpf.Program, name strin
 // packets for l's MAC and address go straight into it. Call it only once
 // the DPU pipeline forwards to l (its flows are in).
 func (v *VF) Publish(l Link) error {
-	hh, err := podnet.HandleAt(v.cfg.HostNetns)
+	hh, err := inns.Netlink(v.cfg.HostNetns)
 	if err != nil {
 		return err
 	}
@@ -325,7 +324,7 @@ func dfKey(netID uint32, mac net.HardwareAddr) vfDfKey {
 func (v *VF) Detach(host string) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	hh, err := podnet.HandleAt(v.cfg.HostNetns)
+	hh, err := inns.Netlink(v.cfg.HostNetns)
 	if err != nil {
 		return err
 	}
@@ -367,7 +366,7 @@ func (v *VF) Detach(host string) error {
 func (v *VF) Reconcile(hosts func() []string) (int, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	hh, err := podnet.HandleAt(v.cfg.HostNetns)
+	hh, err := inns.Netlink(v.cfg.HostNetns)
 	if err != nil {
 		return 0, err
 	}

@@ -78,6 +78,10 @@ type Options struct {
 	// DPUUplink (Adopt in DPU mode) is the node's underlay device, moved
 	// into the DPU domain with its address (the node's Underlay/24).
 	DPUUplink string
+	// UnderlayMTU is the MTU of every node's underlay link (ul0 and its
+	// bridge port); default the cluster file's mtu, else 1500. The agents
+	// derive the pods' MTU from it unless the cluster file sets mtu.
+	UnderlayMTU int
 }
 
 // The control link between a host and its DPU domain (nagare-dpu0 on
@@ -259,7 +263,7 @@ func (c *Cluster) build() error {
 			return err
 		}
 	}
-	mtu := fmt.Sprint(c.Config.MTU)
+	mtu := fmt.Sprint(c.underlayMTU())
 	for i, nc := range c.Config.Nodes {
 		n := &Node{c: c, Config: nc, NS: c.opt.Prefix + "-" + nc.Name, Dir: filepath.Join(c.opt.Dir, nc.Name),
 			ExtAddr: fmt.Sprintf("172.31.77.%d", i+1)}
@@ -296,6 +300,17 @@ func (c *Cluster) build() error {
 		c.Nodes = append(c.Nodes, n)
 	}
 	return c.writeClusterFile()
+}
+
+// underlayMTU is the nodes' underlay links' MTU (Options.UnderlayMTU).
+func (c *Cluster) underlayMTU() int {
+	switch {
+	case c.opt.UnderlayMTU != 0:
+		return c.opt.UnderlayMTU
+	case c.Config.MTU != 0:
+		return c.Config.MTU
+	}
+	return 1500
 }
 
 // buildDPU makes node n's DPU domain: a namespace and the link to the
