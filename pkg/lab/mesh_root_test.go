@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nagare-net/nagare/internal/nscluster"
+	"github.com/nagare-net/nagare/pkg/nscluster"
 	"github.com/nagare-net/nagare/pkg/lab/bookinfo"
 )
 
