@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nagare-net/nagare/pkg/nscluster"
 	"github.com/nagare-net/nagare/pkg/lab/bookinfo"
+	"github.com/nagare-net/nagare/pkg/nscluster"
 )
 
 const meshTinyScenario = `

@@ -11,9 +11,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nagare-net/nagare/pkg/nscluster"
 	"github.com/nagare-net/nagare/pkg/agent"
 	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/nscluster"
 	"github.com/nagare-net/nagare/pkg/switchd"
 )
 

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nagare-net/nagare/pkg/nscluster"
 	"github.com/nagare-net/nagare/internal/nstest"
 	"github.com/nagare-net/nagare/pkg/agent"
 	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/nscluster"
 	"github.com/nagare-net/nagare/pkg/switchd"
 )
 
