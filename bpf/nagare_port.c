@@ -75,9 +75,7 @@ static __always_inline struct port_info *port_lookup(__u32 ifindex)
 /* flow_alive: is (fid, gen) still the installed flow? */
 static __always_inline int flow_alive(__u32 fid, __u32 gen)
 {
-	__u32 *g = bpf_map_lookup_elem(&flow_gens, &fid);
-
-	return g && gen && *g == gen;
+	return gen && flow_gen(fid) == gen;
 }
 
 static __always_inline void trace_reset(void)

@@ -52,33 +52,20 @@ struct {
 	__type(value, struct megaflow_key);
 } mf_scratch SEC(".maps");
 
-/* key_hash spreads a whole key over 64 bits: two xor lanes, two
- * multiplies, a final mix (cheaper than hashing 160 bytes word by word).
- * The exact-match cache and the mask cache index by its top bits. */
-static __always_inline __u64 key_hash(const struct flow_key *key)
-{
-	const __u64 *k = (const __u64 *)key;
-	__u64 a = k[0] ^ k[2] ^ k[4] ^ k[6] ^ k[8] ^ k[10] ^ k[12] ^ k[14] ^ k[16] ^ k[18];
-	__u64 b = k[1] ^ k[3] ^ k[5] ^ k[7] ^ k[9] ^ k[11] ^ k[13] ^ k[15] ^ k[17] ^ k[19];
-	__u64 h = a * 0x9E3779B97F4A7C15ull ^ b * 0xC2B2AE3D27D4EB4Full;
-
-	h ^= h >> 29;
-	h *= 0x165667B19E3779F9ull;
-	return h;
-}
-
 /* The TCP flags in word 10 (tcp_flags, flow_key.h): they change from
  * packet to packet of one connection (SYN, ACK, PSH|ACK, FIN|ACK), so the
  * mask cache leaves them out of its hash and, while no mask it walked
  * looks at them, out of its compare. */
 #define KEY_W10_TCP_FLAGS 0x000000000000ffffull /* bytes 80-81 of the key */
 
-/* mask_cache_hash is key_hash without the TCP flags: all packets of one
- * connection's direction share a mask cache entry. */
-static __always_inline __u64 mask_cache_hash(const struct flow_key *key)
+/* key_hash_but spreads a whole key, the bits of word 10 in ign10 left
+ * out, over 64 bits: two xor lanes, two multiplies, a final mix (cheaper
+ * than hashing 160 bytes word by word). The exact-match cache and the mask
+ * cache index by its top bits. */
+static __always_inline __u64 key_hash_but(const struct flow_key *key, __u64 ign10)
 {
 	const __u64 *k = (const __u64 *)key;
-	__u64 a = k[0] ^ k[2] ^ k[4] ^ k[6] ^ k[8] ^ (k[10] & ~KEY_W10_TCP_FLAGS) ^ k[12] ^ k[14] ^ k[16] ^ k[18];
+	__u64 a = k[0] ^ k[2] ^ k[4] ^ k[6] ^ k[8] ^ (k[10] & ~ign10) ^ k[12] ^ k[14] ^ k[16] ^ k[18];
 	__u64 b = k[1] ^ k[3] ^ k[5] ^ k[7] ^ k[9] ^ k[11] ^ k[13] ^ k[15] ^ k[17] ^ k[19];
 	__u64 h = a * 0x9E3779B97F4A7C15ull ^ b * 0xC2B2AE3D27D4EB4Full;
 
@@ -87,18 +74,16 @@ static __always_inline __u64 mask_cache_hash(const struct flow_key *key)
 	return h;
 }
 
-static __always_inline int key_equal(const struct flow_key *a, const struct flow_key *b)
-{
-	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+static __always_inline __u64 key_hash(const struct flow_key *key) { return key_hash_but(key, 0); }
 
-	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) |
-		 (x[4] ^ y[4]) | (x[5] ^ y[5]) | (x[6] ^ y[6]) | (x[7] ^ y[7]) |
-		 (x[8] ^ y[8]) | (x[9] ^ y[9]) | (x[10] ^ y[10]) | (x[11] ^ y[11]) |
-		 (x[12] ^ y[12]) | (x[13] ^ y[13]) | (x[14] ^ y[14]) | (x[15] ^ y[15]) |
-		 (x[16] ^ y[16]) | (x[17] ^ y[17]) | (x[18] ^ y[18]) | (x[19] ^ y[19]));
+/* mask_cache_hash: all packets of one connection's direction share a mask
+ * cache entry. */
+static __always_inline __u64 mask_cache_hash(const struct flow_key *key)
+{
+	return key_hash_but(key, KEY_W10_TCP_FLAGS);
 }
 
-/* key_equal_but is key_equal leaving out the bits of word 10 in ign10. */
+/* key_equal_but compares two keys, the bits of word 10 in ign10 left out. */
 static __always_inline int key_equal_but(const struct flow_key *a, const struct flow_key *b, __u64 ign10)
 {
 	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
@@ -108,6 +93,11 @@ static __always_inline int key_equal_but(const struct flow_key *a, const struct 
 		 (x[8] ^ y[8]) | (x[9] ^ y[9]) | ((x[10] ^ y[10]) & ~ign10) | (x[11] ^ y[11]) |
 		 (x[12] ^ y[12]) | (x[13] ^ y[13]) | (x[14] ^ y[14]) | (x[15] ^ y[15]) |
 		 (x[16] ^ y[16]) | (x[17] ^ y[17]) | (x[18] ^ y[18]) | (x[19] ^ y[19]));
+}
+
+static __always_inline int key_equal(const struct flow_key *a, const struct flow_key *b)
+{
+	return key_equal_but(a, b, 0);
 }
 
 /* The mask cache: per CPU, a key → the mask slot where the walk last
@@ -188,6 +178,14 @@ struct {
 	__type(value, __u64);
 } mask_seqs SEC(".maps");
 
+/* flow_gen is flow id fid's generation now (0: dead or out of range). */
+static __always_inline __u32 flow_gen(__u32 fid)
+{
+	__u32 *g = bpf_map_lookup_elem(&flow_gens, &fid);
+
+	return g ? *g : 0;
+}
+
 /* mask_probe looks key up under mask slot idx: the filter first, then
  * the megaflow table. *flags gets MC_FLAGS_EXACT if the slot's mask looks
  * at the TCP flags. */
@@ -237,7 +235,7 @@ __noinline __u32 megaflow_lookup(const struct flow_key *key, __u32 n_masks, __u3
 	const __u64 *k = (const __u64 *)key;
 	struct mask_cache_entry *mc = NULL;
 	struct megaflow_key *mk;
-	__u32 i, zero = 0, fid, flags = 0, tag = 0, *g;
+	__u32 i, zero = 0, fid, flags = 0, tag = 0;
 	__u64 seq = 0, *s;
 
 	if (!key)
@@ -266,16 +264,14 @@ __noinline __u32 megaflow_lookup(const struct flow_key *key, __u32 n_masks, __u3
 				s = bpf_map_lookup_elem(&mask_seqs, &at);
 				if (s && *s <= mc->seq) {
 					fid = mc->fid;
-					g = bpf_map_lookup_elem(&flow_gens, &fid);
-					if (g && mc->gen && *g == mc->gen) {
+					if (mc->gen && flow_gen(fid) == mc->gen) {
 						count(CTR_MASK_CACHE_HIT);
 						return fid;
 					}
 					fid = mask_probe(k, mk, slot, &flags);
 					if (fid != NO_FLOW) {
-						g = bpf_map_lookup_elem(&flow_gens, &fid);
 						mc->fid = fid;
-						mc->gen = g ? *g : 0;
+						mc->gen = flow_gen(fid);
 						count(CTR_MASK_CACHE_HIT);
 						return fid;
 					}
@@ -289,11 +285,10 @@ __noinline __u32 megaflow_lookup(const struct flow_key *key, __u32 n_masks, __u3
 		fid = mask_probe(k, mk, i, &flags);
 		if (fid != NO_FLOW) {
 			if (mc) {
-				g = bpf_map_lookup_elem(&flow_gens, &fid);
 				mc->tag = tag;
 				mc->slot = i | flags;
 				mc->fid = fid;
-				mc->gen = g ? *g : 0;
+				mc->gen = flow_gen(fid);
 				mc->seq = seq;
 				__builtin_memcpy(&mc->key, key, sizeof(*key));
 			}
