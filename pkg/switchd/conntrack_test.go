@@ -98,15 +98,40 @@ type svcConn struct {
 
 func dialService(t *testing.T, ts *testSwitch) *svcConn {
 	t.Helper()
-	var c net.Conn
-	var err error
-	ts.Pods[0].In(t, func() {
-		c, err = net.DialTimeout("tcp4", fmt.Sprintf("%s:%d", svcVIP, svcPort), 5*time.Second)
-	})
+	c, err := dialServiceWithin(t, ts, 5*time.Second)
 	if err != nil {
 		t.Fatalf("connect to the Service: %v", err)
 	}
-	return &svcConn{c: c, r: bufio.NewReader(c)}
+	return c
+}
+
+// dialServiceWithin connects from pod 0 to the Service, giving up after d.
+func dialServiceWithin(t *testing.T, ts *testSwitch, d time.Duration) (*svcConn, error) {
+	t.Helper()
+	var c net.Conn
+	var err error
+	ts.Pods[0].In(t, func() {
+		c, err = net.DialTimeout("tcp4", fmt.Sprintf("%s:%d", svcVIP, svcPort), d)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &svcConn{c: c, r: bufio.NewReader(c)}, nil
+}
+
+// startService starts a switch with three pods, the Service of
+// serviceFlows backed by pods 2 and 3 (each answering with its name), and
+// pod 0 knowing the VIP's MAC.
+func startService(t *testing.T) *testSwitch {
+	t.Helper()
+	ts := startSwitch(t, 3, nil)
+	serviceFlows(ts, 2, 3)
+	if err := ts.Pods[0].Sh(t, "ip", "neigh", "replace", svcVIP, "lladdr", svcMAC, "dev", "eth0", "nud", "permanent"); err != nil {
+		t.Fatal(err)
+	}
+	namedEchoServer(t, ts, 2)
+	namedEchoServer(t, ts, 3)
+	return ts
 }
 
 // ask sends a line and returns which backend answered.
@@ -131,13 +156,7 @@ func (s *svcConn) ask(msg string) (string, error) {
 // translation), each connection sticks to its backend, both passes are
 // cached, and the tracker lists the connections with their NAT and mark.
 func TestServiceDNATOnTheWire(t *testing.T) {
-	ts := startSwitch(t, 3, nil)
-	serviceFlows(ts, 2, 3)
-	if err := ts.Pods[0].Sh(t, "ip", "neigh", "replace", svcVIP, "lladdr", svcMAC, "dev", "eth0", "nud", "permanent"); err != nil {
-		t.Fatal(err)
-	}
-	namedEchoServer(t, ts, 2)
-	namedEchoServer(t, ts, 3)
+	ts := startService(t)
 
 	seen := map[string]int{}
 	var conns []*svcConn
@@ -191,13 +210,7 @@ func TestServiceDNATOnTheWire(t *testing.T) {
 // switch: the tracker's table is pinned with the rest of the fast path,
 // and the new process translates both passes again.
 func TestServiceConnectionSurvivesSwitchRestart(t *testing.T) {
-	ts := startSwitch(t, 3, nil)
-	serviceFlows(ts, 2, 3)
-	if err := ts.Pods[0].Sh(t, "ip", "neigh", "replace", svcVIP, "lladdr", svcMAC, "dev", "eth0", "nud", "permanent"); err != nil {
-		t.Fatal(err)
-	}
-	namedEchoServer(t, ts, 2)
-	namedEchoServer(t, ts, 3)
+	ts := startService(t)
 	sc := dialService(t, ts)
 	defer sc.c.Close()
 	backend, err := sc.ask("before")
@@ -284,13 +297,7 @@ func TestServiceConnectionSurvivesSwitchRestart(t *testing.T) {
 // SYNs are dropped until the revalidator's round (on a node, the first
 // connection after a restart timed out).
 func TestNewServiceConnectionsRightAfterRestart(t *testing.T) {
-	ts := startSwitch(t, 3, nil)
-	serviceFlows(ts, 2, 3)
-	if err := ts.Pods[0].Sh(t, "ip", "neigh", "replace", svcVIP, "lladdr", svcMAC, "dev", "eth0", "nud", "permanent"); err != nil {
-		t.Fatal(err)
-	}
-	namedEchoServer(t, ts, 2)
-	namedEchoServer(t, ts, 3)
+	ts := startService(t)
 	for i := range 4 { // every pass cached, both buckets seen
 		c := dialService(t, ts)
 		if _, err := c.ask(fmt.Sprintf("before %d", i)); err != nil {
@@ -304,22 +311,17 @@ func TestNewServiceConnectionsRightAfterRestart(t *testing.T) {
 	serviceFlows(ts2, 2, 3)
 	backends := map[string]int{}
 	for i := range 8 {
-		var c net.Conn
-		var err error
-		ts2.Pods[0].In(t, func() {
-			// Under the SYN retransmission timer (1 s): a dropped SYN fails.
-			c, err = net.DialTimeout("tcp4", fmt.Sprintf("%s:%d", svcVIP, svcPort), 900*time.Millisecond)
-		})
+		// Under the SYN retransmission timer (1 s): a dropped SYN fails.
+		sc, err := dialServiceWithin(t, ts2, 900*time.Millisecond)
 		if err != nil {
 			t.Fatalf("new connection %d after the restart: %v (recirculation states recovered: %d)", i, err, ts2.stats.recircRecovered.Load())
 		}
-		sc := &svcConn{c: c, r: bufio.NewReader(c)}
 		name, err := sc.ask(fmt.Sprintf("after %d", i))
 		if err != nil {
 			t.Fatalf("new connection %d after the restart: %v", i, err)
 		}
 		backends[name]++
-		c.Close()
+		sc.c.Close()
 	}
 	t.Logf("8 new connections right after the restart: backends %v, recirculation states recovered %d", backends, ts2.stats.recircRecovered.Load())
 }
