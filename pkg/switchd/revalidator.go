@@ -18,7 +18,7 @@ import (
 // flows with their counters and
 //   - credits the new packets and bytes to the OpenFlow rules each flow
 //     came from (so dump-flows counters are true, and idle timeouts see use),
-//   - removes flows unused for IdleTimeout,
+//   - removes flows unused for IdleTimeout (ARP's: NeighborIdleTimeout),
 //   - if the pipeline changed since a flow was checked, translates the
 //     flow's packet again (after changes of the NORMAL learning table
 //     alone, only flows whose NORMAL lookups would now answer otherwise:
@@ -208,7 +208,7 @@ func (r *revalidator) roundOf(all bool) {
 				last = st.Used
 			}
 			switch {
-			case start.Sub(last) > s.cfg.IdleTimeout:
+			case start.Sub(last) > s.cfg.idleTimeout(uk):
 				deletes = append(deletes, uk)
 			case all || uk.orphan:
 				if !uk.orphan || settled {
@@ -469,4 +469,20 @@ func (r *revalidator) stats() RevalidatorStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return RevalidatorStats{r.rounds, r.lastDuration, r.maxDuration, r.lastFlows, r.idleDeleted, r.staleDeleted, r.modified, r.revalidated, r.macSkipped, r.ruleExpired, r.unaffected, r.recircFreed}
+}
+
+// idleTimeout is how long uk's flow may go unused before a round removes
+// it: NeighborIdleTimeout for ARP, whose flows a stopped switch's pods
+// need to keep their neighbours (the flows a neighbour's refresh takes
+// were made when it was first resolved, and refreshes come every 15-45 s
+// while a pair talks: idle 10 s, each refresh would be an upcall, and one
+// while the switch is stopped or restarting would fail and leave the pair
+// without a neighbour).
+const ethTypeARP = 0x0806
+
+func (c *Config) idleTimeout(uk *ukey) time.Duration {
+	if uk.packet.EthType == ethTypeARP {
+		return c.NeighborIdleTimeout
+	}
+	return c.IdleTimeout
 }

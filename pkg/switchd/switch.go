@@ -59,6 +59,14 @@ type Config struct {
 	MaxFlows    int           // fast-path capacity (datapath.DefaultMaxFlows)
 	FlowLimit   int           // cached flows the slow path installs at most; default 200000
 	IdleTimeout time.Duration // a cached flow unused this long is removed; default 10s
+	// NeighborIdleTimeout is IdleTimeout for cached ARP flows; default
+	// 5 min (never shorter than IdleTimeout). Hosts re-resolve a
+	// neighbour they use every 15-45 s (Linux's reachable time), with the
+	// same few packets each time: kept, those flows cost a handful of
+	// entries per talking pair, no upcall per refresh, and a stopped
+	// switch's fast path still answers them, so pods that keep talking
+	// keep their neighbours (revalidator.go).
+	NeighborIdleTimeout time.Duration
 	// EMCInsertInvProb: one megaflow hit in N enters the exact-match
 	// cache (datapath.DefaultEMCInsertInvProb, as Open vSwitch).
 	EMCInsertInvProb uint32
@@ -189,6 +197,10 @@ func (c *Config) setDefaults() error {
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 10 * time.Second
 	}
+	if c.NeighborIdleTimeout == 0 {
+		c.NeighborIdleTimeout = 5 * time.Minute
+	}
+	c.NeighborIdleTimeout = max(c.NeighborIdleTimeout, c.IdleTimeout)
 	if c.RevalidateInterval == 0 {
 		c.RevalidateInterval = 500 * time.Millisecond
 	}
