@@ -33,7 +33,7 @@ func (p *bridgeNftPlane) Description() string {
 	return fmt.Sprintf("veth → Linux bridge → veth, the run's NetworkPolicies and %d other policies as an nftables ruleset (ip family, forward hook through br_netfilter, the kernel's conntrack)", p.others)
 }
 
-func (*bridgeNftPlane) PolicyBase() string    { return "linux-bridge" }
+func (*bridgeNftPlane) PolicyBase() string   { return "linux-bridge" }
 func (p *bridgeNftPlane) OtherPolicies() int { return p.others }
 
 func (*bridgeNftPlane) Available() error {

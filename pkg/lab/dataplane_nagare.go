@@ -56,7 +56,7 @@ func init() {
 // nagarePolicyPlane is nagare enforcing the run's policies.
 type nagarePolicyPlane struct{ nagarePlane }
 
-func (*nagarePolicyPlane) PolicyBase() string    { return "nagare" }
+func (*nagarePolicyPlane) PolicyBase() string   { return "nagare" }
 func (p *nagarePolicyPlane) OtherPolicies() int { return p.others }
 
 func (p *nagarePlane) Name() string {

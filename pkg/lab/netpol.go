@@ -298,24 +298,10 @@ func (r *planeRun) checkPolicy(ctx context.Context, enforced bool) error {
 	t := r.topo
 	for _, p := range r.measuredAllows() {
 		client, server := t.Pod(p.client), t.Pod(p.server)
-		var l net.Listener
-		err := ns.WithNetNSPath(netnsPath(server.NS), func(ns.NetNS) error {
-			var err error
-			l, err = net.Listen("tcp", net.JoinHostPort(server.IP, strconv.Itoa(deniedPort)))
-			return err
-		})
+		l, err := acceptAndClose(server, deniedPort)
 		if err != nil {
 			return fmt.Errorf("denied-port listener in %s: %w", server.Name, err)
 		}
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
 		addr := net.JoinHostPort(server.IP, strconv.Itoa(deniedPort))
 		if enforced {
 			var c net.Conn
@@ -389,8 +375,8 @@ func (res *Result) writeNetpol(w io.Writer, rows []*Row) {
 		ok         func(x float64) bool
 	}
 	cols := map[string][]col{
-		KindRTT: {{"p50", "µs", 1, "≤ 1.05×", func(x float64) bool { return x <= 1.05 }}, {"p99", "µs", 1, "", nil}},
-		KindTCP: {{"gbps", "Gbit/s", 2, "≥ 0.97×", func(x float64) bool { return x >= 0.97 }}},
+		KindRTT:      {{"p50", "µs", 1, "≤ 1.05×", func(x float64) bool { return x <= 1.05 }}, {"p99", "µs", 1, "", nil}},
+		KindTCP:      {{"gbps", "Gbit/s", 2, "≥ 0.97×", func(x float64) bool { return x >= 0.97 }}},
 		KindConnRate: {{"conn/s", "conn/s", 0, "≥ 0.95×", func(x float64) bool { return x >= 0.95 }}},
 	}
 	fmt.Fprintf(w, "\n### NetworkPolicy: each policy plane against the same plane without policies\n\n")

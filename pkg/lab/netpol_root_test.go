@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nagare-net/nagare/pkg/nscluster"
 )
 
 const netpolTinyScenario = `
@@ -35,11 +32,7 @@ func TestNetpolScenario(t *testing.T) {
 		t.Skip("NAGARE_LAB_NETPOL=1 runs it (about a minute; make lab-netpol-check)")
 	}
 	skipUnlessLab(t, "sockperf", "iperf3", "wrk", "nginx", "nft")
-	dir := buildNagare(t, "nagare-switch", "nagare-agent", "nagare-cni")
-	bins := nscluster.Binaries{Switch: filepath.Join(dir, "nagare-switch"), Agent: filepath.Join(dir, "nagare-agent"), CNI: filepath.Join(dir, "nagare-cni")}
-	saved := NagareBinaries
-	NagareBinaries = func() (nscluster.Binaries, error) { return bins, nil }
-	defer func() { NagareBinaries = saved }()
+	useBuiltNagare(t)
 
 	s, err := ParseScenario([]byte(netpolTinyScenario))
 	if err != nil {

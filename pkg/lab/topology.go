@@ -1,10 +1,10 @@
 package lab
 
 import (
-	networkingv1 "k8s.io/api/networking/v1"
 	"context"
 	"encoding/json"
 	"fmt"
+	networkingv1 "k8s.io/api/networking/v1"
 	"os"
 	"strings"
 	"time"
