@@ -129,7 +129,8 @@ type policyPair struct {
 }
 
 // measuredAllows are the measured traffic's pairs: each measurement's
-// client to its server on the measured port (servicePorts' measured one).
+// client to its server on the measured port (servicePorts' measured one:
+// rtt, tcp and conn-rate).
 func (r *planeRun) measuredAllows() []policyPair {
 	byPair := map[[2]string]*policyPair{}
 	var out []*policyPair
@@ -155,9 +156,14 @@ func (r *planeRun) measuredAllows() []policyPair {
 			pp.ports = append(pp.ports, policyPort(sp.Protocol, sp.Port))
 		}
 	}
-	res := make([]policyPair, len(out))
-	for i, p := range out {
-		res[i] = *p
+	var res []policyPair
+	for _, p := range out {
+		// A rule without ports would allow every port: a pair whose
+		// kinds have no measured port (not rtt, tcp or conn-rate) gets
+		// no allowing rule at all.
+		if len(p.ports) > 0 {
+			res = append(res, *p)
+		}
 	}
 	return res
 }
@@ -170,7 +176,8 @@ func policyPort(proto corev1.Protocol, port int32) networkingv1.NetworkPolicyPor
 
 // labNetworkPolicies are the run's policies: the measured pairs allowed
 // both ways (ingress at the server, egress at the client), the
-// scenario's allows (ingress), and others unrelated policies.
+// scenario's allows (ingress), and others more policies on the first
+// measured server.
 func labNetworkPolicies(measured []policyPair, extra []PolicyAllow, others int) []networkingv1.NetworkPolicy {
 	sel := func(pod string) metav1.LabelSelector {
 		return metav1.LabelSelector{MatchLabels: map[string]string{labPodLabel: pod}}
