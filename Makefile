@@ -72,6 +72,13 @@ K8S_NETPOL_OUT ?= /var/tmp/nagare-k8s-netpol
 k8s-netpol: k8s-deps generate
 	NAGARE_K8S_NETPOL=1 K8S_CONFORMANCE_OUT=$(K8S_NETPOL_OUT) $(K8S_TEST) -timeout 170m -run 'TestK8sNetpol' ./test/k8s/
 
+# lab-netpol-check: the lab's netpol scenario, small (TestNetpolScenario:
+# nagare and the Linux bridge + nftables with and without policies, a
+# denied port refused; about a minute, so never part of make test).
+.PHONY: lab-netpol-check
+lab-netpol-check: generate
+	NAGARE_LAB_NETPOL=1 $(GO) test -count=1 -v -timeout 10m -run 'TestNetpolScenario' ./pkg/lab/
+
 # generate compiles bpf/*.c with clang and writes the Go bindings (bpf2go).
 generate:
 	$(GO) generate ./pkg/datapath/... ./pkg/agent/vf/... ./pkg/steering/...

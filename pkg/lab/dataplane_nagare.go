@@ -12,6 +12,7 @@ import (
 
 	"github.com/nagare-net/nagare/pkg/agent/config"
 	"github.com/nagare-net/nagare/pkg/nscluster"
+	"github.com/nagare-net/nagare/pkg/switchd"
 )
 
 // nagarePlane is nagare as users run it: on every node with pods the real
@@ -32,20 +33,36 @@ import (
 // nagare-dpu-df (direct forward on): every node's underlay device moves
 // into its DPU domain, which runs the switch on its own CPU; the agent
 // stays in the node namespace.
+//
+// nagare+netpol and nagare+netpol1000 are the plane enforcing the run's
+// NetworkPolicies (netpol.go), given to the agents in their cluster file,
+// with 0 or 1000 other policies.
 type nagarePlane struct {
 	cluster *nscluster.Cluster
 	dpu     bool // the switch in a DPU domain
 	df      bool // direct forward (DPU mode)
+	netpol  bool // enforces Topology.NetworkPolicies
+	others  int  // policies besides the allowing ones
 }
 
 func init() {
 	RegisterDataPlane(func() DataPlane { return &nagarePlane{} })
 	RegisterDataPlane(func() DataPlane { return &nagarePlane{dpu: true} })
 	RegisterDataPlane(func() DataPlane { return &nagarePlane{dpu: true, df: true} })
+	RegisterDataPlane(func() DataPlane { return &nagarePolicyPlane{nagarePlane{netpol: true}} })
+	RegisterDataPlane(func() DataPlane { return &nagarePolicyPlane{nagarePlane{netpol: true, others: 1000}} })
 }
+
+// nagarePolicyPlane is nagare enforcing the run's policies.
+type nagarePolicyPlane struct{ nagarePlane }
+
+func (*nagarePolicyPlane) PolicyBase() string   { return "nagare" }
+func (p *nagarePolicyPlane) OtherPolicies() int { return p.others }
 
 func (p *nagarePlane) Name() string {
 	switch {
+	case p.netpol:
+		return policyPlaneName("nagare", "netpol", p.others)
 	case p.dpu && p.df:
 		return "nagare-dpu-df"
 	case p.dpu:
@@ -60,6 +77,9 @@ func (p *nagarePlane) Description() string {
 		return "nagare in DPU mode with direct forward: the switch in a DPU-domain namespace (own CPU, owns the uplink), pods on VF links; intra-node packets redirected at the VF's transmit point (eBPF), the rest across to the DPU"
 	case p.dpu:
 		return "nagare in DPU mode without direct forward: the switch in a DPU-domain namespace (own CPU, owns the uplink), pods on VF links; every packet crosses into the DPU domain and back (hairpin)"
+	}
+	if p.netpol {
+		return fmt.Sprintf("nagare as a CNI enforcing the run's NetworkPolicies (cluster file) and %d other policies: conjunctive-match rules, default deny, conntrack-committed allowed connections", p.others)
 	}
 	return "nagare as a CNI: nagare-switch + nagare-agent per node, pods attached by nagare-cni via libcni (eBPF fast path: redirect_peer intra-node, VXLAN tunnel ports across nodes)"
 }
@@ -177,6 +197,12 @@ func (p *nagarePlane) Setup(ctx context.Context, t *Topology) error {
 		t.Sh.logf("# DPU mode: each node's %s moves into <node>-dpu, whose switch runs on CPU %s; direct forward %v", opt.DPUUplink, dpuCPUs(), p.df)
 		opt.DPUCPUs = dpuCPUs()
 	}
+	if p.netpol {
+		for _, np := range t.NetworkPolicies {
+			cc.NetworkPolicies = append(cc.NetworkPolicies, config.NetworkPolicy{NetworkPolicy: np})
+		}
+		cc.PodLabels = labPodLabels(t)
+	}
 	// The application's Services (bookinfo) come with the cluster file.
 	cc.Services = append(cc.Services, t.ClusterServices...)
 	if t.Services {
@@ -193,7 +219,9 @@ func (p *nagarePlane) Setup(ctx context.Context, t *Topology) error {
 	// and switches by PID and removes the fast paths' pins; the lab's
 	// namespaces are removed after it (Cleanup is last-in first-out).
 	t.Cleanup.Add("nagare: CNI DEL, stop agents and switches, remove fast paths", c.Close)
-	if b, err := os.ReadFile(c.ClusterFile()); err == nil {
+	if b, err := os.ReadFile(c.ClusterFile()); err == nil && len(b) > 64<<10 {
+		t.Sh.logf("# nagare cluster file %s: %d bytes (%d NetworkPolicies)", c.ClusterFile(), len(b), len(cc.NetworkPolicies))
+	} else if err == nil {
 		t.Sh.logf("# nagare cluster file %s:\n#   %s", c.ClusterFile(), strings.ReplaceAll(strings.TrimSpace(string(b)), "\n", "\n#   "))
 	}
 	if err := c.Start(ctx); err != nil {
@@ -329,6 +357,20 @@ func (p *nagarePlane) NodePortAddress(_ *Topology, n *Node) (string, error) {
 		return "", nil // asked whether the plane has NodePorts at all
 	}
 	return n.UnderlayIP, nil
+}
+
+// Isolation samples the cache of the switch of the attacker's (else the
+// first victim's) node, the pods' ports found by their host ends' names.
+func (p *nagarePlane) Isolation(ctx context.Context, t *Topology, attacker *Pod, victims []*Pod) (IsolationResult, error) {
+	pod := attacker
+	if pod == nil && len(victims) > 0 {
+		pod = victims[0]
+	}
+	if p.cluster == nil || pod == nil || p.dpu {
+		return IsolationResult{}, fmt.Errorf("%s: no switch to sample", p.Name())
+	}
+	n := p.cluster.Node(pod.Node.Name)
+	return switchIsolation(ctx, n.SwitchSocket(), func(r switchd.PortReport, pod *Pod) bool { return r.Name == pod.HostIf }, attacker, victims)
 }
 
 // MeshServices: the agents take the application's Services from their

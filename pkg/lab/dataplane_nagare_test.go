@@ -53,6 +53,19 @@ func buildNagare(t *testing.T, names ...string) string {
 	return dir
 }
 
+// useBuiltNagare builds nagare-switch, nagare-agent and nagare-cni (and
+// more commands if asked) for t, makes the nagare planes run them until
+// t ends, and returns their directory.
+func useBuiltNagare(t *testing.T, more ...string) string {
+	t.Helper()
+	dir := buildNagare(t, append([]string{"nagare-switch", "nagare-agent", "nagare-cni"}, more...)...)
+	bins := nscluster.Binaries{Switch: filepath.Join(dir, "nagare-switch"), Agent: filepath.Join(dir, "nagare-agent"), CNI: filepath.Join(dir, "nagare-cni")}
+	saved := NagareBinaries
+	NagareBinaries = func() (nscluster.Binaries, error) { return bins, nil }
+	t.Cleanup(func() { NagareBinaries = saved })
+	return dir
+}
+
 // TestNagarePlane runs the nagare plane as users run nagare: nagare-switch,
 // nagare-agent and nagare-cni built here, pods attached through the CNI
 // library, on three nodes (an underlay bridge). Every pod gets an address
@@ -60,11 +73,7 @@ func buildNagare(t *testing.T, names ...string) string {
 // afterwards no namespace, process, pin directory or host link is left.
 func TestNagarePlane(t *testing.T) {
 	skipUnlessLab(t, "sockperf", "iperf3")
-	dir := buildNagare(t, "nagare-switch", "nagare-agent", "nagare-cni")
-	bins := nscluster.Binaries{Switch: filepath.Join(dir, "nagare-switch"), Agent: filepath.Join(dir, "nagare-agent"), CNI: filepath.Join(dir, "nagare-cni")}
-	saved := NagareBinaries
-	NagareBinaries = func() (nscluster.Binaries, error) { return bins, nil }
-	defer func() { NagareBinaries = saved }()
+	dir := useBuiltNagare(t)
 
 	s, err := ParseScenario([]byte(nagareTinyScenario))
 	if err != nil {
@@ -79,9 +88,9 @@ func TestNagarePlane(t *testing.T) {
 	defer cancel()
 	res, _ := runScenario(ctx, t, s, prefix, true)
 
-	for _, b := range []string{bins.Switch, bins.Agent, bins.CNI} {
-		if pids := processesOf(b); len(pids) > 0 {
-			t.Errorf("%s processes left behind: %v", filepath.Base(b), pids)
+	for _, name := range []string{"nagare-switch", "nagare-agent", "nagare-cni"} {
+		if pids := processesOf(filepath.Join(dir, name)); len(pids) > 0 {
+			t.Errorf("%s processes left behind: %v", name, pids)
 		}
 	}
 	if left, _ := filepath.Glob("/sys/fs/bpf/" + prefix + "-*"); len(left) > 0 {

@@ -34,12 +34,13 @@ type AttackSpec struct {
 	// carry.
 	From string `yaml:"from"`
 	To   string `yaml:"to"`
-	// Pattern is random or tse (pktgen attack patterns).
+	// Pattern is random, tse or scan (pktgen attack patterns).
 	Pattern string `yaml:"pattern"`
 	// Rate in packets/s, 0 = flat out.
 	Rate int `yaml:"rate"`
-	// Target is the allowed tuple a tse pattern works around: destination
-	// address and UDP port (default 10.96.0.10:53, the ACL's DNS rule).
+	// Target is the allowed tuple a tse pattern works around (a scan's
+	// address): destination address, or a pod's name for its address, and
+	// UDP port (default 10.96.0.10:53, the ACL's DNS rule).
 	Target string `yaml:"target"`
 	// Flows are added to Scenario.Flows for this step only (e.g. a
 	// table-miss rule to the controller).
@@ -63,18 +64,24 @@ type IsolationResult struct {
 	VictimDrops int64 `json:"victim_drops"`
 }
 
+// cachePlane is a switch plane whose flow cache the isolation scenarios
+// sample after each step.
+type cachePlane interface {
+	DataPlane
+	// Isolation samples the cache of p's node's switch: totals, the
+	// attacker's share and drops on the victims' ports.
+	Isolation(ctx context.Context, t *Topology, attacker *Pod, victims []*Pod) (IsolationResult, error)
+}
+
 // FlowTablePlane is a switch plane whose OpenFlow table a scenario can set.
 type FlowTablePlane interface {
-	DataPlane
+	cachePlane
 	// ReplaceFlows replaces the table of every node's switch by flows
 	// (ovs-ofctl syntax, no in_port).
 	ReplaceFlows(ctx context.Context, t *Topology, flows []string) error
 	// ControllerSocket is the OpenFlow socket a controller connects to on
 	// pod p's node.
 	ControllerSocket(p *Pod) string
-	// Isolation samples the cache of p's node's switch: totals, the
-	// attacker's share and drops on the victims' ports.
-	Isolation(ctx context.Context, t *Topology, attacker *Pod, victims []*Pod) (IsolationResult, error)
 }
 
 // defaultTarget is the ACL's DNS rule.
@@ -84,8 +91,8 @@ const defaultTarget = "10.96.0.10:53"
 func (r *planeRun) startAttack(ctx context.Context, a *AttackSpec, step *Cleanup, budget time.Duration) error {
 	t := r.topo
 	fp, ok := r.dp.(FlowTablePlane)
-	if !ok {
-		return fmt.Errorf("%s cannot take an OpenFlow table (attack loads need one)", r.dp.Name())
+	if !ok && (len(a.Flows) > 0 || a.SlowController > 0) {
+		return fmt.Errorf("%s cannot take an OpenFlow table (this attack step needs one)", r.dp.Name())
 	}
 	from, to := t.Pod(a.From), t.Pod(a.To)
 	if len(a.Flows) > 0 {
@@ -126,6 +133,9 @@ func (r *planeRun) startAttack(ctx context.Context, a *AttackSpec, step *Cleanup
 	if err != nil {
 		return fmt.Errorf("attack target %q: %w", target, err)
 	}
+	if p := t.Pod(host); p != nil {
+		host = p.IP // a pod's address, known once the plane gave it one
+	}
 	// The attacker runs on the client CPU: the victims (and, same-core,
 	// the switch) are on the server CPU. What the attack costs the victim
 	// is then what the switch makes it share, not the scheduler.
@@ -145,8 +155,8 @@ func (r *planeRun) startAttack(ctx context.Context, a *AttackSpec, step *Cleanup
 // sample from before), it fills the step's samples, with the drops on the
 // victims' ports counted over the step.
 func (r *planeRun) sampleIsolation(ctx context.Context, tests []test, samples []Sample, before *IsolationResult) *IsolationResult {
-	fp, ok := r.dp.(FlowTablePlane)
-	if !ok || len(r.s.Flows) == 0 {
+	fp, ok := r.dp.(cachePlane)
+	if !ok || (len(r.s.Flows) == 0 && !r.s.hasAttacks()) {
 		return nil
 	}
 	t := r.topo
@@ -250,7 +260,13 @@ func SlowControllerMain(args []string) error {
 
 // nagareIsolation reads the cache from the switch's `show`.
 func nagareIsolation(ctx context.Context, sw *nagareSwitch, attacker *Pod, victims []*Pod) (IsolationResult, error) {
-	r, err := sw.ctl(ctx, switchd.CtlRequest{Cmd: "show"})
+	return switchIsolation(ctx, sw.socket(), func(p switchd.PortReport, pod *Pod) bool { return p.OFPort == sw.ports[pod] }, attacker, victims)
+}
+
+// switchIsolation reads the cache of the nagare-switch on socket from its
+// `show`; isPort says whether a port is a pod's.
+func switchIsolation(ctx context.Context, socket string, isPort func(switchd.PortReport, *Pod) bool, attacker *Pod, victims []*Pod) (IsolationResult, error) {
+	r, err := switchd.Call(ctx, socket, switchd.CtlRequest{Cmd: "show"})
 	if err != nil {
 		return IsolationResult{}, err
 	}
@@ -265,13 +281,13 @@ func nagareIsolation(ctx context.Context, sw *nagareSwitch, attacker *Pod, victi
 	res := IsolationResult{Flows: d.CachedFlows, Masks: d.Masks}
 	for _, p := range d.Ports {
 		for _, v := range victims {
-			if p.OFPort == sw.ports[v] {
+			if isPort(p, v) {
 				for _, n := range p.Drops {
 					res.VictimDrops += int64(n)
 				}
 			}
 		}
-		if attacker != nil && p.OFPort == sw.ports[attacker] {
+		if attacker != nil && isPort(p, attacker) {
 			res.AttackerFlows, res.AttackerMasks = p.Flows, p.Masks
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nagare-net/nagare/pkg/lab/bookinfo"
-	"github.com/nagare-net/nagare/pkg/nscluster"
 )
 
 const meshTinyScenario = `
@@ -42,13 +41,11 @@ measurements:
 // and nothing is left: no namespace, no application or sidecar process.
 func TestBookinfoSidecar(t *testing.T) {
 	skipUnlessLab(t, "wrk", "nginx", "nft", "setpriv")
-	dir := buildNagare(t, "nagare-switch", "nagare-agent", "nagare-cni", "nagare-bookinfo")
-	bins := nscluster.Binaries{Switch: filepath.Join(dir, "nagare-switch"), Agent: filepath.Join(dir, "nagare-agent"), CNI: filepath.Join(dir, "nagare-cni")}
-	savedBins, savedApp := NagareBinaries, BookinfoBinary
-	NagareBinaries = func() (nscluster.Binaries, error) { return bins, nil }
+	dir := useBuiltNagare(t, "nagare-bookinfo")
+	savedApp := BookinfoBinary
 	app := filepath.Join(dir, "nagare-bookinfo")
 	BookinfoBinary = func() (string, error) { return app, nil }
-	defer func() { NagareBinaries, BookinfoBinary = savedBins, savedApp }()
+	defer func() { BookinfoBinary = savedApp }()
 
 	s, err := ParseScenario([]byte(meshTinyScenario))
 	if err != nil {

@@ -336,6 +336,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	res.writeServices(w, rows)
 	res.writeMesh(w)
 	res.writeIsolation(w, rows)
+	res.writeNetpol(w, rows)
 	var failures []string
 	for _, row := range rows {
 		for _, e := range row.Errors {

@@ -464,6 +464,10 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 			t.ClusterServices = meshServices(b, tc.m.Server)
 		}
 	}
+	pp, enforcing := r.dp.(policyPlane)
+	if enforcing {
+		t.NetworkPolicies = labNetworkPolicies(r.measuredAllows(), r.s.Policies, pp.OtherPolicies())
+	}
 	if err := r.dp.Setup(ctx, t); err != nil {
 		return r.failAll(fmt.Errorf("%s setup: %w", r.dp.Name(), err)), nil
 	}
@@ -480,7 +484,16 @@ func (r *planeRun) run(ctx context.Context) (samples []Sample, teardownErr error
 		}
 	}
 	for _, p := range t.Pairs {
-		if err := r.waitConnected(ctx, p[0], p[1]); err != nil {
+		a, b := p[0], p[1]
+		if enforcing {
+			a, b = b, a // policies let no ICMP in; the reply is established
+		}
+		if err := r.waitConnected(ctx, a, b); err != nil {
+			return r.failAll(err), nil
+		}
+	}
+	if r.s.usesPolicyPlanes() {
+		if err := r.checkPolicy(ctx, enforcing); err != nil {
 			return r.failAll(err), nil
 		}
 	}

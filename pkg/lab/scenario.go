@@ -53,6 +53,10 @@ type Scenario struct {
 	// (ovs-ofctl syntax; planes that take no table fail): the isolation
 	// scenario's allow-list ACL.
 	Flows []string `yaml:"flows"`
+	// Policies are allows a policy plane enforces besides the measured
+	// traffic (netpol.go): e.g. the isolation scenario's allow-list for
+	// an attacker pod.
+	Policies []PolicyAllow `yaml:"policies"`
 }
 
 // PaperRow is one row of the source paper's results: its numbers for a
@@ -629,14 +633,14 @@ func (s *Scenario) Validate() error {
 					bad("%s: attack.%s %q is not a pod", where, role.name, role.pod)
 				}
 			}
-			if a.Pattern != pktgen.PatternRandom && a.Pattern != pktgen.PatternTSE {
-				bad("%s: attack.pattern %q, want random or tse", where, a.Pattern)
+			if a.Pattern != pktgen.PatternRandom && a.Pattern != pktgen.PatternTSE && a.Pattern != pktgen.PatternScan {
+				bad("%s: attack.pattern %q, want random, tse or scan", where, a.Pattern)
 			}
 			if a.Rate < 0 {
 				bad("%s: attack.rate %d, want >= 0 (0: flat out)", where, a.Rate)
 			}
-			if len(s.Flows) == 0 {
-				bad("%s: an attack needs the scenario's flows (the ACL it attacks)", where)
+			if len(s.Flows) == 0 && !s.usesPolicyPlanes() {
+				bad("%s: an attack needs the scenario's flows or a policy plane (the ACL or the policies it attacks)", where)
 			}
 		}
 		if p := l.CPUPods; p != nil {
@@ -651,6 +655,7 @@ func (s *Scenario) Validate() error {
 			}
 		}
 	}
+	validatePolicies(s, pods, bad)
 	if len(errs) == 0 {
 		return nil
 	}

@@ -299,16 +299,26 @@ func (r *planeRun) setupServices(ctx context.Context) error {
 // startProbeListener accepts (and closes) connections on the pod's
 // probePort, from this process, until the run's cleanup.
 func startProbeListener(t *Topology, pod *Pod) error {
-	var l net.Listener
-	err := ns.WithNetNSPath(netnsPath(pod.NS), func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp", net.JoinHostPort(pod.IP, strconv.Itoa(probePort)))
-		return err
-	})
+	l, err := acceptAndClose(pod, probePort)
 	if err != nil {
 		return fmt.Errorf("probe listener in %s: %w", pod.Name, err)
 	}
 	t.Cleanup.Add(fmt.Sprintf("close probe listener %s:%d", pod.IP, probePort), l.Close)
+	return nil
+}
+
+// acceptAndClose listens on pod's TCP port from this process and
+// accepts and closes every connection until the listener is closed.
+func acceptAndClose(pod *Pod, port int) (net.Listener, error) {
+	var l net.Listener
+	err := ns.WithNetNSPath(netnsPath(pod.NS), func(ns.NetNS) error {
+		var err error
+		l, err = net.Listen("tcp", net.JoinHostPort(pod.IP, strconv.Itoa(port)))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -318,7 +328,7 @@ func startProbeListener(t *Topology, pod *Pod) error {
 			c.Close()
 		}
 	}()
-	return nil
+	return l, nil
 }
 
 func netnsPath(name string) string { return filepath.Join("/var/run/netns", name) }

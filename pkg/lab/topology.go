@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	networkingv1 "k8s.io/api/networking/v1"
 	"os"
 	"strings"
 	"time"
@@ -52,6 +53,9 @@ type Topology struct {
 	// ClusterServices are Services a MeshPlane programs from its cluster
 	// file (the bookinfo application's, mesh.go); nil: none.
 	ClusterServices []config.Service
+	// NetworkPolicies are what a policy plane enforces (netpol.go); nil
+	// for the other planes.
+	NetworkPolicies []networkingv1.NetworkPolicy
 	kubeAPI         *kubeAPI
 }
 

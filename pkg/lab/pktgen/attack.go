@@ -22,6 +22,9 @@ const (
 	PatternFlows  = "flows" // FlowSpace: one packet per (src port, dst port) flow
 	PatternRandom = "random"
 	PatternTSE    = "tse"
+	// PatternScan is a port scan: the pod's own address and source port
+	// to the target address, destination ports 1-65535 in turn.
+	PatternScan = "scan"
 )
 
 // tuple is one packet's addresses and ports.
@@ -59,6 +62,10 @@ func attackTuple(pattern string, base tuple, i uint64) tuple {
 		default:
 			t.sport = uint16(flipTail(uint32(t.sport), 16, k-80, r))
 		}
+		return t
+	case PatternScan:
+		t := base
+		t.dport = uint16(i%65535 + 1)
 		return t
 	}
 	return base
@@ -107,8 +114,8 @@ type AttackConfig struct {
 
 // Attack sends c.Pattern's tuples at c.Rate until c.Duration has passed.
 func (s *Sender) Attack(c AttackConfig, p *Pacer) (SendReport, error) {
-	if c.Pattern != PatternRandom && c.Pattern != PatternTSE {
-		return SendReport{}, fmt.Errorf("pattern %q: want %s or %s", c.Pattern, PatternRandom, PatternTSE)
+	if c.Pattern != PatternRandom && c.Pattern != PatternTSE && c.Pattern != PatternScan {
+		return SendReport{}, fmt.Errorf("pattern %q: want %s, %s or %s", c.Pattern, PatternRandom, PatternTSE, PatternScan)
 	}
 	src, dst := c.SrcIP.To4(), c.DstIP.To4()
 	base := tuple{src: binary.BigEndian.Uint32(src), dst: binary.BigEndian.Uint32(dst), sport: 40000, dport: c.Space.DstPortBase}

@@ -69,3 +69,15 @@ func TestBuildTupleChecksums(t *testing.T) {
 		}
 	}
 }
+
+// A scan keeps the pod's addresses and source port and walks the
+// destination ports 1-65535, then again.
+func TestScanTuples(t *testing.T) {
+	base := tuple{src: 0x0a630003, dst: 0x0a630004, sport: 40000, dport: 53}
+	for _, i := range []uint64{0, 1, 52, 65534, 65535, 70000} {
+		tu := attackTuple(PatternScan, base, i)
+		if want := uint16(i%65535 + 1); tu.dport != want || tu.src != base.src || tu.dst != base.dst || tu.sport != base.sport {
+			t.Errorf("scan %d: %+v, want dport %d and the rest of %+v", i, tu, want, base)
+		}
+	}
+}

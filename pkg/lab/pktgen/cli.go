@@ -60,7 +60,7 @@ func mainSend(args []string, stdout io.Writer) error {
 	frameLen := fs.Int("frame-len", 64, "Ethernet frame length without FCS")
 	batch := fs.Int("batch", 32, "frames per sendmmsg call")
 	out := fs.String("out", "", "write the JSON report here (default stdout)")
-	pattern := fs.String("pattern", PatternFlows, "flows (one packet per flow of --flows), random (never-repeating random 5-tuples) or tse (tuple-space explosion around src-ip, dst-ip, dst-port); random and tse run for --duration")
+	pattern := fs.String("pattern", PatternFlows, "flows (one packet per flow of --flows), random (never-repeating random 5-tuples), tse (tuple-space explosion around src-ip, dst-ip, dst-port) or scan (dst-ip's ports 1-65535 in turn); random, tse and scan run for --duration")
 	duration := fs.Duration("duration", 10*time.Second, "how long random and tse send")
 	if err := fs.Parse(args); err != nil {
 		return err
