@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -62,8 +63,8 @@ type migration struct {
 	copied, dropped    map[string]int // entries, by map
 	skippedFlowCache   bool           // the megaflow cache was not carried over
 	ctLost, flowsLost  int            // entries that did not fit the new limits
-	oldLimits          string
 	interruptedResumed bool
+	took               time.Duration // from moving the old pins aside to the copy's end
 }
 
 // Migration describes the migration the last Open did, "" if none.
@@ -72,8 +73,8 @@ func (d *Datapath) Migration() string {
 	if m == nil {
 		return ""
 	}
-	s := fmt.Sprintf("migrated %s from layout %d/%d (fast path/conntrack) to %d/%d: %d connections, %d ports, %d megaflows carried over",
-		d.dir, m.fromDP, m.fromCT, dpLayout, ctLayoutVersion, m.copied["conntrack"]/2, m.copied["ports"]+m.copied["ports_big"], m.copied["megaflows"])
+	s := fmt.Sprintf("migrated %s from layout %d/%d (fast path/conntrack) to %d/%d: %d connections, %d ports, %d megaflows carried over in %v",
+		d.dir, m.fromDP, m.fromCT, dpLayout, ctLayoutVersion, m.copied["conntrack"]/2, m.copied["ports"]+m.copied["ports_big"], m.copied["megaflows"], m.took.Round(time.Millisecond))
 	if m.skippedFlowCache {
 		s += "; megaflow cache dropped (its layout changed), upcalls refill it"
 	}
@@ -174,6 +175,7 @@ func (d *Datapath) checkLayouts() (migrate bool, err error) {
 func (d *Datapath) migrate(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) (err error) {
 	old := d.oldDir()
 	m := &migration{oldDir: old, copied: map[string]int{}, dropped: map[string]int{}}
+	start := time.Now()
 	if _, err := os.Stat(old); err == nil {
 		// A migration was interrupted: d.dir, if any, is its half-made
 		// new instance. The links go back; the rest is made again.
@@ -241,6 +243,7 @@ func (d *Datapath) migrate(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptio
 	if err := moveLinks(old, d.dir); err != nil {
 		return err
 	}
+	m.took = time.Since(start)
 	d.migrated = m
 	return nil
 }
@@ -310,6 +313,13 @@ func (m *migration) copyMap(name string, from, to *ebpf.Map, flowIDs uint32) err
 			from.Type(), from.KeySize(), from.ValueSize(), to.Type(), to.KeySize(), to.ValueSize(), fromLayout)
 	}
 	isArray := from.Type() == ebpf.Array || from.Type() == ebpf.PerCPUArray
+	maxEntries := to.MaxEntries()
+	if idKeyed[name] {
+		maxEntries = flowIDs
+	}
+	if isArray && conv == nil {
+		return m.copyArray(name, from, to, perCPU, maxEntries)
+	}
 	key := make([]byte, from.KeySize())
 	var value any
 	var raw func() []byte // the value's bytes (not per-CPU)
@@ -324,20 +334,11 @@ func (m *migration) copyMap(name string, from, to *ebpf.Map, flowIDs uint32) err
 		v := make([]byte, from.ValueSize())
 		value, raw = v, func() []byte { return v }
 	}
-	maxEntries := to.MaxEntries()
-	if idKeyed[name] {
-		maxEntries = flowIDs
-	}
 	it := from.Iterate()
 	for it.Next(key, value) {
-		if isArray || idKeyed[name] {
-			if binary.NativeEndian.Uint32(key) >= maxEntries {
-				m.lost(name)
-				continue
-			}
-			if isArray && zero(value) {
-				continue
-			}
+		if idKeyed[name] && binary.NativeEndian.Uint32(key) >= maxEntries {
+			m.lost(name)
+			continue
 		}
 		if name == "megaflows" && binary.NativeEndian.Uint32(raw()) >= flowIDs {
 			m.lost(name) // its flow id is beyond the new MaxFlows
@@ -366,6 +367,61 @@ func (m *migration) copyMap(name string, from, to *ebpf.Map, flowIDs uint32) err
 	return it.Err()
 }
 
+// copyArray copies an array's non-zero slots below limit, reading it in
+// batches: the mask filter alone has half a million slots, and one
+// lookup each took seconds.
+func (m *migration) copyArray(name string, from, to *ebpf.Map, perCPU bool, limit uint32) error {
+	const chunk = 4096
+	ncpu := 1
+	if perCPU {
+		n, err := ebpf.PossibleCPU()
+		if err != nil {
+			return err
+		}
+		ncpu = n
+	}
+	elem := reflect.ArrayOf(int(from.ValueSize()), reflect.TypeOf(byte(0)))
+	keys := make([]uint32, chunk)
+	vals := reflect.MakeSlice(reflect.SliceOf(elem), chunk*ncpu, chunk*ncpu)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := from.BatchLookup(&cursor, keys, vals.Interface(), nil)
+		for i := 0; i < n; i++ {
+			v := vals.Slice(i*ncpu, (i+1)*ncpu)
+			if allZero(v) {
+				continue
+			}
+			if keys[i] >= limit {
+				m.lost(name)
+				continue
+			}
+			var value any = v.Interface()
+			if !perCPU {
+				value = v.Index(0).Interface()
+			}
+			if err := to.Update(keys[i], value, ebpf.UpdateAny); err != nil {
+				return err
+			}
+			m.copied[name]++
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func allZero(v reflect.Value) bool {
+	for i := 0; i < v.Len(); i++ {
+		if !v.Index(i).IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
 func (m *migration) lost(name string) {
 	switch name {
 	case "conntrack":
@@ -392,26 +448,19 @@ func mapsByName(objs *nagareMaps) map[string]*ebpf.Map {
 	return out
 }
 
-// zero reports whether a value (bytes, or per-CPU arrays of bytes) is all
-// zero: an array's unused slots need no copy.
-func zero(v any) bool {
-	if b, ok := v.([]byte); ok {
-		for _, c := range b {
-			if c != 0 {
-				return false
-			}
-		}
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	for i := 0; i < rv.Len(); i++ {
-		if !rv.Index(i).IsZero() {
-			return false
-		}
-	}
-	return true
-}
-
 // oldDir is where a migration moves the old instance: beside it, with a
 // suffix without a dot (the BPF filesystem refuses dots in names).
 func (d *Datapath) oldDir() string { return d.dir + "-old" }
+
+// OverrideLayouts makes this process write, and expect, other layout
+// stamps until restore is called: tests in other packages (pkg/switchd)
+// use it to play the next release against pins this one made.
+func OverrideLayouts(dp, ct uint32) (restore func()) {
+	oldDP, oldCT := dpLayout, ctLayoutVersion
+	dpLayout, ctLayoutVersion = dp, ct
+	return func() { dpLayout, ctLayoutVersion = oldDP, oldCT }
+}
+
+// Layouts are the layout stamps this build writes: the fast path's
+// (dp_config.layout: the flow key and megaflow cache) and conntrack's.
+func Layouts() (dp, ct uint32) { return dpLayout, ctLayoutVersion }

@@ -106,7 +106,13 @@ func setLayouts(t *testing.T, dp, ct uint32) {
 // the ports; a new conntrack layout without a converter is refused and
 // leaves the old instance as it was; with one, the table comes over. Then
 // a build of the older layouts meets the newer pins: refused, naming both.
+//
+// Four loads of the fast path: behind NAGARE_UPGRADE=1 (make
+// test-upgrade) with pkg/switchd's upgrade test.
 func TestMigrateAcrossLayouts(t *testing.T) {
+	if os.Getenv("NAGARE_UPGRADE") != "1" {
+		t.Skip("NAGARE_UPGRADE=1 runs the layout migrations (make test-upgrade)")
+	}
 	_, _, d := migrationPair(t)
 	cfg := d.cfg
 	oldProg, _ := d.objs.NagarePortIngress.Info()
@@ -133,7 +139,11 @@ func TestMigrateAcrossLayouts(t *testing.T) {
 	converters["conntrack"] = map[uint32]converter{1: same}
 	converters["ct_ports"] = map[uint32]converter{1: same}
 	converters["ct_released"] = map[uint32]converter{1: same}
-	t.Cleanup(func() { delete(converters, "conntrack"); delete(converters, "ct_ports"); delete(converters, "ct_released") })
+	t.Cleanup(func() {
+		delete(converters, "conntrack")
+		delete(converters, "ct_ports")
+		delete(converters, "ct_released")
+	})
 	d2, err := Open(cfg)
 	if err != nil {
 		t.Fatalf("conntrack layout 2 with a converter: %v", err)
