@@ -196,3 +196,35 @@ func TestMigrateAcrossLayouts(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMigrateResumesInterrupted: a switch killed in the middle of a
+// migration leaves the old instance aside (DIR-old) and a half-made new
+// one; the next Open starts the migration again from the old one.
+func TestMigrateResumesInterrupted(t *testing.T) {
+	if os.Getenv("NAGARE_UPGRADE") != "1" {
+		t.Skip("NAGARE_UPGRADE=1 runs the layout migrations (make test-upgrade)")
+	}
+	_, _, d := migrationPair(t)
+	cfg := d.cfg
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(d.Dir(), d.oldDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(d.Dir()+"/links", 0o700); err != nil { // the half-made new instance
+		t.Fatal(err)
+	}
+	d2, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("resuming an interrupted migration: %v", err)
+	}
+	defer d2.Destroy()
+	if !strings.Contains(d2.Migration(), "interrupted migration was resumed") || len(d2.Ports()) != 3 || len(d2.Flows()) != 2 {
+		t.Fatalf("resumed: %q, %d ports, %d flows", d2.Migration(), len(d2.Ports()), len(d2.Flows()))
+	}
+	portsRun(t, d2)
+	if _, err := os.Stat(d2.oldDir()); !os.IsNotExist(err) {
+		t.Fatalf("old instance left behind: %v", err)
+	}
+}
