@@ -280,8 +280,10 @@ func (d *Datapath) load() error {
 	if err != nil {
 		return err
 	}
-	if _, serr := os.Stat(d.oldDir()); serr == nil {
-		migrate = true // an interrupted migration
+	for _, dir := range []string{d.oldDir(), d.newDir()} {
+		if _, serr := os.Stat(dir); serr == nil {
+			migrate = true // an interrupted migration
+		}
 	}
 	if !migrate {
 		err = spec.LoadAndAssign(&d.objs, &opts)
@@ -347,7 +349,7 @@ func (d *Datapath) Destroy() error {
 		}
 	}
 	d.mu.Unlock()
-	errs = append(errs, d.Close(), os.RemoveAll(d.dir), os.RemoveAll(d.oldDir()))
+	errs = append(errs, d.Close(), os.RemoveAll(d.dir), os.RemoveAll(d.oldDir()), os.RemoveAll(d.newDir()))
 	return errors.Join(errs...)
 }
 

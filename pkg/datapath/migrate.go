@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -19,10 +21,10 @@ import (
 // layout (dp_config.layout, ct_settings.layout) — takes the instance over
 // without stopping its traffic, as a same-build restart does:
 //
-//  1. The old pin directory is renamed aside (DIR-old). Its programs stay
-//     attached and keep forwarding on the old maps.
-//  2. This build's maps are created and pinned in DIR, side by side.
-//  3. What a packet of an established connection needs is copied, old →
+//  1. This build's maps and programs are loaded and pinned beside the old
+//     instance, in DIR-new; the old programs stay attached and keep
+//     forwarding on the old maps.
+//  2. What a packet of an established connection needs is copied, old →
 //     new: the ports, the conntrack table with its NAT state and the
 //     per-port connection counts, meters, counters, and — when the
 //     fast-path layout is the same — the megaflow cache (masks, flows,
@@ -30,14 +32,16 @@ import (
 //     controller has programmed the new process. A map whose layout
 //     changed goes through its converter (converters); the megaflow
 //     cache has none: it is dropped and refilled by upcalls.
-//  4. The pinned tcx links move to DIR/links; restore then swaps each
-//     port's program for the new one (tcx link update, or tc filter
-//     replace: atomic per port), and Open removes DIR-old.
+//  3. DIR becomes DIR-old, DIR-new becomes DIR, the pinned tcx links
+//     move to DIR/links; restore then swaps each port's program for the
+//     new one (tcx link update, or tc filter replace: atomic per port),
+//     and Open removes DIR-old.
 //
-// Connections committed by the old programs between steps 3 and 4 (a few
-// milliseconds) are not in the new table; their next packet is tracked as
-// new. A migration interrupted (the process killed) is started again by
-// the next Open: the links go back to DIR-old and DIR is made anew.
+// Connections committed by the old programs during the copy (step 2: a
+// few hundred milliseconds) are not in the new table; their next packet
+// is tracked as new. A migration refused or interrupted (the process
+// killed) is rolled back to the old instance (rollBack), which the next
+// Open migrates again.
 //
 // Downgrades: pins whose layout is newer than this build's are refused,
 // naming both layouts; only the build that made them knows their fields.
@@ -65,6 +69,9 @@ type migration struct {
 	ctLost, flowsLost  int            // entries that did not fit the new limits
 	interruptedResumed bool
 	took               time.Duration // from moving the old pins aside to the copy's end
+	load               time.Duration // of which loading this build's maps and programs
+	slowest            string        // the map whose copy took longest, and how long
+	slowestTook        time.Duration
 }
 
 // Migration describes the migration the last Open did, "" if none.
@@ -73,8 +80,9 @@ func (d *Datapath) Migration() string {
 	if m == nil {
 		return ""
 	}
-	s := fmt.Sprintf("migrated %s from layout %d/%d (fast path/conntrack) to %d/%d: %d connections, %d ports, %d megaflows carried over in %v",
-		d.dir, m.fromDP, m.fromCT, dpLayout, ctLayoutVersion, m.copied["conntrack"]/2, m.copied["ports"]+m.copied["ports_big"], m.copied["megaflows"], m.took.Round(time.Millisecond))
+	s := fmt.Sprintf("migrated %s from layout %d/%d (fast path/conntrack) to %d/%d: %d connections, %d ports, %d megaflows carried over in %v (loading %v, copying %v, slowest %s %v)",
+		d.dir, m.fromDP, m.fromCT, dpLayout, ctLayoutVersion, m.copied["conntrack"]/2, m.copied["ports"]+m.copied["ports_big"], m.copied["megaflows"], m.took.Round(time.Millisecond),
+		m.load.Round(time.Millisecond), (m.took - m.load).Round(time.Millisecond), m.slowest, m.slowestTook.Round(time.Millisecond))
 	if m.skippedFlowCache {
 		s += "; megaflow cache dropped (its layout changed), upcalls refill it"
 	}
@@ -173,52 +181,53 @@ func (d *Datapath) checkLayouts() (migrate bool, err error) {
 // migrate moves the instance in d.dir aside, loads spec into a new one in
 // d.dir and copies the old maps' entries over (see the comment at the top).
 func (d *Datapath) migrate(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) (err error) {
-	old := d.oldDir()
-	m := &migration{oldDir: old, copied: map[string]int{}, dropped: map[string]int{}}
+	m := &migration{oldDir: d.oldDir(), copied: map[string]int{}, dropped: map[string]int{}}
 	start := time.Now()
-	if _, err := os.Stat(old); err == nil {
-		// A migration was interrupted: d.dir, if any, is its half-made
-		// new instance. The links go back; the rest is made again.
-		m.interruptedResumed = true
-		if err := moveLinks(d.dir, old); err != nil {
-			return err
-		}
-		if err := os.RemoveAll(d.dir); err != nil {
-			return err
-		}
-	} else if err := os.Rename(d.dir, old); err != nil {
-		return fmt.Errorf("datapath: moving the old instance aside: %w", err)
+	if m.interruptedResumed, err = d.rollBack(); err != nil {
+		return err
 	}
 	defer func() {
 		if err == nil {
 			return
 		}
-		// Refused or failed: the old instance goes back as it was (its
-		// programs never stopped forwarding).
+		// Refused or failed: the old instance stays, or goes back, as it
+		// was (its programs never stopped forwarding).
 		d.objs.Close()
 		d.objs = nagareObjects{}
-		err = errors.Join(err, moveLinks(d.dir, old), os.RemoveAll(d.dir), os.Rename(old, d.dir))
+		_, rerr := d.rollBack()
+		err = errors.Join(err, rerr)
 	}()
-	dp, ct, _, err := pinnedLayouts(old)
+	dp, ct, _, err := pinnedLayouts(d.dir)
 	if err != nil {
 		return err
 	}
 	if dp > dpLayout || ct > ctLayoutVersion {
-		return fmt.Errorf("datapath: the maps pinned in %s were made by a newer build (fast-path layout %d, conntrack layout %d); this build writes layouts %d and %d", old, dp, ct, dpLayout, ctLayoutVersion)
+		return fmt.Errorf("datapath: the maps pinned in %s were made by a newer build (fast-path layout %d, conntrack layout %d); this build writes layouts %d and %d", d.dir, dp, ct, dpLayout, ctLayoutVersion)
 	}
 	m.fromDP, m.fromCT = dp, ct
-	if err := os.MkdirAll(filepath.Join(d.dir, "links"), 0o700); err != nil {
+
+	// This build's maps and programs, pinned beside the old instance
+	// (loading is most of the time a migration takes; the old programs
+	// forward on their maps meanwhile).
+	newDir := d.newDir()
+	if err := os.MkdirAll(filepath.Join(newDir, "links"), 0o700); err != nil {
 		return err
 	}
-	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
-		return fmt.Errorf("datapath: loading the fast path beside %s: %w", old, err)
+	newOpts := *opts
+	newOpts.Maps.PinPath = newDir
+	if err := spec.LoadAndAssign(&d.objs, &newOpts); err != nil {
+		return fmt.Errorf("datapath: loading the fast path beside %s: %w", d.dir, err)
 	}
+	m.load = time.Since(start)
+
+	// The copy: from here until the swap, what the old programs commit
+	// is not carried over.
 	newMaps := mapsByName(&d.objs.nagareMaps)
 	for name, ms := range spec.Maps {
 		if ms.Pinning != ebpf.PinByName || notMigrated[name] || ownedByProcess[ms.Type] {
 			continue
 		}
-		from, err := ebpf.LoadPinnedMap(filepath.Join(old, ms.Name), nil)
+		from, err := ebpf.LoadPinnedMap(filepath.Join(d.dir, ms.Name), nil)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // a map the old build did not have
 		}
@@ -226,10 +235,14 @@ func (d *Datapath) migrate(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptio
 			return err
 		}
 		to := newMaps[name]
+		t0 := time.Now()
 		err = m.copyMap(name, from, to, uint32(d.cfg.MaxFlows))
+		if el := time.Since(t0); el > m.slowestTook {
+			m.slowest, m.slowestTook = name, el
+		}
 		from.Close()
 		if err != nil {
-			return fmt.Errorf("datapath: migrating %s from %s (layouts %d/%d → %d/%d): %w", name, old, dp, ct, dpLayout, ctLayoutVersion, err)
+			return fmt.Errorf("datapath: migrating %s from %s (layouts %d/%d → %d/%d): %w", name, d.dir, dp, ct, dpLayout, ctLayoutVersion, err)
 		}
 	}
 	if m.skippedFlowCache || m.copied["config"] == 0 {
@@ -240,12 +253,47 @@ func (d *Datapath) migrate(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptio
 			return err
 		}
 	}
-	if err := moveLinks(old, d.dir); err != nil {
+
+	// The directories trade places and the port attachments follow;
+	// restore (Open) then swaps each port's program.
+	if err := os.Rename(d.dir, m.oldDir); err != nil {
+		return fmt.Errorf("datapath: moving the old instance aside: %w", err)
+	}
+	if err := os.Rename(newDir, d.dir); err != nil {
+		return fmt.Errorf("datapath: moving the new instance in: %w", err)
+	}
+	if err := moveLinks(m.oldDir, d.dir); err != nil {
 		return err
 	}
 	m.took = time.Since(start)
 	d.migrated = m
 	return nil
+}
+
+// rollBack returns what an interrupted or failed migration left to one
+// instance in d.dir, the old one: its attachments moved back, the new
+// one removed. It reports whether there was anything to undo.
+func (d *Datapath) rollBack() (bool, error) {
+	_, errOld := os.Stat(d.oldDir())
+	_, errNew := os.Stat(d.newDir())
+	if errOld != nil && errNew != nil {
+		return false, nil
+	}
+	if errOld == nil {
+		// d.dir, if there, is the new instance.
+		if _, err := os.Stat(d.dir); err == nil {
+			if err := moveLinks(d.dir, d.oldDir()); err != nil {
+				return true, err
+			}
+			if err := os.RemoveAll(d.dir); err != nil {
+				return true, err
+			}
+		}
+		if err := os.Rename(d.oldDir(), d.dir); err != nil {
+			return true, err
+		}
+	}
+	return true, os.RemoveAll(d.newDir())
 }
 
 // moveLinks renames the pinned port attachments from one instance
@@ -383,14 +431,18 @@ func (m *migration) copyArray(name string, from, to *ebpf.Map, perCPU bool, limi
 	elem := reflect.ArrayOf(int(from.ValueSize()), reflect.TypeOf(byte(0)))
 	keys := make([]uint32, chunk)
 	vals := reflect.MakeSlice(reflect.SliceOf(elem), chunk*ncpu, chunk*ncpu)
+	// The same memory as bytes: testing half a million slots for zero
+	// through reflect took most of a copy's time.
+	vs := int(from.ValueSize()) * ncpu
+	flat := unsafe.Slice((*byte)(vals.UnsafePointer()), chunk*vs)
 	var cursor ebpf.MapBatchCursor
 	for {
 		n, err := from.BatchLookup(&cursor, keys, vals.Interface(), nil)
 		for i := 0; i < n; i++ {
-			v := vals.Slice(i*ncpu, (i+1)*ncpu)
-			if allZero(v) {
+			if !slices.ContainsFunc(flat[i*vs:(i+1)*vs], func(b byte) bool { return b != 0 }) {
 				continue
 			}
+			v := vals.Slice(i*ncpu, (i+1)*ncpu)
 			if keys[i] >= limit {
 				m.lost(name)
 				continue
@@ -411,15 +463,6 @@ func (m *migration) copyArray(name string, from, to *ebpf.Map, perCPU bool, limi
 			return err
 		}
 	}
-}
-
-func allZero(v reflect.Value) bool {
-	for i := 0; i < v.Len(); i++ {
-		if !v.Index(i).IsZero() {
-			return false
-		}
-	}
-	return true
 }
 
 func (m *migration) lost(name string) {
@@ -448,9 +491,11 @@ func mapsByName(objs *nagareMaps) map[string]*ebpf.Map {
 	return out
 }
 
-// oldDir is where a migration moves the old instance: beside it, with a
-// suffix without a dot (the BPF filesystem refuses dots in names).
+// oldDir is where a migration moves the old instance, and newDir where
+// it makes the new one: beside it, with suffixes without a dot (the BPF
+// filesystem refuses dots in names).
 func (d *Datapath) oldDir() string { return d.dir + "-old" }
+func (d *Datapath) newDir() string { return d.dir + "-new" }
 
 // OverrideLayouts makes this process write, and expect, other layout
 // stamps until restore is called: tests in other packages (pkg/switchd)
