@@ -64,7 +64,7 @@ type Config struct {
 	// PinRoot is a directory on a BPF filesystem. Default DefaultPinRoot.
 	PinRoot string
 	// MaxFlows bounds the megaflow table. Default DefaultMaxFlows. An
-	// instance reopened from its pins must use the value it was created with.
+	// instance reopened with another value is migrated (migrate.go).
 	MaxFlows int
 	// NetNS is the path of the network namespace the ports live in (e.g.
 	// /var/run/netns/node1). Empty: the caller's namespace.
@@ -85,7 +85,7 @@ type Config struct {
 	PortFlowLimit, PortMaskLimit int
 	// ConntrackMax is the connections the conntrack table holds
 	// (conntrack.go). Default DefaultConntrackMax; like MaxFlows, an
-	// instance reopened from its pins must use the value it was made with.
+	// instance reopened with another value is migrated.
 	ConntrackMax int
 	// ConntrackPortMax is the live connections one ingress port may
 	// commit; 0 means a quarter of ConntrackMax, negative no limit.
