@@ -68,7 +68,7 @@ type migration struct {
 	skippedFlowCache   bool           // the megaflow cache was not carried over
 	ctLost, flowsLost  int            // entries that did not fit the new limits
 	interruptedResumed bool
-	took               time.Duration // from moving the old pins aside to the copy's end
+	took               time.Duration // from the start to the directories' trade
 	load               time.Duration // of which loading this build's maps and programs
 	slowest            string        // the map whose copy took longest, and how long
 	slowestTook        time.Duration

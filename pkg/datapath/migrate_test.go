@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/nagare-net/nagare/internal/nstest"
 )
@@ -226,5 +227,17 @@ func TestMigrateResumesInterrupted(t *testing.T) {
 	portsRun(t, d2)
 	if _, err := os.Stat(d2.oldDir()); !os.IsNotExist(err) {
 		t.Fatalf("old instance left behind: %v", err)
+	}
+}
+
+// TestLayoutStampsStayPut: the layout stamps are where migrate.go reads
+// them in pins of any build (dp_config's fourth word, ct_config's last).
+func TestLayoutStampsStayPut(t *testing.T) {
+	if off := unsafe.Offsetof(nagareDpConfig{}.Layout); off != dpLayoutOffset {
+		t.Fatalf("dp_config.layout at offset %d, migrate.go reads %d", off, dpLayoutOffset)
+	}
+	var c nagareCtConfig
+	if off, size := unsafe.Offsetof(c.Layout), unsafe.Sizeof(c); off != size-4 {
+		t.Fatalf("ct_config.layout at offset %d of %d bytes: it must be the last word", off, size)
 	}
 }
