@@ -51,6 +51,25 @@ func startPingPong(interval time.Duration, round func(i int) error) *pingPong {
 	return p
 }
 
+// waitRounds waits until n rounds have been answered.
+func (p *pingPong) waitRounds(n int, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		p.mu.Lock()
+		got, err := p.n, p.err
+		p.mu.Unlock()
+		switch {
+		case err != nil:
+			return err
+		case got >= n:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("%d of %d rounds answered in %v", got, n, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (p *pingPong) finish() (time.Duration, int, error) {
 	close(p.stop)
 	<-p.done
@@ -133,7 +152,15 @@ func TestUpgradeKeepsServiceConnections(t *testing.T) {
 			return err
 		})
 		udp := udpPingPong(t, ts, "10.8.0.3:7400")
-		time.Sleep(100 * time.Millisecond) // both under way before the stop
+		// Both under way, their flows cached, before the stop: a first
+		// packet that misses while no switch runs, or before the new one
+		// is programmed, would meet empty tables (see the report below).
+		if err := tcp.waitRounds(20, 5*time.Second); err != nil {
+			t.Fatalf("%s: TCP before the restart: %v", step.name, err)
+		}
+		if err := udp.waitRounds(20, 5*time.Second); err != nil {
+			t.Fatalf("%s: UDP before the restart: %v", step.name, err)
+		}
 		ts.stop()
 		restore := datapath.OverrideLayouts(step.layout, ct)
 		t.Cleanup(restore)
