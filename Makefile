@@ -12,7 +12,7 @@ APT_PKGS  := clang llvm libbpf-dev gcc-multilib iproute2 ethtool iputils-ping \
              etcd-server etcd-client containerd runc containernetworking-plugins busybox-static \
              wrk nginx-light haproxy iptables nftables
 
-.PHONY: all deps k8s-deps generate build vet test test-short bench perf fuzz quickstart clean
+.PHONY: all deps k8s-deps generate build vet test test-upgrade test-short bench perf fuzz quickstart clean
 
 all: build
 
@@ -98,6 +98,13 @@ vet: generate
 test: deps $(TEST_DEPS) build vet
 	$(GO) test -p 1 -count=1 -timeout 40m $(PKGS)
 	$(GO) test -race -count=1 -timeout 10m ./pkg/switchd/
+
+# test-upgrade restarts a switch as other builds would (other limits, the
+# next fast-path or conntrack layout, a downgrade) under a TCP connection
+# through a Service and a UDP ping-pong, and prints the longest gap
+# (docs/switch.md, Upgrades). Out of `make test`'s budget.
+test-upgrade: generate
+	NAGARE_UPGRADE=1 $(GO) test -p 1 -count=1 -v -run 'TestMigrate|TestUpgrade' ./pkg/datapath/ ./pkg/switchd/
 
 # test-short skips everything that needs root or network namespaces.
 test-short: generate

@@ -164,7 +164,8 @@ enum ct_timeout {
 struct ct_config {
 	__u32 timeout[CT_TO__MAX]; /* seconds */
 	__u32 port_max;            /* live connections per ingress port, 0 = no limit */
-	__u32 layout;              /* CT_LAYOUT once userspace has written it */
+	__u32 layout;              /* CT_LAYOUT once userspace has written it; the
+	                            * last word in every release (migrate.go) */
 };
 
 /* Per ingress port: connections committed and freed by the fast path (a

@@ -60,7 +60,9 @@ struct dp_config {
 	__u32 n_masks;   /* masks[0 .. n_masks) are probed, in order */
 	__u32 emc;       /* exact-match cache: 0 off; N > 0 inserts a megaflow hit with probability 1/N */
 	__u32 upcalls;   /* send misses to userspace (1) or drop them (0) */
-	__u32 layout;    /* 0 until userspace has initialised the maps */
+	__u32 layout;    /* 0 until userspace has initialised the maps; the fourth
+	                  * word in every release (pkg/datapath/migrate.go reads
+	                  * it from pins another build made) */
 	__u32 upcall_rate;  /* upcalls per second per port; 0 = no limit */
 	__u32 upcall_burst; /* upcalls a port may send at once */
 	__u32 mask_cache;   /* megaflow.h's mask cache: 0 off, 1 on */

@@ -75,7 +75,7 @@ func run(args []string) error {
 	fs.StringVar(&netnsName, "netns", "", "network namespace of the ports (a name under /var/run/netns, or a path); use this instead of 'ip netns exec', which hides /sys/fs/bpf")
 	fs.StringVar(&cfg.PKIDir, "pki-dir", "", "certificates of the control network for pssl listeners (default <run-dir>/pki; a CA and keys are made on first start)")
 	fs.StringVar(&cfg.PinRoot, "bpffs", datapath.DefaultPinRoot, "BPF filesystem directory for the fast path's pins")
-	fs.IntVar(&cfg.MaxFlows, "max-flows", datapath.DefaultMaxFlows, "fast-path capacity (fixed for the life of the pins)")
+	fs.IntVar(&cfg.MaxFlows, "max-flows", datapath.DefaultMaxFlows, "fast-path capacity (another value than the pinned instance's migrates it: docs/switch.md, Upgrades)")
 	fs.IntVar(&cfg.FlowLimit, "flow-limit", 200000, "cached flows the slow path installs at most")
 	fs.IntVar(&cfg.MACTableSize, "mac-table-size", 0, "NORMAL's MAC learning table holds at most this many entries (default 8192)")
 	fs.IntVar(&cfg.MACPerPort, "mac-per-port", 0, "entries one port may own in the MAC table (default a quarter of the table; raise it for an uplink)")

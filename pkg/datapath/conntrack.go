@@ -204,10 +204,10 @@ func (d *Datapath) initConntrack() error {
 	if err := d.objs.CtSettings.Lookup(uint32(0), &c); err != nil {
 		return err
 	}
-	if c.Layout != 0 && c.Layout != ctLayout {
-		return fmt.Errorf("pinned conntrack table has layout %d, this build understands %d", c.Layout, ctLayout)
+	if c.Layout != 0 && c.Layout != ctLayoutVersion {
+		return fmt.Errorf("pinned conntrack table has layout %d, this build understands %d", c.Layout, ctLayoutVersion)
 	}
-	c.Layout = ctLayout
+	c.Layout = ctLayoutVersion
 	c.Timeout = d.cfg.ConntrackTimeouts.seconds()
 	c.PortMax = d.conntrackPortMax()
 	return d.objs.CtSettings.Put(uint32(0), c)

@@ -64,7 +64,7 @@ type Config struct {
 	// PinRoot is a directory on a BPF filesystem. Default DefaultPinRoot.
 	PinRoot string
 	// MaxFlows bounds the megaflow table. Default DefaultMaxFlows. An
-	// instance reopened from its pins must use the value it was created with.
+	// instance reopened with another value is migrated (migrate.go).
 	MaxFlows int
 	// NetNS is the path of the network namespace the ports live in (e.g.
 	// /var/run/netns/node1). Empty: the caller's namespace.
@@ -85,7 +85,7 @@ type Config struct {
 	PortFlowLimit, PortMaskLimit int
 	// ConntrackMax is the connections the conntrack table holds
 	// (conntrack.go). Default DefaultConntrackMax; like MaxFlows, an
-	// instance reopened from its pins must use the value it was made with.
+	// instance reopened with another value is migrated.
 	ConntrackMax int
 	// ConntrackPortMax is the live connections one ingress port may
 	// commit; 0 means a quarter of ConntrackMax, negative no limit.
@@ -138,6 +138,10 @@ type Datapath struct {
 
 	// maskSeqs is the mmapped mask_seqs array (maskcache.go).
 	maskSeqs []byte
+
+	// migrated is set when Open took over pins another build made
+	// (migrate.go).
+	migrated *migration
 }
 
 type maskSlot struct {
@@ -228,6 +232,14 @@ func Open(cfg Config) (*Datapath, error) {
 		d.Close()
 		return nil, fmt.Errorf("datapath: restoring state from %s: %w", d.dir, err)
 	}
+	if d.migrated != nil {
+		// Every port runs this build's programs now: the old instance's
+		// maps go with its last pin.
+		if err := os.RemoveAll(d.migrated.oldDir); err != nil {
+			d.Close()
+			return nil, fmt.Errorf("datapath: removing the migrated instance %s: %w", d.migrated.oldDir, err)
+		}
+	}
 	return d, nil
 }
 
@@ -262,10 +274,25 @@ func (d *Datapath) load() error {
 		return err
 	}
 	opts := ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.dir}}
-	if err := spec.LoadAndAssign(&d.objs, &opts); err != nil {
-		if errors.Is(err, ebpf.ErrMapIncompatible) {
-			return fmt.Errorf("datapath: the maps pinned in %s were made with other limits or another layout (MaxFlows %d, ConntrackMax %d now); start with the old limits or remove the instance: %w", d.dir, d.cfg.MaxFlows, d.cfg.ConntrackMax, err)
+	// Pins of another layout (checkLayouts), or of other limits (the
+	// kernel's maps do not match the spec), are migrated (migrate.go).
+	migrate, err := d.checkLayouts()
+	if err != nil {
+		return err
+	}
+	for _, dir := range []string{d.oldDir(), d.newDir()} {
+		if _, serr := os.Stat(dir); serr == nil {
+			migrate = true // an interrupted migration
 		}
+	}
+	if !migrate {
+		err = spec.LoadAndAssign(&d.objs, &opts)
+		migrate = errors.Is(err, ebpf.ErrMapIncompatible)
+	}
+	if migrate {
+		err = d.migrate(spec, &opts)
+	}
+	if err != nil {
 		return fmt.Errorf("datapath: loading the fast path: %w", err)
 	}
 	// Every pass after the first (bpf/lib/recirc.h).
@@ -322,7 +349,7 @@ func (d *Datapath) Destroy() error {
 		}
 	}
 	d.mu.Unlock()
-	errs = append(errs, d.Close(), os.RemoveAll(d.dir))
+	errs = append(errs, d.Close(), os.RemoveAll(d.dir), os.RemoveAll(d.oldDir()), os.RemoveAll(d.newDir()))
 	return errors.Join(errs...)
 }
 

@@ -252,8 +252,24 @@ func TestLimits(t *testing.T) {
 	if err := small.Put(flow.Flow{Key: flow.Key{InPort: 99}, Mask: flow.Mask{InPort: 0xffffffff}}); !errors.Is(err, ErrFlowLimit) {
 		t.Fatalf("flow 9 of 8: err %v, want ErrFlowLimit", err)
 	}
-	if _, err := Open(Config{Name: "limits-small", PinRoot: testPinDir, MaxFlows: 16}); err == nil {
-		t.Fatal("reopening with other limits succeeded")
+	// Other limits: the instance is migrated (migrate.go), its flows
+	// kept, and the new limit holds.
+	small.Close()
+	bigger, err := Open(Config{Name: "limits-small", PinRoot: testPinDir, NetNS: "/var/run/netns/" + testNS, MaxFlows: 16})
+	if err != nil {
+		t.Fatalf("reopening with other limits: %v", err)
+	}
+	defer bigger.Destroy()
+	if got := len(bigger.Flows()); got != 8 {
+		t.Fatalf("after the migration to MaxFlows 16: %d flows, want the 8 made before", got)
+	}
+	for i := 8; i < 16; i++ {
+		if err := bigger.Put(flow.Flow{Key: flow.Key{InPort: uint32(i + 1)}, Mask: flow.Mask{InPort: 0xffffffff}}); err != nil {
+			t.Fatalf("flow %d of 16: %v", i+1, err)
+		}
+	}
+	if err := bigger.Put(flow.Flow{Key: flow.Key{InPort: 99}, Mask: flow.Mask{InPort: 0xffffffff}}); !errors.Is(err, ErrFlowLimit) {
+		t.Fatalf("flow 17 of 16: err %v, want ErrFlowLimit", err)
 	}
 }
 

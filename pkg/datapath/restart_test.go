@@ -43,16 +43,7 @@ func TestRestartKeepsForwarding(t *testing.T) {
 	if got := len(d2.Ports()); got != 2 {
 		t.Fatalf("reopened instance sees %d ports", got)
 	}
-	info, err := d2.objs.NagarePortIngress.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	progID, _ := info.ID()
-	for _, p := range d2.Ports() {
-		if got := attachedProgram(t, d2, p); got != progID {
-			t.Fatalf("port %s runs program %d, the new process loaded %d", p.Name, got, progID)
-		}
-	}
+	portsRun(t, d2)
 	if got := stream.Wait(); got != total {
 		t.Fatalf("received %d of %d datagrams across the restart", got, total)
 	}

@@ -68,12 +68,12 @@ func (d *Datapath) restore() error {
 		return err
 	}
 	if c.Layout == 0 {
-		c = nagareDpConfig{Emc: d.cfg.EMCInsertInvProb, Upcalls: 1, Layout: layoutV1,
+		c = nagareDpConfig{Emc: d.cfg.EMCInsertInvProb, Upcalls: 1, Layout: dpLayout,
 			UpcallRate: d.cfg.UpcallRate, UpcallBurst: d.cfg.UpcallBurst, MaskCache: 1}
 		return d.objs.Config.Put(uint32(0), c)
 	}
-	if c.Layout != layoutV1 {
-		return fmt.Errorf("pinned maps have layout %d, this build understands %d", c.Layout, layoutV1)
+	if c.Layout != dpLayout {
+		return fmt.Errorf("pinned maps have layout %d, this build understands %d", c.Layout, dpLayout)
 	}
 	// Controller-action limits are the previous process's feedback
 	// (pkg/switchd, actionPacer): this one starts without them.

@@ -397,6 +397,12 @@ func New(cfg Config) (*Switch, error) {
 		raw:         map[net.Conn]struct{}{},
 		missSendLen: 128,
 	}
+	if m := dp.Migration(); m != "" {
+		// Pins of another build (other limits or layout): their ports,
+		// connections and cached flows were carried over (datapath,
+		// migrate.go).
+		s.log.Info("fast path migrated", "migration", m)
+	}
 	if err := s.openSteering(); err != nil {
 		s.Close()
 		return nil, err
