@@ -31,6 +31,7 @@ const (
 	filterBits      = 13    // log2 of the filter slots per mask
 	execSlots       = 64    // concurrent Execute calls
 	upcallSnap      = 3072  // packet bytes carried by an upcall
+	upcallMin       = 64    // packets up to this size go in the least ring record
 	upcallTiny      = 128   // packets up to this size go in a tiny ring record
 	upcallSmall     = 256   // packets up to this size go in a small ring record
 	portArray       = 65536 // ifindexes below this use the ports array
