@@ -89,7 +89,7 @@ func TestUpcallRingFull(t *testing.T) {
 	// Minimum-size frames take the least records (bpf/lib/upcall.h:
 	// UPCALL_MIN).
 	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, strings.Repeat("x", upcallMin-42))
-	records := (8 << 20) / (upcallHeader + upcallMin + 8)
+	records := upcallRingBytes / (upcallHeader + upcallMin + 8)
 	send := func(n int) {
 		t.Helper()
 		if err := d.inNetns(func() error {
