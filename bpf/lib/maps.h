@@ -46,7 +46,7 @@
 #define EMC_ENTRIES (1 << EMC_BITS) /* per CPU, as Open vSwitch's EMC */
 #define PORT_ARRAY 65536
 #define EXEC_SLOTS 64
-#define UPCALL_RING_BYTES (8 << 20)
+#define UPCALL_RING_BYTES (16 << 20) /* pkg/datapath upcallRingBytes */
 
 #define PORT_TUNNEL (1 << 0) /* external-mode tunnel device: read tunnel metadata */
 #define PORT_XDP (1 << 1)    /* XDP hands its onloaded packets to AF_XDP (nagare_port_xdp.h); tc does not onload */

@@ -26,15 +26,17 @@ import (
 
 // Limits shared with bpf/lib/maps.h.
 const (
-	MaxMasks        = 64    // masks searched by the megaflow lookup
-	MaxActions      = 16    // actions per flow
-	filterBits      = 13    // log2 of the filter slots per mask
-	execSlots       = 64    // concurrent Execute calls
-	upcallSnap      = 3072  // packet bytes carried by an upcall
-	upcallTiny      = 128   // packets up to this size go in a tiny ring record
-	upcallSmall     = 256   // packets up to this size go in a small ring record
-	portArray       = 65536 // ifindexes below this use the ports array
-	layoutV1        = 1     // dp_config.layout written by this code
+	MaxMasks        = 64       // masks searched by the megaflow lookup
+	MaxActions      = 16       // actions per flow
+	filterBits      = 13       // log2 of the filter slots per mask
+	execSlots       = 64       // concurrent Execute calls
+	upcallSnap      = 3072     // packet bytes carried by an upcall
+	upcallRingBytes = 16 << 20 // the upcall ring (bpf/lib/maps.h UPCALL_RING_BYTES)
+	upcallMin       = 64       // packets up to this size go in the least ring record
+	upcallTiny      = 128      // packets up to this size go in a tiny ring record
+	upcallSmall     = 256      // packets up to this size go in a small ring record
+	portArray       = 65536    // ifindexes below this use the ports array
+	layoutV1        = 1        // dp_config.layout written by this code
 	DefaultMaxFlows = 262144
 )
 
@@ -273,6 +275,9 @@ func (d *Datapath) load() error {
 	if err := os.MkdirAll(filepath.Join(d.dir, "links"), 0o700); err != nil {
 		return err
 	}
+	if err := replaceResizedRing(d.dir, "upcalls", spec.Maps["upcalls"].MaxEntries); err != nil {
+		return err
+	}
 	opts := ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.dir}}
 	// Pins of another layout (checkLayouts), or of other limits (the
 	// kernel's maps do not match the spec), are migrated (migrate.go).
@@ -303,6 +308,34 @@ func (d *Datapath) load() error {
 		return err
 	}
 	return d.mapOnloadSeqs()
+}
+
+// replaceResizedRing removes the pin of the ring buffer name in dir when
+// an earlier build made it with another size than this one's, so that the
+// load pins a new one instead of failing as incompatible. A ring holds
+// nothing but records in flight: the old process's programs write to the
+// old ring until this process's programs replace them on the ports, and
+// the misses of that moment are lost (their flows' next packets miss
+// again), as they would be with no switch running. The upcall ring is
+// pinned for the restarts that keep its size, whose new process reads
+// what the old programs wrote meanwhile.
+func replaceResizedRing(dir, name string, size uint32) error {
+	path := filepath.Join(dir, name)
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("datapath: pinned ring %s: %w", path, err)
+	}
+	defer m.Close()
+	if m.MaxEntries() == size {
+		return nil
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("datapath: replacing the %d-byte ring %s: %w", m.MaxEntries(), path, err)
+	}
+	return nil
 }
 
 // unpinned are the maps each process makes anew: test traces and the

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -170,5 +171,48 @@ func TestPodPortsUseClsact(t *testing.T) {
 	}
 	if strings.Contains(string(out), "nagare") {
 		t.Fatalf("filter left on a detached pod port:\n%s", out)
+	}
+}
+
+// TestRestartReplacesResizedRing: an instance pinned by a build whose
+// upcall ring had another size opens with this build's ring (the load
+// would otherwise fail as incompatible), and misses reach it.
+func TestRestartReplacesResizedRing(t *testing.T) {
+	d := newTestDP(t)
+	cfg := d.cfg
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := d.dir + "/upcalls"
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "upcalls", Type: ebpf.RingBuf, MaxEntries: upcallRingBytes / 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if err := old.Pin(path); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Datapath = d2
+	if got := d2.objs.Upcalls.MaxEntries(); got != upcallRingBytes {
+		t.Fatalf("upcall ring of %d bytes after the restart, want %d", got, upcallRingBytes)
+	}
+	r, err := d2.Upcalls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1001, 3333, "after")
+	if v := d.run(pkt, "lo"); v.verdict != tcActShot {
+		t.Fatalf("miss verdict %d", v.verdict)
+	}
+	if u := readUpcall(t, r); u.Reason != UpcallMiss || !bytes.Equal(u.Packet, pkt) {
+		t.Fatalf("upcall %+v", u)
 	}
 }

@@ -51,9 +51,9 @@ func TestUpcalls(t *testing.T) {
 		t.Fatalf("upcall %+v\nkey %s", u, flow.Format(u.Key, flow.ExactMask()))
 	}
 
-	// Records come in four sizes; a miss carries the whole packet (a
+	// Records come in five sizes; a miss carries the whole packet (a
 	// larger one is a GSO packet that userspace segments).
-	for _, size := range []int{upcallTiny, upcallTiny + 1, upcallSmall, upcallSmall + 1, 1514, upcallSnap, upcallSnap + 100} {
+	for _, size := range []int{upcallMin, upcallMin + 1, upcallTiny, upcallTiny + 1, upcallSmall, upcallSmall + 1, 1514, upcallSnap, upcallSnap + 100} {
 		p := udpPkt(t, "10.0.0.1", "10.0.0.2", 1001, 3333, strings.Repeat("x", size-42))
 		if v := d.run(p, "lo"); v.verdict != tcActShot {
 			t.Fatalf("%d B: miss verdict %d", size, v.verdict)
@@ -86,9 +86,10 @@ func TestUpcalls(t *testing.T) {
 // with a reason, not silently.
 func TestUpcallRingFull(t *testing.T) {
 	d := newTestDP(t)
-	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, "x")
-	// Small packets take tiny records (bpf/lib/upcall.h: UPCALL_TINY).
-	records := (8 << 20) / (upcallHeader + upcallTiny + 8)
+	// Minimum-size frames take the least records (bpf/lib/upcall.h:
+	// UPCALL_MIN).
+	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 1, 2, strings.Repeat("x", upcallMin-42))
+	records := upcallRingBytes / (upcallHeader + upcallMin + 8)
 	send := func(n int) {
 		t.Helper()
 		if err := d.inNetns(func() error {
@@ -98,7 +99,7 @@ func TestUpcallRingFull(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// That many fit (a record larger than the tiny one would not) ...
+	// That many fit (a record larger than the least one would not) ...
 	send(records - 50)
 	if full := d.drops()[DropUpcallRingFull]; full != 0 {
 		t.Fatalf("%d ring-full drops in the first %d misses of %d B", full, records-50, len(pkt))
