@@ -381,36 +381,15 @@ func (r *planeRun) meshRun(ctx context.Context, tc test, pl ProxyPlacement, step
 	if err != nil {
 		return res, err
 	}
-	secs := strconv.FormatFloat(m.Duration.Seconds(), 'f', -1, 64)
 	for _, conns := range m.Connections {
-		st := MeshStep{Connections: conns}
-		procs := pl.Processes()
-		b, err := takeMeshSnapshot(procs, appPids)
+		wrk := func(ctx context.Context, args []string) (string, error) {
+			return r.sh.NS(ctx, app.Client.NS, append([]string{"taskset", "-c", strconv.Itoa(r.s.CPUs.Client)}, args...)...)
+		}
+		st, err := MeasureMeshStep(ctx, conns, time.Duration(m.Duration), url, wrk, pl.Processes(), appPids)
 		if err != nil {
 			return res, err
 		}
-		start := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, time.Duration(m.Duration)+30*time.Second)
-		out, err := r.sh.NS(cctx, app.Client.NS, "taskset", "-c", strconv.Itoa(r.s.CPUs.Client),
-			"wrk", "-t1", "-c"+strconv.Itoa(conns), "-d"+secs+"s", "--latency", url)
-		cancel()
-		st.WindowSeconds = time.Since(start).Seconds()
-		if err != nil {
-			return res, err
-		}
-		a, err := takeMeshSnapshot(procs, appPids)
-		if err != nil {
-			return res, err
-		}
-		w, err := ParseWrk(out)
-		if err != nil {
-			return res, err
-		}
-		st.Requests, st.ReqPerSec, st.Errors = w.Requests, w.ConnPerSec, w.Errors
-		st.P50Ms, st.P90Ms, st.P99Ms = w.LatP50Us/1e3, w.LatP90Us/1e3, w.LatP99Us/1e3
-		st.HostCPUs = usageBetween(b.host, a.host, st.WindowSeconds).HostCPUSeconds
-		st.ProxyCPUs, st.AppCPUs = cpuSecondsBetween(b.proxy, a.proxy), cpuSecondsBetween(b.app, a.app)
-		res.Requests += int64(w.Requests)
+		res.Requests += int64(st.Requests)
 		r.sh.logf("#   %d connections: %d requests, %.0f/s, p50 %.2f p90 %.2f p99 %.2f ms, %d errors; CPU s host %.2f proxies %.2f app %.2f",
 			conns, st.Requests, st.ReqPerSec, st.P50Ms, st.P90Ms, st.P99Ms, st.Errors, st.HostCPUs, st.ProxyCPUs, st.AppCPUs)
 		res.Steps = append(res.Steps, st)
@@ -424,6 +403,43 @@ func (r *planeRun) meshRun(ctx context.Context, tc test, pl ProxyPlacement, step
 		r.sh.logf("#   the proxies counted %d requests for %d product pages", res.ProxyRequests, res.Requests)
 	}
 	return res, nil
+}
+
+// MeasureMeshStep is one connection count of a bookinfo test: wrk
+// (-t1 -cN -dD --latency URL, keep-alive) run by wrk where the client
+// is (the lab: in the client pod's namespace, pinned; Kubernetes: kubectl
+// exec in the client pod), its latency percentiles and rate, and the CPU
+// seconds over its run of the whole host, of the proxies' and of the
+// application's processes (PIDs on this host).
+func MeasureMeshStep(ctx context.Context, conns int, d time.Duration, url string,
+	wrk func(ctx context.Context, args []string) (string, error), proxies, app []int) (MeshStep, error) {
+	st := MeshStep{Connections: conns}
+	b, err := takeMeshSnapshot(proxies, app)
+	if err != nil {
+		return st, err
+	}
+	secs := strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	out, err := wrk(cctx, []string{"wrk", "-t1", "-c" + strconv.Itoa(conns), "-d" + secs + "s", "--latency", url})
+	cancel()
+	st.WindowSeconds = time.Since(start).Seconds()
+	if err != nil {
+		return st, err
+	}
+	a, err := takeMeshSnapshot(proxies, app)
+	if err != nil {
+		return st, err
+	}
+	w, err := ParseWrk(out)
+	if err != nil {
+		return st, err
+	}
+	st.Requests, st.ReqPerSec, st.Errors = w.Requests, w.ConnPerSec, w.Errors
+	st.P50Ms, st.P90Ms, st.P99Ms = w.LatP50Us/1e3, w.LatP90Us/1e3, w.LatP99Us/1e3
+	st.HostCPUs = usageBetween(b.host, a.host, st.WindowSeconds).HostCPUSeconds
+	st.ProxyCPUs, st.AppCPUs = cpuSecondsBetween(b.proxy, a.proxy), cpuSecondsBetween(b.app, a.app)
+	return st, nil
 }
 
 // startBookinfo starts one nagare-bookinfo per service pod, each calling
