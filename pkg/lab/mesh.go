@@ -599,10 +599,13 @@ func validateMeshPaper(s *Scenario, i int, pr PaperRow, bad func(string, ...any)
 
 // podHTTPClient is an HTTP client whose connections are made in pod's
 // namespace, one per request, each request bounded to 2 s.
-func podHTTPClient(pod *Pod) *http.Client {
+func podHTTPClient(pod *Pod) *http.Client { return netnsHTTPClient(netnsPath(pod.NS)) }
+
+// netnsHTTPClient is the same in the network namespace at path netns.
+func netnsHTTPClient(netns string) *http.Client {
 	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialInNetns(ctx, netnsPath(pod.NS), network, addr)
+			return dialInNetns(ctx, netns, network, addr)
 		}}}
 }
 

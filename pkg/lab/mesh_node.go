@@ -5,7 +5,6 @@ import (
 	"encoding/csv"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"os/exec"
@@ -215,10 +214,7 @@ func (p *nodeProxyPlacement) Requests(ctx context.Context) (int64, error) {
 // node proxy (NodeHAProxyConf) in network namespace netns (a path), from
 // its stats CSV.
 func NodeProxyRequests(ctx context.Context, netns string) (int64, error) {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialInNetns(ctx, netns, network, addr)
-		}}}
+	client := netnsHTTPClient(netns)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/stats;csv", nodeProxyHealth), nil)
 	if err != nil {
 		return 0, err

@@ -13,11 +13,15 @@ package k8s
 //     (lab.NodeHAProxyConf, as the lab's node placement), the pods' connections
 //     to 10.96.0.0/16:9080 sent to it by nagare's transparent redirection:
 //     proxyRedirect in the DaemonSet's ConfigMap, the DaemonSet restarted
-//     (`kubectl rollout restart`), and back for none. Placements alternate
-//     rep by rep (none node none node ...), so each is compared with the
-//     other in the same run.
+//     (`kubectl rollout restart`), and back for the others.
+//   - sidecar-in, sidecar-inout: the Deployments rolled out again with an
+//     NGINX sidecar (the host's nginx and its libraries in the image, run as
+//     uid 1337 with the lab's lab.SidecarNginxConf) and an init container that
+//     installs the lab's capture rules (lab.SidecarRules, nft) in the pod, as
+//     istio-init does.
 //
-// Sidecars (NGINX in the pod) are not here: see docs/lab.md.
+// Placements alternate within each repetition (none node sidecar-in ...
+// none node ...), so each is compared with the others in the same run.
 //
 // Never part of a default run (CI is at its budget):
 //
@@ -27,6 +31,7 @@ package k8s
 // NAGARE_K8S_BOOKINFO_OUT (default /var/tmp/nagare-k8s-bookinfo).
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -100,11 +105,13 @@ func TestTwoNodeBookinfo(t *testing.T) {
 	}
 	out := envOr("NAGARE_K8S_BOOKINFO_OUT", "/var/tmp/nagare-k8s-bookinfo")
 	for _, p := range proxies {
-		if p != "none" && p != "node" {
-			t.Fatalf("NAGARE_K8S_BOOKINFO_PROXIES: %q: the real cluster has none and node", p)
+		switch p {
+		case "none", "node", "sidecar-in", "sidecar-inout":
+		default:
+			t.Fatalf("NAGARE_K8S_BOOKINFO_PROXIES: %q: the real cluster has none, node, sidecar-in and sidecar-inout", p)
 		}
 	}
-	for _, tool := range []string{"wrk", "haproxy", "ldd"} {
+	for _, tool := range []string{"wrk", "haproxy", "nginx", "nft", "ldd"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s not installed (make deps): %v", tool, err)
 		}
@@ -112,31 +119,9 @@ func TestTwoNodeBookinfo(t *testing.T) {
 	started := time.Now()
 	c := upTwoNode(t)
 	c.bookinfoImage()
-	c.apply(bookinfoManifest(c.nodes))
-	c.waitFor("Bookinfo Deployments available and the client running", 3*time.Minute, func() error {
-		o, err := c.kubectl("wait", "--for=condition=Available", "deploy", "--all", "--timeout=5s")
-		if err != nil {
-			return err
-		}
-		if o, err = c.kubectl("wait", "--for=condition=Ready", "pod/bookinfo-client", "--timeout=5s"); err != nil {
-			return err
-		}
-		_ = o
-		return nil
-	})
+	c.apply(bookinfoConfigMaps())
+	app, sidecars := c.deployBookinfo("")
 	c.logf("Bookinfo up: %s", c.mustKubectl("get", "pods", "-o", "wide"))
-	app := c.bookinfoPIDs()
-	if len(app) != len(bookinfoPlacement) {
-		t.Fatalf("nagare-bookinfo processes: %v, want %d", app, len(bookinfoPlacement))
-	}
-	// Every call is a new connection (as Bookinfo's): TIME_WAIT reuse in
-	// the application's pods, as the lab sets it (not a sysctl Kubernetes
-	// lets a pod set without --allowed-unsafe-sysctls).
-	for _, pid := range app {
-		if o, err := run("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", pid), "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1"); err != nil {
-			t.Fatal(o, err)
-		}
-	}
 	hp := c.nodeProxies()
 	baseCfg := strings.TrimSpace(c.mustKubectl("-n", "kube-system", "get", "configmap", "nagare-config", "-o", "jsonpath={.data.cluster\\.yaml}"))
 
@@ -163,18 +148,43 @@ func TestTwoNodeBookinfo(t *testing.T) {
 		Planes: []lab.PlaneInfo{{Name: bookinfoPlane, Scope: "cross-node",
 			Description: "nagare on a real two-node Kubernetes " + k8sVersion + " (test/k8s), Bookinfo as Deployments behind ClusterIP Services"}}}
 	url := fmt.Sprintf("http://%s:%d/productpage", bookinfoClusterIP(bookinfo.RoleProductPage), bookinfo.Port)
-	redirect := false
+	redirect, sidecar := false, ""
 	for rep := 1; rep <= reps; rep++ {
 		for _, proxy := range proxies {
+			wantSidecar := "" // the pods' sidecars
+			if strings.HasPrefix(proxy, "sidecar-") {
+				wantSidecar = proxy
+			}
 			if want := proxy == "node"; want != redirect {
 				c.setProxyRedirect(baseCfg, want)
 				redirect = want
+			}
+			if wantSidecar != sidecar {
+				app, sidecars = c.deployBookinfo(wantSidecar)
+				sidecar = wantSidecar
 			}
 			smp := lab.Sample{DataPlane: bookinfoPlane, Measurement: m.Name, Kind: lab.KindBookinfo, Client: m.Client,
 				Server: m.Server, Scope: "cross-node", Placement: lab.CrossCore, Load: "none", Rep: rep, Status: lab.StatusOK,
 				Proxy: proxy, Start: time.Now()}
 			smp.BackgroundBusyPct = lab.BackgroundBusyPct(context.Background())
-			r, err := c.bookinfoRun(url, m, hp, proxy == "node", app)
+			c.logf("rep %d/%d, proxies %s (bg busy %.0f %%)", rep, reps, proxy, smp.BackgroundBusyPct)
+			var pl bookinfoProxies
+			switch proxy {
+			case "node":
+				pl = bookinfoProxies{procs: hpPIDs(hp), count: func() (int64, error) { return c.proxyRequests(hp) }, perPage: 11.0 / 3}
+			case "sidecar-in", "sidecar-inout":
+				// A page: productpage, details, reviews and ⅔ ratings
+				// inbound (3.67); outbound adds productpage's two calls
+				// and reviews v2/v3's one (2.67).
+				per := 11.0 / 3
+				if proxy == "sidecar-inout" {
+					per += 8.0 / 3
+				}
+				pl = bookinfoProxies{procs: sidecars, count: func() (int64, error) { return sidecarRequests(sidecars) }, perPage: per}
+			default:
+				pl = bookinfoProxies{count: func() (int64, error) { return c.proxyRequests(hp) }}
+			}
+			r, err := c.bookinfoRun(url, m, pl, app)
 			smp.Mesh = r
 			if err != nil {
 				smp.Status, smp.Error = lab.StatusFailed, err.Error()
@@ -235,8 +245,9 @@ func cpuModel() string {
 
 // bookinfoImage builds nagare-bookinfo:dev the way nagareImage builds
 // nagare:dev (from this tree's binaries, no registry): the static
-// nagare-bookinfo, the host's wrk with its shared libraries (the client
-// pod's load tool), busybox for sh, sleep, taskset and wget; and imports
+// nagare-bookinfo, the host's wrk (the client pod's load tool), nginx
+// (the sidecar) and nft (the sidecars' capture rules), each with its
+// shared libraries, busybox for sh, sleep, taskset and wget; and imports
 // it on both nodes.
 func (c *twoNode) bookinfoImage() {
 	bin := c.path("bookinfo-bin")
@@ -253,7 +264,11 @@ func (c *twoNode) bookinfoImage() {
 	for _, a := range []string{"sh", "sleep", "taskset", "wget", "wc", "cat"} {
 		files["/bin/"+a] = oci.File{Link: "busybox"}
 	}
-	c.fatal(oci.AddDynamic(files, wrk))
+	nginx, err := exec.LookPath("nginx")
+	c.fatal(err)
+	nft, err := exec.LookPath("nft")
+	c.fatal(err)
+	c.fatal(oci.AddDynamic(files, wrk, nginx, nft))
 	tar := c.path("bookinfo-image.tar")
 	c.fatal(oci.Build(tar, bookinfoImage, files, []string{"/usr/local/bin/nagare-bookinfo"}))
 	for _, n := range c.nodes {
@@ -264,10 +279,34 @@ func (c *twoNode) bookinfoImage() {
 	c.logf("%s imported on both nodes", bookinfoImage)
 }
 
+// bookinfoConfigMaps are the sidecars' settings, one ConfigMap per
+// placement: the lab's NGINX configuration and capture rules.
+func bookinfoConfigMaps() string {
+	ips := map[string]string{}
+	for _, r := range bookinfo.Roles {
+		ips[r] = bookinfoClusterIP(r)
+	}
+	var b strings.Builder
+	for _, out := range []bool{false, true} {
+		name := "sidecar-in"
+		if out {
+			name = "sidecar-inout"
+		}
+		cm := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]string{"name": "bookinfo-" + name},
+			"data": map[string]string{"nginx.conf": lab.SidecarNginxConf("/tmp", ips, out), "rules.nft": lab.SidecarRules(out)}}
+		j, _ := json.Marshal(cm)
+		b.Write(j)
+		b.WriteString("\n---\n")
+	}
+	return b.String()
+}
+
 // bookinfoManifest: a Deployment per service (reviews in three, one per
 // version, behind one Service), each pinned to its node, a Service per
-// role at its fixed ClusterIP, and the client pod.
-func bookinfoManifest(nodes []*tnode) string {
+// role at its fixed ClusterIP, and the client pod. With sidecar
+// (sidecar-in, sidecar-inout) each serving pod also has the sidecar and
+// the init container that captures its traffic into it.
+func bookinfoManifest(nodes []*tnode, sidecar string) string {
 	base := func(role string) string { return fmt.Sprintf("http://%s:%d", bookinfoClusterIP(role), bookinfo.Port) }
 	var b strings.Builder
 	for _, d := range bookinfoPlacement {
@@ -289,7 +328,7 @@ spec:
   replicas: 1
   selector: {matchLabels: {app: %[2]s, deploy: %[1]s}}
   template:
-    metadata: {labels: {app: %[2]s, deploy: %[1]s}}
+    metadata: {labels: {app: %[2]s, deploy: %[1]s}, annotations: {nagare.io/bookinfo-proxies: %[8]q}}
     spec:
       nodeSelector: {kubernetes.io/hostname: %[3]s}
       terminationGracePeriodSeconds: 1
@@ -301,8 +340,8 @@ spec:
           args: %[5]s
           ports: [{containerPort: %[6]d, name: http}]
           readinessProbe: {tcpSocket: {port: %[6]d}, periodSeconds: 1}
----
-`, d.name, d.role, nodes[d.node].name, bookinfoImage, q, bookinfo.Port)
+%[7]s---
+`, d.name, d.role, nodes[d.node].name, bookinfoImage, q, bookinfo.Port, sidecarSpec(sidecar), cmp.Or(sidecar, "none"))
 	}
 	for _, role := range bookinfo.Roles {
 		fmt.Fprintf(&b, `apiVersion: v1
@@ -330,13 +369,75 @@ spec:
 	return b.String()
 }
 
-// bookinfoPIDs are the application's processes on this host (their CPU is
-// the report's app CPU).
-func (c *twoNode) bookinfoPIDs() []int {
+// sidecarSpec is the pod spec's part for the sidecar placement (""
+// none): istio-init's role played by nft in an init container with
+// NET_ADMIN, the proxy NGINX as uid 1337 with its stub_status on
+// loopback (the request counter), both from the placement's ConfigMap.
+func sidecarSpec(sidecar string) string {
+	if sidecar == "" {
+		return ""
+	}
+	return fmt.Sprintf(`        - name: proxy
+          image: %[1]s
+          imagePullPolicy: Never
+          command: [/usr/sbin/nginx, -p, /tmp, -c, /etc/sidecar/nginx.conf, -e, stderr]
+          securityContext: {runAsUser: %[2]d, runAsGroup: %[2]d}
+          volumeMounts: [{name: sidecar, mountPath: /etc/sidecar}]
+      initContainers:
+        - name: capture
+          image: %[1]s
+          imagePullPolicy: Never
+          command: [/usr/sbin/nft, -f, /etc/sidecar/rules.nft]
+          securityContext: {runAsUser: 0, capabilities: {add: [NET_ADMIN]}}
+          volumeMounts: [{name: sidecar, mountPath: /etc/sidecar}]
+      volumes: [{name: sidecar, configMap: {name: bookinfo-%[3]s}}]
+`, bookinfoImage, lab.SidecarUID, sidecar)
+}
+
+// deployBookinfo applies the application (with the sidecar placement's
+// pods, "" none) and waits until every Deployment has rolled out, the old
+// pods are gone and the client runs; it returns the application's and the
+// sidecars' processes. TIME_WAIT reuse in the application's pods, as the
+// lab sets it: every call is a new connection (as Bookinfo's), and it is
+// not a sysctl Kubernetes lets a pod set without --allowed-unsafe-sysctls.
+func (c *twoNode) deployBookinfo(sidecar string) (app, sidecars []int) {
+	c.t.Helper()
+	start := time.Now()
+	c.apply(bookinfoManifest(c.nodes, sidecar))
+	for _, d := range bookinfoPlacement {
+		c.mustKubectl("rollout", "status", "deploy/"+d.name, "--timeout=4m")
+	}
+	c.waitFor("the client pod Ready", 2*time.Minute, func() error {
+		_, err := c.kubectl("wait", "--for=condition=Ready", "pod/bookinfo-client", "--timeout=5s")
+		return err
+	})
+	wantSidecars := 0
+	if sidecar != "" {
+		wantSidecars = len(bookinfoPlacement)
+	}
+	c.waitFor("the old pods gone", 2*time.Minute, func() error {
+		app, sidecars = c.containerPIDs("nagare-bookinfo"), c.containerPIDs("nginx")
+		if len(app) != len(bookinfoPlacement) || len(sidecars) != wantSidecars {
+			return fmt.Errorf("nagare-bookinfo processes %v, nginx %v: want %d and %d", app, sidecars, len(bookinfoPlacement), wantSidecars)
+		}
+		return nil
+	})
+	for _, pid := range app {
+		if o, err := run("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", pid), "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1"); err != nil {
+			c.t.Fatal(o, err)
+		}
+	}
+	c.logf("Bookinfo with proxies %q rolled out in %v", sidecar, time.Since(start).Round(time.Millisecond))
+	return app, sidecars
+}
+
+// containerPIDs are the cluster's container processes named comm on this
+// host (nagare-bookinfo: the report's app CPU; nginx: the sidecars').
+func (c *twoNode) containerPIDs(name string) []int {
 	var pids []int
 	for _, pid := range processesRootedIn(c.dir) {
 		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		if strings.TrimSpace(string(comm)) == "nagare-bookinfo" {
+		if strings.TrimSpace(string(comm)) == name {
 			pids = append(pids, pid)
 		}
 	}
@@ -379,6 +480,27 @@ func (c *twoNode) nodeProxies() []nodeProxy {
 		})
 	}
 	return out
+}
+
+func hpPIDs(hp []nodeProxy) []int {
+	var out []int
+	for _, p := range hp {
+		out = append(out, p.cmd.Process.Pid)
+	}
+	return out
+}
+
+// sidecarRequests sums the sidecars' request counters.
+func sidecarRequests(pids []int) (int64, error) {
+	var total int64
+	for _, pid := range pids {
+		n, err := lab.SidecarRequests(context.Background(), fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			return 0, fmt.Errorf("sidecar %d: %w", pid, err)
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // proxyRequests sums the node proxies' request counters.
@@ -437,14 +559,23 @@ func (c *twoNode) setProxyRedirect(base string, on bool) {
 	c.logf("transparent redirection %v: agents restarted in %v", on, time.Since(start).Round(time.Millisecond))
 }
 
+// bookinfoProxies is a placement's proxies as a test sees them: their
+// processes (proxy CPU), their request counter, and the requests each
+// product page must cost them (0: none; the counter then must not move).
+type bookinfoProxies struct {
+	procs   []int
+	count   func() (int64, error)
+	perPage float64
+}
+
 // bookinfoRun is one test: the product page checked from the client (ten
 // pages, 200 and 5500 bytes each), then one lab.MeasureMeshStep per
-// connection count, wrk in the client pod (kubectl exec, pinned to CPU
-// s.CPUs.Client by taskset); the node proxies' counters before and after.
-func (c *twoNode) bookinfoRun(url string, m lab.MeasurementSpec, hp []nodeProxy, proxied bool, app []int) (*lab.MeshResult, error) {
+// connection count, wrk in the client pod (kubectl exec, pinned to CPU 0
+// by taskset); the proxies' counters before and after.
+func (c *twoNode) bookinfoRun(url string, m lab.MeasurementSpec, pl bookinfoProxies, app []int) (*lab.MeshResult, error) {
 	ctx := context.Background()
 	res := &lab.MeshResult{ProxyRequests: -1}
-	before, err := c.proxyRequests(hp)
+	before, err := pl.count()
 	if err != nil {
 		return res, err
 	}
@@ -470,12 +601,6 @@ func (c *twoNode) bookinfoRun(url string, m lab.MeasurementSpec, hp []nodeProxy,
 		res.PageBytes = n
 		res.Requests++
 	}
-	var procs []int
-	if proxied {
-		for _, p := range hp {
-			procs = append(procs, p.cmd.Process.Pid)
-		}
-	}
 	wrk := func(ctx context.Context, args []string) (string, error) {
 		a := append([]string{filepath.Join(k8sDir(), "kubectl"), "--kubeconfig", c.kubecfg, "exec", "bookinfo-client", "--",
 			"taskset", "-c", "0"}, args...)
@@ -486,7 +611,7 @@ func (c *twoNode) bookinfoRun(url string, m lab.MeasurementSpec, hp []nodeProxy,
 		return string(out), nil
 	}
 	for _, conns := range m.Connections {
-		st, err := lab.MeasureMeshStep(ctx, conns, time.Duration(m.Duration), url, wrk, procs, app)
+		st, err := lab.MeasureMeshStep(ctx, conns, time.Duration(m.Duration), url, wrk, pl.procs, app)
 		if err != nil {
 			return res, err
 		}
@@ -498,23 +623,19 @@ func (c *twoNode) bookinfoRun(url string, m lab.MeasurementSpec, hp []nodeProxy,
 			return res, fmt.Errorf("%d connections: %d requests, %d errors", conns, st.Requests, st.Errors)
 		}
 	}
-	after, err := c.proxyRequests(hp)
+	after, err := pl.count()
 	if err != nil {
 		return res, err
 	}
-	// Each page is 1 call to productpage, 1 to details, 1 to reviews and
-	// ⅔ to ratings (v2, v3): 3.67 through a node proxy when redirected
-	// (the proxy's own connections are the node's, never redirected), 0
-	// without.
 	per := float64(after-before) / float64(res.Requests)
-	c.logf("the node proxies counted %d requests for %d product pages (%.2f per page)", after-before, res.Requests, per)
-	if proxied {
+	c.logf("the proxies counted %d requests for %d product pages (%.2f per page, want %.2f)", after-before, res.Requests, per, pl.perPage)
+	if pl.perPage > 0 {
 		res.ProxyRequests = after - before
-		if math.Abs(per-11.0/3) > 0.5 {
-			return res, fmt.Errorf("node proxies: %.2f requests per page, want ≈ 3.67: the redirection is not on the application's path", per)
+		if math.Abs(per-pl.perPage) > 0.5 {
+			return res, fmt.Errorf("proxies: %.2f requests per page, want ≈ %.2f: they are not on the application's path", per, pl.perPage)
 		}
 	} else if after != before {
-		return res, fmt.Errorf("node proxies counted %d requests with redirection off", after-before)
+		return res, fmt.Errorf("the node proxies counted %d requests without redirection", after-before)
 	}
 	return res, nil
 }
