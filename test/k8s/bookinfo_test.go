@@ -46,6 +46,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	sigsyaml "sigs.k8s.io/yaml"
+
 	"github.com/nagare-net/nagare/internal/oci"
 	"github.com/nagare-net/nagare/pkg/lab"
 	"github.com/nagare-net/nagare/pkg/lab/bookinfo"
@@ -638,4 +643,56 @@ func (c *twoNode) bookinfoRun(url string, m lab.MeasurementSpec, pl bookinfoProx
 		return res, fmt.Errorf("the node proxies counted %d requests without redirection", after-before)
 	}
 	return res, nil
+}
+
+// TestBookinfoManifest checks the study's manifests without a cluster
+// (field names and shapes, strictly decoded into the API types): a typo
+// would otherwise show only after a two-node bring-up.
+func TestBookinfoManifest(t *testing.T) {
+	nodes := []*tnode{{name: "n1"}, {name: "n2"}}
+	for _, sidecar := range []string{"", "sidecar-in", "sidecar-inout"} {
+		kinds := map[string]int{}
+		for _, doc := range strings.Split(bookinfoConfigMaps()+bookinfoManifest(nodes, sidecar), "\n---\n") {
+			if strings.TrimSpace(doc) == "" {
+				continue
+			}
+			var meta metav1.TypeMeta
+			if err := sigsyaml.Unmarshal([]byte(doc), &meta); err != nil {
+				t.Fatalf("%v:\n%s", err, doc)
+			}
+			var obj any
+			switch meta.Kind {
+			case "Deployment":
+				obj = &appsv1.Deployment{}
+			case "Service":
+				obj = &corev1.Service{}
+			case "Pod":
+				obj = &corev1.Pod{}
+			case "ConfigMap":
+				obj = &corev1.ConfigMap{}
+			default:
+				t.Fatalf("kind %q:\n%s", meta.Kind, doc)
+			}
+			if err := sigsyaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+				t.Fatalf("%s: %v:\n%s", meta.Kind, err, doc)
+			}
+			kinds[meta.Kind]++
+			if d, ok := obj.(*appsv1.Deployment); ok {
+				spec := d.Spec.Template.Spec
+				want := 1
+				if sidecar != "" {
+					want = 2
+					if len(spec.InitContainers) != 1 || len(spec.Volumes) != 1 || spec.Volumes[0].ConfigMap.Name != "bookinfo-"+sidecar {
+						t.Errorf("%s with %s: init containers %d, volumes %+v", d.Name, sidecar, len(spec.InitContainers), spec.Volumes)
+					}
+				}
+				if len(spec.Containers) != want {
+					t.Errorf("%s with %q: %d containers, want %d", d.Name, sidecar, len(spec.Containers), want)
+				}
+			}
+		}
+		if kinds["Deployment"] != len(bookinfoPlacement) || kinds["Service"] != len(bookinfo.Roles) || kinds["Pod"] != 1 || kinds["ConfigMap"] != 2 {
+			t.Errorf("proxies %q: objects %v", sidecar, kinds)
+		}
+	}
 }
