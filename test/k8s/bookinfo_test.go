@@ -196,17 +196,14 @@ func TestTwoNodeBookinfo(t *testing.T) {
 				t.Errorf("rep %d, proxies %s: %v", rep, proxy, err)
 			}
 			res.Samples = append(res.Samples, smp)
+			// Written after each test: a later failure keeps these.
+			res.WallSeconds = time.Since(started).Seconds()
+			c.fatal(os.MkdirAll(out, 0o755))
+			c.fatal(res.WriteFiles(out))
 		}
 	}
 	if redirect {
 		c.setProxyRedirect(baseCfg, false)
-	}
-	res.WallSeconds = time.Since(started).Seconds()
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := res.WriteFiles(out); err != nil {
-		t.Fatal(err)
 	}
 	md, _ := os.ReadFile(filepath.Join(out, "summary.md"))
 	load, _ := os.ReadFile("/proc/loadavg")
@@ -437,13 +434,27 @@ func (c *twoNode) deployBookinfo(sidecar string) (app, sidecars []int) {
 }
 
 // containerPIDs are the cluster's container processes named comm on this
-// host (nagare-bookinfo: the report's app CPU; nginx: the sidecars').
+// host (nagare-bookinfo: the report's app CPU; nginx: the sidecars'): in
+// a cgroup under a kubelet's cgroupRoot (their root directory is a mount
+// of the node's mount namespace, not visible from here).
 func (c *twoNode) containerPIDs(name string) []int {
 	var pids []int
-	for _, pid := range processesRootedIn(c.dir) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
 		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		if strings.TrimSpace(string(comm)) == name {
-			pids = append(pids, pid)
+		if strings.TrimSpace(string(comm)) != name {
+			continue
+		}
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		for _, n := range c.nodes {
+			if strings.Contains(string(cg), n.cgroup+"/") {
+				pids = append(pids, pid)
+				break
+			}
 		}
 	}
 	return pids
