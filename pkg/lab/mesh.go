@@ -375,7 +375,7 @@ func (r *planeRun) meshRun(ctx context.Context, tc test, pl ProxyPlacement, step
 		return res, fmt.Errorf("proxy counters: %w", err)
 	}
 	url := "http://" + net.JoinHostPort(app.ClusterIP[bookinfo.RoleProductPage], strconv.Itoa(bookinfo.Port)) + "/productpage"
-	n, size, err := checkProductPage(ctx, app.Client, url, 30*time.Second)
+	n, size, err := CheckProductPage(ctx, netnsPath(app.Client.NS), url, 30*time.Second)
 	res.Requests += n
 	res.PageBytes = size
 	if err != nil {
@@ -483,13 +483,14 @@ func (r *planeRun) startBookinfo(ctx context.Context, app *MeshApp, step *Cleanu
 	return pids, nil
 }
 
-// checkProductPage asks for the product page from pod until it answers
+// CheckProductPage asks for the product page from network namespace
+// netns (a path: the client pod's) until it answers
 // 200 (the Services and the proxies are programmed), then a few times
 // more so that every reviews version is reached; it returns how many
 // pages it asked for and the page's size. A page of the wrong size is an
 // error: something other than productpage answered.
-func checkProductPage(ctx context.Context, pod *Pod, url string, timeout time.Duration) (n int64, size int, err error) {
-	client := podHTTPClient(pod)
+func CheckProductPage(ctx context.Context, netns, url string, timeout time.Duration) (n int64, size int, err error) {
+	client := netnsHTTPClient(netns)
 	get := func() (int, error) {
 		n++
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -517,17 +518,17 @@ func checkProductPage(ctx context.Context, pod *Pod, url string, timeout time.Du
 			break
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
-			return n, 0, fmt.Errorf("product page %s from %s: no answer after %s: %w", url, pod.Name, timeout, err)
+			return n, 0, fmt.Errorf("product page %s from %s: no answer after %s: %w", url, netns, timeout, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	for i := 0; i < 9; i++ {
 		if size, err = get(); err != nil {
-			return n, size, fmt.Errorf("product page %s from %s: %w", url, pod.Name, err)
+			return n, size, fmt.Errorf("product page %s from %s: %w", url, netns, err)
 		}
 	}
 	if size != bookinfo.ProductPageBytes {
-		return n, size, fmt.Errorf("product page %s from %s: %d bytes, want %d", url, pod.Name, size, bookinfo.ProductPageBytes)
+		return n, size, fmt.Errorf("product page %s from %s: %d bytes, want %d", url, netns, size, bookinfo.ProductPageBytes)
 	}
 	return n, size, nil
 }
@@ -597,11 +598,9 @@ func validateMeshPaper(s *Scenario, i int, pr PaperRow, bad func(string, ...any)
 	return true
 }
 
-// podHTTPClient is an HTTP client whose connections are made in pod's
-// namespace, one per request, each request bounded to 2 s.
-func podHTTPClient(pod *Pod) *http.Client { return netnsHTTPClient(netnsPath(pod.NS)) }
-
-// netnsHTTPClient is the same in the network namespace at path netns.
+// netnsHTTPClient is an HTTP client whose connections are made in the
+// network namespace at path netns, one per request, each request bounded
+// to 2 s.
 func netnsHTTPClient(netns string) *http.Client {
 	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
