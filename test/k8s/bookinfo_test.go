@@ -606,9 +606,13 @@ func (c *twoNode) bookinfoRun(url string, m lab.MeasurementSpec, pl bookinfoProx
 	if err != nil {
 		return res, err
 	}
+	wrkPath, err := exec.LookPath("wrk") // where bookinfoImage put it: the image sets no PATH
+	if err != nil {
+		return res, err
+	}
 	wrk := func(ctx context.Context, args []string) (string, error) {
 		a := append([]string{filepath.Join(k8sDir(), "kubectl"), "--kubeconfig", c.kubecfg, "exec", "bookinfo-client", "--",
-			"taskset", "-c", "0"}, args...)
+			"taskset", "-c", "0", wrkPath}, args[1:]...)
 		out, err := exec.CommandContext(ctx, a[0], a[1:]...).CombinedOutput()
 		if err != nil {
 			return string(out), fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, out)
