@@ -35,7 +35,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,14 +175,18 @@ func TestTwoNodeBookinfo(t *testing.T) {
 			var pl bookinfoProxies
 			switch proxy {
 			case "node":
-				pl = bookinfoProxies{procs: hpPIDs(hp), count: func() (int64, error) { return c.proxyRequests(hp) }, perPage: 11.0 / 3}
+				pl = bookinfoProxies{procs: hpPIDs(hp), count: func() (int64, error) { return c.proxyRequests(hp) }, perPage: [2]float64{3, 4}}
 			case "sidecar-in", "sidecar-inout":
-				// A page: productpage, details, reviews and ⅔ ratings
-				// inbound (3.67); outbound adds productpage's two calls
-				// and reviews v2/v3's one (2.67).
-				per := 11.0 / 3
+				// A page: productpage, details, reviews and r ratings
+				// inbound (3 + r); outbound adds productpage's two calls
+				// and reviews v2/v3's r (5 + 2r). r is the share of pages
+				// served by reviews v2 and v3: ⅔ balanced per connection,
+				// but the outbound sidecar's kept-alive upstream
+				// connections each stay on one version, so anything in
+				// [0, 1] (the lab saw 6.26-6.79 with inout).
+				per := [2]float64{3, 4}
 				if proxy == "sidecar-inout" {
-					per += 8.0 / 3
+					per = [2]float64{5, 7}
 				}
 				pl = bookinfoProxies{procs: sidecars, count: func() (int64, error) { return sidecarRequests(sidecars) }, perPage: per}
 			default:
@@ -576,12 +579,13 @@ func (c *twoNode) setProxyRedirect(base string, on bool) {
 }
 
 // bookinfoProxies is a placement's proxies as a test sees them: their
-// processes (proxy CPU), their request counter, and the requests each
-// product page must cost them (0: none; the counter then must not move).
+// processes (proxy CPU), their request counter, and the range of requests
+// each product page must cost them (zero: none; the node proxies' counter
+// then must not move).
 type bookinfoProxies struct {
 	procs   []int
 	count   func() (int64, error)
-	perPage float64
+	perPage [2]float64
 }
 
 // bookinfoRun is one test: the product page checked from the client pod
@@ -637,11 +641,12 @@ func (c *twoNode) bookinfoRun(url string, m lab.MeasurementSpec, pl bookinfoProx
 		return res, err
 	}
 	per := float64(after-before) / float64(res.Requests)
-	c.logf("the proxies counted %d requests for %d product pages (%.2f per page, want %.2f)", after-before, res.Requests, per, pl.perPage)
-	if pl.perPage > 0 {
+	c.logf("the proxies counted %d requests for %d product pages (%.2f per page, want %.0f-%.0f)", after-before, res.Requests, per, pl.perPage[0], pl.perPage[1])
+	if pl.perPage[1] > 0 {
 		res.ProxyRequests = after - before
-		if math.Abs(per-pl.perPage) > 0.5 {
-			return res, fmt.Errorf("proxies: %.2f requests per page, want ≈ %.2f: they are not on the application's path", per, pl.perPage)
+		// Slack: each read of a sidecar's stub_status counts itself.
+		if per < pl.perPage[0]-0.05 || per > pl.perPage[1]+0.05 {
+			return res, fmt.Errorf("proxies: %.2f requests per page, want %.0f-%.0f: they are not on the application's path", per, pl.perPage[0], pl.perPage[1])
 		}
 	} else if after != before {
 		return res, fmt.Errorf("the node proxies counted %d requests without redirection", after-before)
