@@ -913,6 +913,11 @@ func (c *twoNode) down() {
 	}
 	for _, n := range c.nodes {
 		_, _ = run("ip", "netns", "del", n.netns)
+		// The namespace, and with it the veth's other end, goes when the
+		// kernel's asynchronous netns cleanup gets to it (seconds on a
+		// loaded machine: the leftover check below saw nk8s-n2 then):
+		// delete the root end now.
+		_, _ = run("ip", "link", "del", n.veth)
 		// unified too: the kubelet mirrors its cgroups into the hybrid cgroup2 mount.
 		for _, ctl := range append(cgroupControllers(), "unified") {
 			removeCgroupTree(filepath.Join("/sys/fs/cgroup", ctl, n.cgroup))
