@@ -41,7 +41,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -480,17 +479,7 @@ func (c *twoNode) nodeProxies() []nodeProxy {
 	for _, n := range c.nodes {
 		cmd := c.start(n, n.netns+"-haproxy", "haproxy", "-db", "-f", conf)
 		out = append(out, nodeProxy{n, cmd})
-		c.t.Cleanup(func() {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				<-done
-			}
-		})
+		c.t.Cleanup(func() { stopGroup(cmd, 10*time.Second) })
 	}
 	for _, p := range out {
 		c.waitFor("HAProxy on "+p.n.name, 10*time.Second, func() error {

@@ -857,17 +857,7 @@ func (c *twoNode) down() {
 			}
 		}
 	}
-	stop := func(p *exec.Cmd) {
-		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	}
+	stop := func(p *exec.Cmd) { stopGroup(p, 15*time.Second) }
 	for i := len(c.cp) - 1; i >= 0; i-- {
 		p := c.cp[i]
 		stop(p)
