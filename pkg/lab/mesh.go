@@ -608,6 +608,22 @@ func netnsHTTPClient(netns string) *http.Client {
 		}}}
 }
 
+// netnsGet is the body of a GET of url from the network namespace at
+// path netns (a proxy's counters on its loopback).
+func netnsGet(ctx context.Context, netns, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := netnsHTTPClient(netns).Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
+
 // meshSnapshot is the CPU counters around one wrk step: the host's, the
 // proxies', the application's.
 type meshSnapshot struct {

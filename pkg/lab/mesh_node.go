@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
 	"os/exec"
 	"strconv"
@@ -214,21 +212,11 @@ func (p *nodeProxyPlacement) Requests(ctx context.Context) (int64, error) {
 // node proxy (NodeHAProxyConf) in network namespace netns (a path), from
 // its stats CSV.
 func NodeProxyRequests(ctx context.Context, netns string) (int64, error) {
-	client := netnsHTTPClient(netns)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/stats;csv", nodeProxyHealth), nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := client.Do(req)
+	body, err := netnsGet(ctx, netns, fmt.Sprintf("http://127.0.0.1:%d/stats;csv", nodeProxyHealth))
 	if err != nil {
 		return 0, fmt.Errorf("node proxy in %s: %w", netns, err)
 	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return 0, err
-	}
-	n, err := ParseHAProxyRequests(string(body), "redirected")
+	n, err := ParseHAProxyRequests(body, "redirected")
 	if err != nil {
 		return 0, fmt.Errorf("node proxy in %s: %w", netns, err)
 	}

@@ -3,8 +3,6 @@ package lab
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -231,19 +229,9 @@ func (p *sidecarPlacement) Requests(ctx context.Context) (int64, error) {
 // SidecarRequests is the requests counter of the sidecar (SidecarNginxConf)
 // in network namespace netns (a path), from its stub_status.
 func SidecarRequests(ctx context.Context, netns string) (int64, error) {
-	client := netnsHTTPClient(netns)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/stats", sidecarStats), nil)
+	body, err := netnsGet(ctx, netns, fmt.Sprintf("http://127.0.0.1:%d/stats", sidecarStats))
 	if err != nil {
 		return 0, err
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return 0, err
-	}
-	return ParseStubStatus(string(body))
+	return ParseStubStatus(body)
 }
