@@ -11,7 +11,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -133,4 +135,28 @@ func Build(out, ref string, files map[string]File, entrypoint []string) error {
 		}
 	}
 	return ow.Close()
+}
+
+// AddDynamic adds host binaries to files at their own paths, with the
+// shared libraries and the dynamic loader ldd names for each, at theirs:
+// a Debian program runs in the image as on the host (the real-Kubernetes
+// Bookinfo's wrk, scripts/k8s/e2eimages does the same for its tools).
+func AddDynamic(files map[string]File, bins ...string) error {
+	for _, src := range bins {
+		files[src] = File{Src: src}
+		out, err := exec.Command("ldd", src).Output()
+		if err != nil {
+			return fmt.Errorf("ldd %s: %w", src, err)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			f := strings.Fields(l)
+			switch {
+			case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+				files[f[2]] = File{Src: f[2]}
+			case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+				files[f[0]] = File{Src: f[0]} // the dynamic loader
+			}
+		}
+	}
+	return nil
 }

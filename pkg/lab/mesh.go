@@ -375,42 +375,21 @@ func (r *planeRun) meshRun(ctx context.Context, tc test, pl ProxyPlacement, step
 		return res, fmt.Errorf("proxy counters: %w", err)
 	}
 	url := "http://" + net.JoinHostPort(app.ClusterIP[bookinfo.RoleProductPage], strconv.Itoa(bookinfo.Port)) + "/productpage"
-	n, size, err := checkProductPage(ctx, app.Client, url, 30*time.Second)
+	n, size, err := CheckProductPage(ctx, netnsPath(app.Client.NS), url, 30*time.Second)
 	res.Requests += n
 	res.PageBytes = size
 	if err != nil {
 		return res, err
 	}
-	secs := strconv.FormatFloat(m.Duration.Seconds(), 'f', -1, 64)
 	for _, conns := range m.Connections {
-		st := MeshStep{Connections: conns}
-		procs := pl.Processes()
-		b, err := takeMeshSnapshot(procs, appPids)
+		wrk := func(ctx context.Context, args []string) (string, error) {
+			return r.sh.NS(ctx, app.Client.NS, append([]string{"taskset", "-c", strconv.Itoa(r.s.CPUs.Client)}, args...)...)
+		}
+		st, err := MeasureMeshStep(ctx, conns, time.Duration(m.Duration), url, wrk, pl.Processes(), appPids)
 		if err != nil {
 			return res, err
 		}
-		start := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, time.Duration(m.Duration)+30*time.Second)
-		out, err := r.sh.NS(cctx, app.Client.NS, "taskset", "-c", strconv.Itoa(r.s.CPUs.Client),
-			"wrk", "-t1", "-c"+strconv.Itoa(conns), "-d"+secs+"s", "--latency", url)
-		cancel()
-		st.WindowSeconds = time.Since(start).Seconds()
-		if err != nil {
-			return res, err
-		}
-		a, err := takeMeshSnapshot(procs, appPids)
-		if err != nil {
-			return res, err
-		}
-		w, err := ParseWrk(out)
-		if err != nil {
-			return res, err
-		}
-		st.Requests, st.ReqPerSec, st.Errors = w.Requests, w.ConnPerSec, w.Errors
-		st.P50Ms, st.P90Ms, st.P99Ms = w.LatP50Us/1e3, w.LatP90Us/1e3, w.LatP99Us/1e3
-		st.HostCPUs = usageBetween(b.host, a.host, st.WindowSeconds).HostCPUSeconds
-		st.ProxyCPUs, st.AppCPUs = cpuSecondsBetween(b.proxy, a.proxy), cpuSecondsBetween(b.app, a.app)
-		res.Requests += int64(w.Requests)
+		res.Requests += int64(st.Requests)
 		r.sh.logf("#   %d connections: %d requests, %.0f/s, p50 %.2f p90 %.2f p99 %.2f ms, %d errors; CPU s host %.2f proxies %.2f app %.2f",
 			conns, st.Requests, st.ReqPerSec, st.P50Ms, st.P90Ms, st.P99Ms, st.Errors, st.HostCPUs, st.ProxyCPUs, st.AppCPUs)
 		res.Steps = append(res.Steps, st)
@@ -424,6 +403,43 @@ func (r *planeRun) meshRun(ctx context.Context, tc test, pl ProxyPlacement, step
 		r.sh.logf("#   the proxies counted %d requests for %d product pages", res.ProxyRequests, res.Requests)
 	}
 	return res, nil
+}
+
+// MeasureMeshStep is one connection count of a bookinfo test: wrk
+// (-t1 -cN -dD --latency URL, keep-alive) run by wrk where the client
+// is (the lab: in the client pod's namespace, pinned; Kubernetes: kubectl
+// exec in the client pod), its latency percentiles and rate, and the CPU
+// seconds over its run of the whole host, of the proxies' and of the
+// application's processes (PIDs on this host).
+func MeasureMeshStep(ctx context.Context, conns int, d time.Duration, url string,
+	wrk func(ctx context.Context, args []string) (string, error), proxies, app []int) (MeshStep, error) {
+	st := MeshStep{Connections: conns}
+	b, err := takeMeshSnapshot(proxies, app)
+	if err != nil {
+		return st, err
+	}
+	secs := strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	out, err := wrk(cctx, []string{"wrk", "-t1", "-c" + strconv.Itoa(conns), "-d" + secs + "s", "--latency", url})
+	cancel()
+	st.WindowSeconds = time.Since(start).Seconds()
+	if err != nil {
+		return st, err
+	}
+	a, err := takeMeshSnapshot(proxies, app)
+	if err != nil {
+		return st, err
+	}
+	w, err := ParseWrk(out)
+	if err != nil {
+		return st, err
+	}
+	st.Requests, st.ReqPerSec, st.Errors = w.Requests, w.ConnPerSec, w.Errors
+	st.P50Ms, st.P90Ms, st.P99Ms = w.LatP50Us/1e3, w.LatP90Us/1e3, w.LatP99Us/1e3
+	st.HostCPUs = usageBetween(b.host, a.host, st.WindowSeconds).HostCPUSeconds
+	st.ProxyCPUs, st.AppCPUs = cpuSecondsBetween(b.proxy, a.proxy), cpuSecondsBetween(b.app, a.app)
+	return st, nil
 }
 
 // startBookinfo starts one nagare-bookinfo per service pod, each calling
@@ -467,13 +483,14 @@ func (r *planeRun) startBookinfo(ctx context.Context, app *MeshApp, step *Cleanu
 	return pids, nil
 }
 
-// checkProductPage asks for the product page from pod until it answers
+// CheckProductPage asks for the product page from network namespace
+// netns (a path: the client pod's) until it answers
 // 200 (the Services and the proxies are programmed), then a few times
 // more so that every reviews version is reached; it returns how many
 // pages it asked for and the page's size. A page of the wrong size is an
 // error: something other than productpage answered.
-func checkProductPage(ctx context.Context, pod *Pod, url string, timeout time.Duration) (n int64, size int, err error) {
-	client := podHTTPClient(pod)
+func CheckProductPage(ctx context.Context, netns, url string, timeout time.Duration) (n int64, size int, err error) {
+	client := netnsHTTPClient(netns)
 	get := func() (int, error) {
 		n++
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -501,17 +518,17 @@ func checkProductPage(ctx context.Context, pod *Pod, url string, timeout time.Du
 			break
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
-			return n, 0, fmt.Errorf("product page %s from %s: no answer after %s: %w", url, pod.Name, timeout, err)
+			return n, 0, fmt.Errorf("product page %s from %s: no answer after %s: %w", url, netns, timeout, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	for i := 0; i < 9; i++ {
 		if size, err = get(); err != nil {
-			return n, size, fmt.Errorf("product page %s from %s: %w", url, pod.Name, err)
+			return n, size, fmt.Errorf("product page %s from %s: %w", url, netns, err)
 		}
 	}
 	if size != bookinfo.ProductPageBytes {
-		return n, size, fmt.Errorf("product page %s from %s: %d bytes, want %d", url, pod.Name, size, bookinfo.ProductPageBytes)
+		return n, size, fmt.Errorf("product page %s from %s: %d bytes, want %d", url, netns, size, bookinfo.ProductPageBytes)
 	}
 	return n, size, nil
 }
@@ -581,13 +598,30 @@ func validateMeshPaper(s *Scenario, i int, pr PaperRow, bad func(string, ...any)
 	return true
 }
 
-// podHTTPClient is an HTTP client whose connections are made in pod's
-// namespace, one per request, each request bounded to 2 s.
-func podHTTPClient(pod *Pod) *http.Client {
+// netnsHTTPClient is an HTTP client whose connections are made in the
+// network namespace at path netns, one per request, each request bounded
+// to 2 s.
+func netnsHTTPClient(netns string) *http.Client {
 	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialInNetns(ctx, netnsPath(pod.NS), network, addr)
+			return dialInNetns(ctx, netns, network, addr)
 		}}}
+}
+
+// netnsGet is the body of a GET of url from the network namespace at
+// path netns (a proxy's counters on its loopback).
+func netnsGet(ctx context.Context, netns, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := netnsHTTPClient(netns).Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
 }
 
 // meshSnapshot is the CPU counters around one wrk step: the host's, the

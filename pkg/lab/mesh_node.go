@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"net/netip"
 	"os/exec"
 	"strconv"
@@ -36,6 +33,8 @@ import (
 // Node proxy ports.
 const (
 	nodeProxyHealth = 15021 // HAProxy monitor-uri and stats, loopback of the node
+	// NodeProxyHealthAddr is where the agents check the node proxy (proxyRedirect.healthAddr).
+	NodeProxyHealthAddr = "127.0.0.1:15021"
 )
 
 func init() {
@@ -101,7 +100,7 @@ func (p *nodeProxyPlacement) Setup(ctx context.Context, app *MeshApp, c *Cleanup
 			continue
 		}
 		seen[n.Name] = true
-		conf, err := writeFileIn(t, "haproxy-"+n.Name+".cfg", nodeHAProxyConf())
+		conf, err := writeFileIn(t, "haproxy-"+n.Name+".cfg", NodeHAProxyConf())
 		if err != nil {
 			return err
 		}
@@ -139,7 +138,7 @@ func (p *nodeProxyPlacement) Setup(ctx context.Context, app *MeshApp, c *Cleanup
 	}
 	cl.Config.ProxyRedirect = &config.ProxyRedirect{Ports: []uint16{bookinfo.Port},
 		Destinations: []netip.Prefix{netip.MustParsePrefix(meshServiceCIDR)},
-		HealthAddr:   fmt.Sprintf("127.0.0.1:%d", nodeProxyHealth), HealthIntervalMS: 200}
+		HealthAddr:   NodeProxyHealthAddr, HealthIntervalMS: 200}
 	if !cl.Config.ServiceCIDR.IsValid() {
 		// The proxy's own connections to the ClusterIPs leave the node
 		// through its route to the Services' range.
@@ -158,7 +157,7 @@ func (p *nodeProxyPlacement) Setup(ctx context.Context, app *MeshApp, c *Cleanup
 		return err
 	}
 	for _, n := range cl.Nodes {
-		if err := waitMetric(ctx, n.AgentSocket(), "nagare_agent_proxy_up", 1, 10*time.Second); err != nil {
+		if err := WaitAgentMetric(ctx, n.AgentSocket(), "nagare_agent_proxy_up", 1, 10*time.Second); err != nil {
 			return fmt.Errorf("agent on %s: %w", n.Config.Name, err)
 		}
 	}
@@ -166,11 +165,12 @@ func (p *nodeProxyPlacement) Setup(ctx context.Context, app *MeshApp, c *Cleanup
 	return nil
 }
 
-// nodeHAProxyConf is one node's proxy: one thread, HTTP, accepting
+// NodeHAProxyConf is one node's proxy: one thread, HTTP, accepting
 // redirected connections transparently and sending each request to the
 // connection's original destination (server 0.0.0.0:0) over kept-alive
-// connections; health and stats on the node's loopback.
-func nodeHAProxyConf() string {
+// connections; health and stats on the node's loopback (NodeProxyRequests). The
+// real-Kubernetes study (test/k8s) runs the same proxy on its nodes.
+func NodeHAProxyConf() string {
 	return fmt.Sprintf(`global
     nbthread 1
     maxconn 8000
@@ -194,35 +194,33 @@ frontend health
 `, bookinfo.Port, nodeProxyHealth)
 }
 
-// Requests sums the redirected frontend's request counters (stats CSV,
-// req_tot) of every node's proxy.
+// Requests sums the redirected frontend's request counters of every
+// node's proxy.
 func (p *nodeProxyPlacement) Requests(ctx context.Context) (int64, error) {
 	var total int64
 	for _, ns := range p.nodes {
-		client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return dialInNetns(ctx, netnsPath(ns), network, addr)
-			}}}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/stats;csv", nodeProxyHealth), nil)
+		n, err := NodeProxyRequests(ctx, netnsPath(ns))
 		if err != nil {
 			return 0, err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, fmt.Errorf("node proxy in %s: %w", ns, err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return 0, err
-		}
-		n, err := ParseHAProxyRequests(string(body), "redirected")
-		if err != nil {
-			return 0, fmt.Errorf("node proxy in %s: %w", ns, err)
 		}
 		total += n
 	}
 	return total, nil
+}
+
+// NodeProxyRequests is the req_tot of the redirected frontend of the
+// node proxy (NodeHAProxyConf) in network namespace netns (a path), from
+// its stats CSV.
+func NodeProxyRequests(ctx context.Context, netns string) (int64, error) {
+	body, err := netnsGet(ctx, netns, fmt.Sprintf("http://127.0.0.1:%d/stats;csv", nodeProxyHealth))
+	if err != nil {
+		return 0, fmt.Errorf("node proxy in %s: %w", netns, err)
+	}
+	n, err := ParseHAProxyRequests(body, "redirected")
+	if err != nil {
+		return 0, fmt.Errorf("node proxy in %s: %w", netns, err)
+	}
+	return n, nil
 }
 
 // ParseHAProxyRequests returns req_tot of frontend name in HAProxy's stats CSV.
@@ -247,8 +245,9 @@ func ParseHAProxyRequests(page, name string) (int64, error) {
 	return 0, fmt.Errorf("stats CSV: no req_tot of frontend %s", name)
 }
 
-// waitMetric waits until the agent's metric name (unlabelled) is want.
-func waitMetric(ctx context.Context, socket, name string, want float64, timeout time.Duration) error {
+// WaitAgentMetric waits until the metric name (unlabelled) of the agent at
+// socket is want.
+func WaitAgentMetric(ctx context.Context, socket, name string, want float64, timeout time.Duration) error {
 	var last string
 	for deadline := time.Now().Add(timeout); ; {
 		text, err := agent.FetchMetrics(ctx, socket)

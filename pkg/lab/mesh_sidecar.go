@@ -3,8 +3,6 @@ package lab
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -28,9 +26,9 @@ import (
 // kept-alive upstream connections. Envoy, the proxy seed 002 measured, is
 // not packaged for Debian and cannot be downloaded here.
 
-// Sidecar ports, Istio's.
+// Sidecar ports, Istio's; SidecarUID is the sidecar's user (Envoy's).
 const (
-	sidecarUID      = 1337
+	SidecarUID      = 1337
 	sidecarInbound  = 15006 // captured inbound connections
 	sidecarOutbound = 15001 // captured outbound connections
 	sidecarStats    = 15020 // nginx stub_status, loopback only
@@ -100,15 +98,15 @@ func (p *sidecarPlacement) Setup(ctx context.Context, app *MeshApp, c *Cleanup) 
 		}
 		c.Add("remove "+dir, func() error { return os.RemoveAll(dir) })
 		conf := filepath.Join(dir, "nginx.conf")
-		if err := os.WriteFile(conf, []byte(sidecarNginxConf(dir, app.ClusterIP, p.outbound)), 0o644); err != nil {
+		if err := os.WriteFile(conf, []byte(SidecarNginxConf(dir, app.ClusterIP, p.outbound)), 0o644); err != nil {
 			return err
 		}
 		// The sidecar's user writes its pid and temp files there.
-		if err := os.Chown(dir, sidecarUID, sidecarUID); err != nil {
+		if err := os.Chown(dir, SidecarUID, SidecarUID); err != nil {
 			return err
 		}
-		proc, err := t.Sh.Start(c, "", "ip", "netns", "exec", pod.NS, "setpriv", "--reuid", strconv.Itoa(sidecarUID),
-			"--regid", strconv.Itoa(sidecarUID), "--clear-groups", "nginx", "-p", dir, "-c", conf, "-e", "stderr")
+		proc, err := t.Sh.Start(c, "", "ip", "netns", "exec", pod.NS, "setpriv", "--reuid", strconv.Itoa(SidecarUID),
+			"--regid", strconv.Itoa(SidecarUID), "--clear-groups", "nginx", "-p", dir, "-c", conf, "-e", "stderr")
 		if err != nil {
 			return err
 		}
@@ -117,7 +115,7 @@ func (p *sidecarPlacement) Setup(ctx context.Context, app *MeshApp, c *Cleanup) 
 		}
 		p.procs = append(p.procs, proc.Pid)
 		p.stats = append(p.stats, pod)
-		rules, err := writeFileIn(t, "sidecar-"+pod.Name+".nft", sidecarRules(p.outbound))
+		rules, err := writeFileIn(t, "sidecar-"+pod.Name+".nft", SidecarRules(p.outbound))
 		if err != nil {
 			return err
 		}
@@ -135,9 +133,10 @@ func (p *sidecarPlacement) Setup(ctx context.Context, app *MeshApp, c *Cleanup) 
 	return nil
 }
 
-// sidecarRules are the capture rules of one pod (nft -f): istio-init's
-// ISTIO_INBOUND/ISTIO_OUTPUT, reduced to the application's one port.
-func sidecarRules(outbound bool) string {
+// SidecarRules are the capture rules of one pod (nft -f): istio-init's
+// ISTIO_INBOUND/ISTIO_OUTPUT, reduced to the application's one port (the
+// real-Kubernetes study, test/k8s, applies them from an init container).
+func SidecarRules(outbound bool) string {
 	out := ""
 	if outbound {
 		out = fmt.Sprintf(`
@@ -145,7 +144,7 @@ func sidecarRules(outbound bool) string {
 		type nat hook output priority -100; policy accept;
 		meta skuid %d return
 		ip daddr %s tcp dport %d redirect to :%d
-	}`, sidecarUID, meshServiceCIDR, bookinfo.Port, sidecarOutbound)
+	}`, SidecarUID, meshServiceCIDR, bookinfo.Port, sidecarOutbound)
 	}
 	return fmt.Sprintf(`table ip nagare_sidecar {
 	chain prerouting {
@@ -156,11 +155,11 @@ func sidecarRules(outbound bool) string {
 `, bookinfo.Port, sidecarInbound, out)
 }
 
-// sidecarNginxConf is one sidecar: one process (its CPU is all of the
+// SidecarNginxConf is one sidecar: one process (its CPU is all of the
 // proxy's), the inbound listener forwarding to the application on
 // loopback, with outbound the listener routing by Host to the Services,
 // and stub_status on loopback (the request counter).
-func sidecarNginxConf(dir string, clusterIPs map[string]string, outbound bool) string {
+func SidecarNginxConf(dir string, clusterIPs map[string]string, outbound bool) string {
 	var b strings.Builder
 	b.WriteString(nginxPreamble(dir))
 	fmt.Fprintf(&b, `  proxy_http_version 1.1;
@@ -218,25 +217,21 @@ func ParseStubStatus(page string) (int64, error) {
 func (p *sidecarPlacement) Requests(ctx context.Context) (int64, error) {
 	var total int64
 	for _, pod := range p.stats {
-		client := podHTTPClient(pod)
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/stats", sidecarStats), nil)
-		if err != nil {
-			return 0, err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, fmt.Errorf("sidecar in %s: %w", pod.Name, err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return 0, err
-		}
-		n, err := ParseStubStatus(string(body))
+		n, err := SidecarRequests(ctx, netnsPath(pod.NS))
 		if err != nil {
 			return 0, fmt.Errorf("sidecar in %s: %w", pod.Name, err)
 		}
 		total += n
 	}
 	return total, nil
+}
+
+// SidecarRequests is the requests counter of the sidecar (SidecarNginxConf)
+// in network namespace netns (a path), from its stub_status.
+func SidecarRequests(ctx context.Context, netns string) (int64, error) {
+	body, err := netnsGet(ctx, netns, fmt.Sprintf("http://127.0.0.1:%d/stats", sidecarStats))
+	if err != nil {
+		return 0, err
+	}
+	return ParseStubStatus(body)
 }

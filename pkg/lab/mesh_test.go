@@ -134,7 +134,7 @@ func TestParseStubStatus(t *testing.T) {
 // Services are captured in output, except the sidecar's own (its uid),
 // and the sidecar routes each Service's ClusterIP to that Service.
 func TestSidecarCapture(t *testing.T) {
-	in, inout := sidecarRules(false), sidecarRules(true)
+	in, inout := SidecarRules(false), SidecarRules(true)
 	if !strings.Contains(in, "tcp dport 9080 redirect to :15006") || strings.Contains(in, "hook output") {
 		t.Errorf("inbound rules:\n%s", in)
 	}
@@ -143,14 +143,14 @@ func TestSidecarCapture(t *testing.T) {
 		t.Errorf("inbound + outbound rules (the sidecar's own connections must be returned first):\n%s", inout)
 	}
 	ips := map[string]string{"productpage": "10.96.80.10", "details": "10.96.80.11", "reviews": "10.96.80.12", "ratings": "10.96.80.13"}
-	conf := sidecarNginxConf("/d", ips, true)
+	conf := SidecarNginxConf("/d", ips, true)
 	for _, want := range []string{"10.96.80.12 svc_reviews;", "upstream svc_reviews { server 10.96.80.12:9080; keepalive 64; }",
 		"listen 15001", "listen 15006", "server 127.0.0.1:9080", "stub_status", "master_process off"} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("sidecar config lacks %q:\n%s", want, conf)
 		}
 	}
-	if c := sidecarNginxConf("/d", ips, false); strings.Contains(c, "15001") || strings.Contains(c, "map ") {
+	if c := SidecarNginxConf("/d", ips, false); strings.Contains(c, "15001") || strings.Contains(c, "map ") {
 		t.Errorf("inbound-only sidecar has an outbound listener:\n%s", c)
 	}
 }

@@ -368,6 +368,11 @@ func settleBusy(ctx context.Context) float64 {
 	return v
 }
 
+// BackgroundBusyPct is how busy the machine is (percent of all CPUs) over
+// the lab's half-second window, as Sample.BackgroundBusyPct records it
+// before a data plane's run; -1 if it cannot be read.
+func BackgroundBusyPct(ctx context.Context) float64 { return backgroundBusy(ctx, backgroundWindow) }
+
 func backgroundBusy(ctx context.Context, window time.Duration) float64 {
 	a, err := takeSnapshot(nil)
 	if err != nil {

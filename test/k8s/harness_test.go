@@ -582,15 +582,7 @@ func (c *cluster) down() {
 	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		p := c.procs[i]
-		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
+		stopGroup(p, 15*time.Second)
 		if strings.HasSuffix(p.Args[0], "kubelet") {
 			// Containers outlive the kubelet, and their processes outlive
 			// their shims: kill every task while containerd still runs.
@@ -697,6 +689,20 @@ func (h hostState) leftovers(after hostState) []string {
 		out = append(out, "nftables table ip "+snat.TableName)
 	}
 	return out
+}
+
+// stopGroup stops a process started in a group of its own: SIGTERM to
+// the group, SIGKILL after grace, and waits for it.
+func stopGroup(p *exec.Cmd, grace time.Duration) {
+	_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
 }
 
 // killTasks kills every container task of the cluster through containerd

@@ -857,17 +857,7 @@ func (c *twoNode) down() {
 			}
 		}
 	}
-	stop := func(p *exec.Cmd) {
-		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	}
+	stop := func(p *exec.Cmd) { stopGroup(p, 15*time.Second) }
 	for i := len(c.cp) - 1; i >= 0; i-- {
 		p := c.cp[i]
 		stop(p)
@@ -913,6 +903,11 @@ func (c *twoNode) down() {
 	}
 	for _, n := range c.nodes {
 		_, _ = run("ip", "netns", "del", n.netns)
+		// The namespace, and with it the veth's other end, goes when the
+		// kernel's asynchronous netns cleanup gets to it (seconds on a
+		// loaded machine: the leftover check below saw nk8s-n2 then):
+		// delete the root end now.
+		_, _ = run("ip", "link", "del", n.veth)
 		// unified too: the kubelet mirrors its cgroups into the hybrid cgroup2 mount.
 		for _, ctl := range append(cgroupControllers(), "unified") {
 			removeCgroupTree(filepath.Join("/sys/fs/cgroup", ctl, n.cgroup))
