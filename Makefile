@@ -81,7 +81,8 @@ lab-netpol-check: generate
 
 # k8s-bookinfo: seed 002's sidecar study on the two-node cluster (issue
 # 21): Bookinfo as Deployments behind ClusterIP Services on both nodes, a
-# client pod's wrk at 1, 2, 4, 8 connections, proxies none and node (HAProxy
+# client pod's wrk at 1, 2, 4, 8 connections, proxies none, sidecar-in,
+# sidecar-inout (NGINX in the pods) and node (HAProxy
 # per node behind nagare's transparent redirection), reps interleaved; the
 # lab's report in K8S_BOOKINFO_OUT (docs/lab.md, Sidecars). Never part of
 # make test. Other sessions share the cluster's names: one at a time.
