@@ -140,23 +140,37 @@ func Build(out, ref string, files map[string]File, entrypoint []string) error {
 // AddDynamic adds host binaries to files at their own paths, with the
 // shared libraries and the dynamic loader ldd names for each, at theirs:
 // a Debian program runs in the image as on the host (the real-Kubernetes
-// Bookinfo's wrk, scripts/k8s/e2eimages does the same for its tools).
+// Bookinfo's wrk; scripts/k8s/e2eimages does the same for its tools).
 func AddDynamic(files map[string]File, bins ...string) error {
 	for _, src := range bins {
 		files[src] = File{Src: src}
-		out, err := exec.Command("ldd", src).Output()
+		libs, err := SharedLibraries(src)
 		if err != nil {
-			return fmt.Errorf("ldd %s: %w", src, err)
+			return err
 		}
-		for _, l := range strings.Split(string(out), "\n") {
-			f := strings.Fields(l)
-			switch {
-			case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
-				files[f[2]] = File{Src: f[2]}
-			case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
-				files[f[0]] = File{Src: f[0]} // the dynamic loader
-			}
+		for _, l := range libs {
+			files[l] = File{Src: l}
 		}
 	}
 	return nil
+}
+
+// SharedLibraries lists the paths of the shared libraries and of the
+// dynamic loader that ldd names for the host binary bin.
+func SharedLibraries(bin string) ([]string, error) {
+	out, err := exec.Command("ldd", bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", bin, err)
+	}
+	var libs []string
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+			libs = append(libs, f[2])
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			libs = append(libs, f[0]) // the dynamic loader
+		}
+	}
+	return libs, nil
 }

@@ -38,6 +38,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/nagare-net/nagare/internal/oci"
 )
 
 // file is one file of an image's single layer: a host file's content, a
@@ -182,18 +184,12 @@ func toolbox() map[string]file {
 	fs["/bin/sh"] = file{link: "bash"}
 	for name, src := range tools {
 		fs["/bin/"+name] = file{src: src}
-		out, err := exec.Command("ldd", src).Output()
+		libs, err := oci.SharedLibraries(src)
 		if err != nil {
-			fail(fmt.Errorf("ldd %s (install bind9-dnsutils curl netcat-openbsd iproute2): %w", src, err))
+			fail(fmt.Errorf("%w (install bind9-dnsutils curl netcat-openbsd iproute2)", err))
 		}
-		for _, l := range strings.Split(string(out), "\n") {
-			f := strings.Fields(l)
-			switch {
-			case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
-				fs[f[2]] = file{src: f[2]}
-			case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
-				fs[f[0]] = file{src: f[0]} // the dynamic loader
-			}
+		for _, l := range libs {
+			fs[l] = file{src: l}
 		}
 	}
 	return fs
