@@ -440,26 +440,19 @@ func (c *twoNode) deployBookinfo(sidecar string) (app, sidecars []int) {
 // a cgroup under a kubelet's cgroupRoot (their root directory is a mount
 // of the node's mount namespace, not visible from here).
 func (c *twoNode) containerPIDs(name string) []int {
-	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	return procPIDs(func(pid int) bool {
 		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 		if strings.TrimSpace(string(comm)) != name {
-			continue
+			return false
 		}
 		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 		for _, n := range c.nodes {
 			if strings.Contains(string(cg), n.cgroup+"/") {
-				pids = append(pids, pid)
-				break
+				return true
 			}
 		}
-	}
-	return pids
+		return false
+	})
 }
 
 // nodeProxy is one node's HAProxy.

@@ -734,41 +734,39 @@ func mountsUnder(dir string) []string {
 	return out
 }
 
-// processesRootedIn lists the processes whose root directory lies under
-// dir (container processes of this cluster).
-func processesRootedIn(dir string) []int {
+// procPIDs lists the processes of this host for which keep says true.
+func procPIDs(keep func(pid int) bool) []int {
 	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		root, err := os.Readlink("/proc/" + e.Name() + "/root")
-		if err == nil && strings.HasPrefix(root, dir+"/") {
-			if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && strings.Contains(string(st), ") Z ") {
-				continue // a zombie waiting for its reaper
-			}
+		if pid, err := strconv.Atoi(e.Name()); err == nil && keep(pid) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
 }
 
+// processesRootedIn lists the processes whose root directory lies under
+// dir (container processes of this cluster).
+func processesRootedIn(dir string) []int {
+	return procPIDs(func(pid int) bool {
+		root, err := os.Readlink(fmt.Sprintf("/proc/%d/root", pid))
+		if err != nil || !strings.HasPrefix(root, dir+"/") {
+			return false
+		}
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return err != nil || !strings.Contains(string(st), ") Z ") // not a zombie waiting for its reaper
+	})
+}
+
 // killShims kills containerd-shim processes started for this cluster.
 func killShims(state string) {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		cmd := string(b)
-		if strings.Contains(cmd, "containerd-shim") && strings.Contains(cmd, state) {
-			var pid int
-			fmt.Sscan(e.Name(), &pid)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+	shims := procPIDs(func(pid int) bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		return err == nil && strings.Contains(string(b), "containerd-shim") && strings.Contains(string(b), state)
+	})
+	for _, pid := range shims {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 
