@@ -175,6 +175,8 @@ type Agent struct {
 	filePolicyMu   sync.Mutex                   // one feedClusterPolicies at a time (pods come and go concurrently)
 	pendingCut     atomic.Pointer[netpol.State] // policies a switch Sync programmed: policyLoop cuts what they deny
 	filePolicyPods map[string]bool              // cluster-file policies: the local pods fed to the engine
+	policyMu       sync.Mutex                   // one realization + programming at a time (realizePolicies)
+	policyReported map[string]string            // under policyMu: each policy's problems, last reported
 	redirect       redirectState                // transparent redirection to the node's proxy (proxyredirect.go)
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -28,10 +30,26 @@ import (
 const policyCoalesce = 10 * time.Millisecond
 
 // policyFeed is the engine behind the source's PolicyHandler: every change
-// wakes policyLoop.
+// wakes policyLoop. With Kubernetes it also holds what the API server does
+// not know yet: the address of a pod this node has just attached. The API
+// learns a pod's IP only when kubelet reports the sandbox, a moment after
+// CNI ADD; policies that select the pod must hold from its first packet,
+// so the ADD tells the feed (attach) and the pod is realized with the
+// address the agent gave it (Antrea's agent does the same from its
+// interface cache).
 type policyFeed struct {
 	*netpol.Engine
 	kick chan struct{}
+
+	mu    sync.Mutex
+	known map[string]*netpol.Pod  // the source's last word on each pod, address or not
+	local map[string]netip.Addr  // pods attached on this node: namespace/name → address
+	node  string
+}
+
+func newPolicyFeed(node string) *policyFeed {
+	return &policyFeed{Engine: netpol.NewEngine(node), kick: make(chan struct{}, 1),
+		known: map[string]*netpol.Pod{}, local: map[string]netip.Addr{}, node: node}
 }
 
 func (f *policyFeed) wake() {
@@ -43,8 +61,67 @@ func (f *policyFeed) wake() {
 
 func (f *policyFeed) SetPolicy(np *networkingv1.NetworkPolicy) { f.Engine.SetPolicy(np); f.wake() }
 func (f *policyFeed) DeletePolicy(ns, name string)             { f.Engine.DeletePolicy(ns, name); f.wake() }
-func (f *policyFeed) SetPod(p *netpol.Pod)                     { f.Engine.SetPod(p); f.wake() }
-func (f *policyFeed) DeletePod(ns, name string)                { f.Engine.DeletePod(ns, name); f.wake() }
+
+// SetPod takes the source's view of a pod; one without an address is
+// selectable only if this node attached it (attach).
+func (f *policyFeed) SetPod(p *netpol.Pod) {
+	k := p.Namespace + "/" + p.Name
+	f.mu.Lock()
+	f.known[k] = p
+	f.setLocked(k)
+	f.mu.Unlock()
+	f.wake()
+}
+
+func (f *policyFeed) DeletePod(ns, name string) {
+	f.mu.Lock()
+	delete(f.known, ns+"/"+name)
+	f.mu.Unlock()
+	f.Engine.DeletePod(ns, name)
+	f.wake()
+}
+
+// setLocked gives the engine pod k as known, with the address this node
+// gave it when the source has none yet.
+func (f *policyFeed) setLocked(k string) {
+	p := f.known[k]
+	if p == nil {
+		return
+	}
+	if !p.IP.IsValid() {
+		ip, ok := f.local[k]
+		if !ok {
+			f.Engine.DeletePod(p.Namespace, p.Name)
+			return
+		}
+		q := *p
+		q.IP, q.Node = ip, f.node
+		p = &q
+	}
+	f.Engine.SetPod(p)
+}
+
+// attach records the address of a pod this node attaches and says
+// whether the source knows the pod (its labels) yet.
+func (f *policyFeed) attach(ns, name string, ip netip.Addr) bool {
+	k := ns + "/" + name
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.local[k] = ip
+	f.setLocked(k)
+	return f.known[k] != nil
+}
+
+// detach forgets a pod this node detached (the source's word stands).
+func (f *policyFeed) detach(ns, name string) {
+	k := ns + "/" + name
+	f.mu.Lock()
+	delete(f.local, k)
+	f.setLocked(k)
+	f.mu.Unlock()
+	f.wake()
+}
+
 func (f *policyFeed) SetNamespace(name string, l map[string]string) {
 	f.Engine.SetNamespace(name, l)
 	f.wake()
@@ -57,11 +134,11 @@ func (f *policyFeed) DeleteNamespace(name string) { f.Engine.DeleteNamespace(nam
 func (a *Agent) startPolicies() {
 	switch {
 	case a.cfg.Kube != nil:
-		a.policies = &policyFeed{Engine: netpol.NewEngine(a.cfg.NodeName), kick: make(chan struct{}, 1)}
+		a.policies = newPolicyFeed(a.cfg.NodeName)
 		a.policiesSynced = a.cfg.Kube.Synced()
 		a.cfg.Kube.WatchPolicies(a.policies)
 	case len(a.cfg.Cluster.NetworkPolicies) > 0:
-		a.policies = &policyFeed{Engine: netpol.NewEngine(a.cfg.NodeName), kick: make(chan struct{}, 1)}
+		a.policies = newPolicyFeed(a.cfg.NodeName)
 		synced := make(chan struct{})
 		close(synced) // the file is the whole input, and the pods were loaded before
 		a.policiesSynced = synced
@@ -128,7 +205,6 @@ func (a *Agent) policyLoop(ctx context.Context) {
 		return
 	case <-a.policiesSynced:
 	}
-	reported := map[string]string{} // policy → its problems, last reported
 	for {
 		select {
 		case <-ctx.Done():
@@ -140,32 +216,77 @@ func (a *Agent) policyLoop(ctx context.Context) {
 			return
 		case <-time.After(policyCoalesce):
 		}
-		start := time.Now()
-		st, problems, changed := a.policies.Realize()
-		if !changed {
-			// A (re)connection's Sync programmed the policies: cut
-			// what they deny now (syncPolicies).
-			if p := a.pendingCut.Swap(nil); p != nil {
-				a.cutDeniedConnections(ctx, *p)
-			}
-			continue
-		}
-		a.pendingCut.Store(nil)
-		a.reportPolicyProblems(problems, reported)
-		res, err := a.programPolicies(ctx, st)
-		if err != nil {
-			a.log.Warn("network policies: programming the switch failed (the next sync repairs it)", "err", err)
-			continue
-		}
-		took := time.Since(start)
-		a.cutDeniedConnections(ctx, st)
-		a.met.policyRealize.Observe(took.Seconds())
-		a.met.policyRules.Set(float64(len(st.Rules)))
-		if res.FlowsAdded+res.FlowsDeleted > 0 {
-			a.log.Info("network policies changed", "rules", len(st.Rules), "isolated_ingress", len(st.IsolatedIngress),
-				"isolated_egress", len(st.IsolatedEgress), "flows_added", res.FlowsAdded, "flows_deleted", res.FlowsDeleted, "took", took)
-		}
+		a.realizePolicies(ctx)
 	}
+}
+
+// realizePolicies realizes what changed and programs the difference: one
+// caller at a time (policyLoop, and a pod's ADD before its forwarding).
+func (a *Agent) realizePolicies(ctx context.Context) {
+	a.policyMu.Lock()
+	defer a.policyMu.Unlock()
+	start := time.Now()
+	st, problems, changed := a.policies.Realize()
+	if !changed {
+		// A (re)connection's Sync programmed the policies: cut
+		// what they deny now (syncPolicies).
+		if p := a.pendingCut.Swap(nil); p != nil {
+			a.cutDeniedConnections(ctx, *p)
+		}
+		return
+	}
+	a.pendingCut.Store(nil)
+	if a.policyReported == nil {
+		a.policyReported = map[string]string{}
+	}
+	a.reportPolicyProblems(problems, a.policyReported)
+	res, err := a.programPolicies(ctx, st)
+	if err != nil {
+		a.log.Warn("network policies: programming the switch failed (the next sync repairs it)", "err", err)
+		return
+	}
+	took := time.Since(start)
+	a.cutDeniedConnections(ctx, st)
+	a.met.policyRealize.Observe(took.Seconds())
+	a.met.policyRules.Set(float64(len(st.Rules)))
+	if res.FlowsAdded+res.FlowsDeleted > 0 {
+		a.log.Info("network policies changed", "rules", len(st.Rules), "isolated_ingress", len(st.IsolatedIngress),
+			"isolated_egress", len(st.IsolatedEgress), "flows_added", res.FlowsAdded, "flows_deleted", res.FlowsDeleted, "took", took)
+	}
+}
+
+// podPolicyWait bounds how long a pod's ADD waits for the policy input
+// to be whole (the informers' first sync after an agent start).
+const podPolicyWait = 10 * time.Second
+
+// enforceBeforeForwarding programs the policies that concern a pod being
+// attached before its forwarding flows go in, so that no packet reaches
+// or leaves it unprotected by a policy the agent knows: Kubernetes allows
+// a plugin to start a pod before its policies hold, and nagare does not.
+// Until the policy input is whole (an agent just started) the ADD waits
+// up to podPolicyWait, then attaches the pod and says it is unprotected
+// until the policies are programmed.
+func (a *Agent) enforceBeforeForwarding(ctx context.Context, rec *podRecord, log *slog.Logger) {
+	if a.policies == nil {
+		return
+	}
+	select {
+	case <-a.policiesSynced:
+	case <-ctx.Done():
+		return
+	case <-time.After(podPolicyWait):
+		log.Warn("network policies: not known yet; the pod is attached without them until they are", "waited", podPolicyWait)
+		return
+	}
+	if a.cfg.Kube != nil {
+		ns, name, _ := strings.Cut(rec.Pod, "/")
+		if !a.policies.attach(ns, name, rec.IP) {
+			log.Warn("network policies: the pod is not in the API server's list yet; policies selecting it hold once it is")
+		}
+	} else {
+		a.feedClusterPolicies()
+	}
+	a.realizePolicies(ctx)
 }
 
 // reportPolicyProblems reports each policy's problems once per change of them.

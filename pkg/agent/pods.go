@@ -236,6 +236,7 @@ func (a *Agent) add(ctx context.Context, req *cniserver.Request) (types.Result, 
 	pp, _ := rec.pipelinePod()
 	a.mu.Unlock()
 	pp.NoRedirect = optOut
+	a.enforceBeforeForwarding(ctx, rec, log)
 	a.swMu.Lock()
 	err = pl.AddPod(ctx, pp)
 	a.swMu.Unlock()
@@ -341,6 +342,10 @@ func (a *Agent) detach(ctx context.Context, rec *podRecord, log *slog.Logger) er
 	n := len(a.pods)
 	a.mu.Unlock()
 	a.met.pods.Set(float64(n))
+	if a.policies != nil && a.cfg.Kube != nil {
+		ns, name, _ := strings.Cut(rec.Pod, "/")
+		a.policies.detach(ns, name)
+	}
 	a.podsChanged()
 	log.Info("pod detached", "ip", rec.IP, "host", rec.Host)
 	return nil

@@ -94,9 +94,10 @@ func slimPod(o any) (any, error) {
 	return out, nil
 }
 
-// PodFrom is what policies look at of p; nil when p has no address to
-// select (not scheduled or started yet, or finished: its address may be
-// another pod's now).
+// PodFrom is what policies look at of p; nil when p is finished (its
+// address may be another pod's now). A pod the API server knows no
+// address of yet (not started) comes without one: the agent selects it
+// only if it attached the pod itself and so knows its address.
 func PodFrom(p *corev1.Pod) *netpol.Pod {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return nil
@@ -112,9 +113,6 @@ func PodFrom(p *corev1.Pod) *netpol.Pod {
 		if x, err := netip.ParseAddr(p.Status.PodIP); err == nil && x.Is4() {
 			ip = x
 		}
-	}
-	if !ip.IsValid() {
-		return nil
 	}
 	out := &netpol.Pod{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, IP: ip, Node: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork}
 	for _, c := range p.Spec.Containers {
