@@ -156,8 +156,9 @@ type Agent struct {
 	downReason    string // why the switch is not ready (for CNI errors and STATUS)
 	lostReason    string // why the last connection ended (kept while reconnecting)
 
-	sw controlnet.Endpoint // where the switch is
-	vf *vf.VF              // DPU mode: VF links and direct forward
+	sw  controlnet.Endpoint // where the switch is
+	ctl *ctlproto.Client    // control calls to it, over kept connections (call)
+	vf  *vf.VF              // DPU mode: VF links and direct forward
 
 	// Tests' fakes (hostops.go); nil = the real thing.
 	podNet  podNetwork
@@ -205,6 +206,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.openSwitchEndpoint(); err != nil {
 		return err
 	}
+	defer a.ctl.Close()
 	if a.vf != nil {
 		defer a.vf.Close()
 	}

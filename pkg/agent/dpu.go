@@ -93,6 +93,9 @@ func (c *Config) setDPUDefaults() error {
 // openSwitchEndpoint says where the switch is and, in DPU mode, loads the
 // certificates and the VF programs.
 func (a *Agent) openSwitchEndpoint() error {
+	// Control calls go over connections kept open between calls (in DPU
+	// mode a TLS handshake each otherwise).
+	a.ctl = &ctlproto.Client{Dial: func(ctx context.Context) (net.Conn, error) { return a.sw.Dial(ctx) }}
 	if a.cfg.Mode != ModeDPU {
 		a.sw = controlnet.Endpoint{Network: "unix", Address: a.cfg.SwitchSocket}
 		return nil
@@ -126,11 +129,7 @@ func (a *Agent) call(ctx context.Context, req ctlproto.Request) (*ctlproto.Respo
 	if a.control != nil {
 		return a.control(ctx, req)
 	}
-	c, err := a.sw.Dial(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return ctlproto.CallConn(ctx, c, req)
+	return a.ctl.Call(ctx, req)
 }
 
 // nodeNetns is where the node's own devices live: the DPU domain in DPU

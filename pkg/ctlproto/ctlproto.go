@@ -10,9 +10,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -90,33 +94,168 @@ func Call(ctx context.Context, path string, req Request) (*Response, error) {
 // network, pkg/controlnet); it closes c.
 func CallConn(ctx context.Context, c net.Conn, req Request) (*Response, error) {
 	defer c.Close()
+	resp, _, err := exchange(ctx, c, newScanner(c), req)
+	return resp, err
+}
+
+// errClosed: the switch closed the connection without answering.
+var errClosed = errors.New("closed the connection")
+
+// closedUnanswered says whether a kept connection's call failed because
+// the switch had closed it (not a timeout, not a cancelled call).
+func closedUnanswered(err error) bool {
+	return errors.Is(err, errClosed) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+func newScanner(c net.Conn) *bufio.Scanner {
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 64<<10), 256<<20)
+	return sc
+}
+
+// exchange sends req on c and reads its response line from sc. answered
+// says whether any of the response arrived (a kept connection that gets
+// none was closed by the switch before it read the request). On return c
+// has no deadline, unless ctx ended during the call.
+func exchange(ctx context.Context, c net.Conn, sc *bufio.Scanner, req Request) (_ *Response, answered bool, _ error) {
 	deadline := time.Now().Add(5 * time.Minute)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
 	_ = c.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
-	defer stop()
+	defer func() {
+		if stop() {
+			_ = c.SetDeadline(time.Time{})
+		}
+	}()
 	b, _ := json.Marshal(req)
 	if _, err := c.Write(append(b, '\n')); err != nil {
-		return nil, fmt.Errorf("%s: %w", req.Cmd, err)
+		return nil, false, fmt.Errorf("%s: %w", req.Cmd, err)
 	}
-	sc := bufio.NewScanner(c)
-	sc.Buffer(make([]byte, 64<<10), 256<<20)
 	if !sc.Scan() {
 		if err := sc.Err(); err != nil {
-			return nil, fmt.Errorf("%s: %w", req.Cmd, err)
+			return nil, false, fmt.Errorf("%s: %w", req.Cmd, err)
 		}
-		return nil, fmt.Errorf("%s: switch at %s closed the connection", req.Cmd, c.RemoteAddr())
+		return nil, false, fmt.Errorf("%s: switch at %s %w", req.Cmd, c.RemoteAddr(), errClosed)
 	}
 	var resp Response
 	if err := json.Unmarshal(sc.Bytes(), &resp); err != nil {
-		return nil, fmt.Errorf("%s: %w", req.Cmd, err)
+		return nil, true, fmt.Errorf("%s: %w", req.Cmd, err)
 	}
 	if !resp.OK {
-		return nil, fmt.Errorf("%s: %s", req.Cmd, resp.Error)
+		return nil, true, fmt.Errorf("%s: %s", req.Cmd, resp.Error)
 	}
-	return &resp, nil
+	return &resp, true, nil
+}
+
+// Client calls one switch over connections it keeps open between calls,
+// as net/http keeps a host's connections: a call takes an idle connection
+// or dials one, and puts it back once the whole response is read (a
+// switch's control socket serves any number of requests, one after the
+// other, on a connection). Concurrent calls use as many connections; at
+// most MaxIdle stay open between calls. A call that finds its kept
+// connection closed by the switch (a restarted switch) before any of the
+// response came is sent once more on a new connection: the switch that
+// closed it cannot have answered, and the new one has not seen it.
+type Client struct {
+	Dial    func(ctx context.Context) (net.Conn, error)
+	MaxIdle int // 0: 4
+
+	mu     sync.Mutex
+	idle   []*keptConn
+	closed bool
+	dials  atomic.Uint64
+}
+
+type keptConn struct {
+	net.Conn
+	sc *bufio.Scanner
+}
+
+// Call sends req and returns the switch's response; a response that is
+// not OK is an error carrying the switch's text. The call ends with ctx
+// (and after five minutes at most).
+func (cl *Client) Call(ctx context.Context, req Request) (*Response, error) {
+	for attempt := 0; ; attempt++ {
+		kc, reused, err := cl.get(ctx, attempt > 0)
+		if err != nil {
+			return nil, err
+		}
+		resp, answered, err := exchange(ctx, kc.Conn, kc.sc, req)
+		if err == nil || (answered && ctx.Err() == nil) {
+			// A whole answer (an error response too) leaves the
+			// connection ready for the next request. A long one
+			// (a conntrack listing) grew the scanner's buffer: a
+			// kept connection does not hold on to it (nothing is
+			// buffered past the answer's line).
+			if len(kc.sc.Bytes()) > 64<<10 {
+				kc.sc = newScanner(kc.Conn)
+			}
+			cl.put(kc)
+			return resp, err
+		}
+		kc.Close()
+		if reused && !answered && attempt == 0 && ctx.Err() == nil && closedUnanswered(err) {
+			cl.closeIdle() // the others came from the same switch
+			continue
+		}
+		return nil, err
+	}
+}
+
+// Dials is how many connections the client has made.
+func (cl *Client) Dials() uint64 { return cl.dials.Load() }
+
+func (cl *Client) get(ctx context.Context, fresh bool) (*keptConn, bool, error) {
+	cl.mu.Lock()
+	if n := len(cl.idle); n > 0 && !fresh {
+		kc := cl.idle[n-1]
+		cl.idle = cl.idle[:n-1]
+		cl.mu.Unlock()
+		return kc, true, nil
+	}
+	cl.mu.Unlock()
+	c, err := cl.Dial(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	cl.dials.Add(1)
+	return &keptConn{Conn: c, sc: newScanner(c)}, false, nil
+}
+
+func (cl *Client) put(kc *keptConn) {
+	max := cl.MaxIdle
+	if max <= 0 {
+		max = 4
+	}
+	cl.mu.Lock()
+	if !cl.closed && len(cl.idle) < max {
+		cl.idle = append(cl.idle, kc)
+		kc = nil
+	}
+	cl.mu.Unlock()
+	if kc != nil {
+		kc.Close()
+	}
+}
+
+// Close closes the idle connections; calls after it dial and close.
+func (cl *Client) Close() {
+	cl.mu.Lock()
+	cl.closed = true
+	cl.mu.Unlock()
+	cl.closeIdle()
+}
+
+func (cl *Client) closeIdle() {
+	cl.mu.Lock()
+	idle := cl.idle
+	cl.idle = nil
+	cl.mu.Unlock()
+	for _, kc := range idle {
+		kc.Close()
+	}
 }
 
 // PortInfo is one port as list-ports reports it (for programs: the

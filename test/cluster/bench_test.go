@@ -20,15 +20,16 @@ import (
 )
 
 // BenchmarkCNI times CNI ADD and DEL through the CNI library, as a
-// runtime calls them, for nagare (agent + switch + nagare-cni) and for
-// Debian's reference plugins (bridge + host-local) on the same machine in
-// the same run, at 1 and 20 concurrent calls. Pod namespaces are made
+// runtime calls them, for nagare (agent + switch + nagare-cni), nagare in
+// DPU mode (the agent calls the switch over the control network's mutual
+// TLS) and Debian's reference plugins (bridge + host-local) on the same
+// machine in the same run, at 1 and 20 concurrent calls. Pod namespaces are made
 // before the clock starts. Reported per call: p50 and p99 in ms, and pods
 // per second.
 //
 //	go test -run '^$' -bench CNI -benchtime 110x ./test/cluster/
 func BenchmarkCNI(b *testing.B) {
-	for _, plane := range []string{"nagare", "bridge+host-local"} {
+	for _, plane := range []string{"nagare", "nagare-dpu", "bridge+host-local"} {
 		for _, conc := range []int{1, 20} {
 			b.Run(fmt.Sprintf("%s/conc=%d", plane, conc), func(b *testing.B) {
 				benchCNI(b, plane, conc)
@@ -52,7 +53,8 @@ func benchCNI(b *testing.B, plane string, conc int) {
 		b.Skip("binaries not built")
 	}
 	clusterSeq++
-	c, err := nscluster.New(nscluster.Options{Prefix: fmt.Sprintf("cb%d-%d", os.Getpid(), clusterSeq), Bin: bins, Dir: b.TempDir()})
+	c, err := nscluster.New(nscluster.Options{Prefix: fmt.Sprintf("cb%d-%d", os.Getpid(), clusterSeq), Bin: bins, Dir: b.TempDir(),
+		DPU: plane == "nagare-dpu"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func benchCNI(b *testing.B, plane string, conc int) {
 	n := c.Nodes[0]
 	p := cniPlane{cni: c.CNI(), nodeNS: n.NetnsPath()}
 	switch plane {
-	case "nagare":
+	case "nagare", "nagare-dpu":
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := c.Start(ctx)
 		cancel()
@@ -99,7 +101,7 @@ func benchCNI(b *testing.B, plane string, conc int) {
 	})
 	addWall := time.Since(start)
 	b.StopTimer()
-	if plane == "nagare" {
+	if plane != "bridge+host-local" {
 		st, err := n.Status(context.Background())
 		if err != nil || st.IPAM.Used != b.N {
 			b.Fatalf("after %d ADDs the agent has %+v (%v)", b.N, st.IPAM, err)
