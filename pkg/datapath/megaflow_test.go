@@ -505,6 +505,62 @@ func TestRangeStats(t *testing.T) {
 	}
 }
 
+// TestRangeStatsIDReused: a flow deleted while RangeStats reads its chunk,
+// and its id taken by a new flow at once, must not lend its counters to
+// the new flow (the read ran without the datapath's lock).
+func TestRangeStatsIDReused(t *testing.T) {
+	d := newTestDP(t)
+	var fs []flow.Flow
+	for i := 0; i < batchThreshold+10; i++ {
+		fs = append(fs, flow.Flow{Key: exactKeyUDP4("10.0.0.1", "10.0.0.2", uint16(i+1), 53), Mask: flow.ExactMask(), Actions: []flow.Action{flow.Output{Port: portOut}}})
+	}
+	ids, errs := make([]uint32, len(fs)), make([]error, len(fs))
+	d.InstallBatch(fs, ids, errs)
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.run(udpPkt(t, "10.0.0.1", "10.0.0.2", 5, 53, "x"), "lo") // fs[4]
+	d.run(udpPkt(t, "10.0.0.1", "10.0.0.2", 5, 53, "x"), "lo")
+	victim := fs[4]
+	fresh := flow.Flow{Key: exactKeyUDP4("10.0.0.1", "10.0.0.3", 5, 53), Mask: flow.ExactMask(), Actions: []flow.Action{flow.Output{Port: portOut}}}
+	var freshID uint32
+	rangeStatsRead = func() {
+		rangeStatsRead = nil
+		if _, err := d.Delete(victim.Key, victim.Mask); err != nil {
+			t.Fatal(err)
+		}
+		id, err := d.Install(fresh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if freshID = id; id != ids[4] {
+			t.Fatalf("the new flow got id %d, not the deleted flow's %d", id, ids[4])
+		}
+	}
+	t.Cleanup(func() { rangeStatsRead = nil })
+	var pkts uint64
+	seen := false
+	err := d.RangeStats(func(ids []uint32, st []Stats) {
+		for i, id := range ids {
+			pkts += st[i].Packets
+			if id == freshID {
+				seen = true
+				if st[i].Packets != 0 || !st[i].Used.IsZero() {
+					t.Errorf("the new flow %d was reported with the deleted flow's counters: %+v", id, st[i])
+				}
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !seen || pkts != 0 {
+		t.Fatalf("walk: new flow reported %v, %d packets counted in all (want 0: the only used flow is gone)", seen, pkts)
+	}
+}
+
 // TestIDAllocatorSmallestFirst: freed ids are reused smallest first, so
 // after a flush the ids (and the walks over them) stay as low as the flow
 // count allows.

@@ -56,6 +56,11 @@ type revalidator struct {
 	ruleExpired  uint64
 }
 
+// revalidatorLockRun is how many flows a round judges per hold of the
+// flow cache's lock (a RangeStats chunk is 4096): ~50 µs, the longest the
+// upcall handler waits to record its installs.
+const revalidatorLockRun = 512
+
 // orphanSettle is how long the pipeline must stay unchanged before flows
 // inherited from a previous process are judged against it: a controller
 // re-programming a restarted switch should finish first, or its traffic
@@ -189,6 +194,12 @@ func (r *revalidator) roundOf(all bool) {
 		s.cache.mu.Lock()
 		defer s.cache.mu.Unlock()
 		for i, id := range ids {
+			if i%revalidatorLockRun == 0 && i > 0 {
+				// Let the upcall handler record the flows it
+				// installed meanwhile (it waits for s.cache.mu).
+				s.cache.mu.Unlock()
+				s.cache.mu.Lock()
+			}
 			uk := s.cache.get(id)
 			if uk == nil {
 				missing = append(missing, id)
