@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -492,11 +493,22 @@ func runE2E(t *testing.T, focus, skip, out string) []specResult {
 	}
 	// -v: a line per spec as it ends (passed ones too), for progress.
 	args := []string{filepath.Join(k8sDir(), "ginkgo"), "-v", "--procs=" + procs, "--no-color", "--timeout=2h",
-		"--focus=" + focus, "--skip=" + skip, "--junit-report=junit.xml", "--output-dir=" + out,
-		filepath.Join(k8sDir(), "e2e.test"), "--",
-		"--kubeconfig=" + c.kubecfg, "--provider=skeleton", "--kubectl-path=" + filepath.Join(k8sDir(), "kubectl"),
-		"--report-dir=" + out, "--dump-logs-on-failure=false", "--system-pods-startup-timeout=3m",
-		"--e2e-output-dir=" + out}
+		"--focus=" + focus, "--skip=" + skip, "--junit-report=junit.xml", "--output-dir=" + out}
+	// K8S_CONFORMANCE_REPEAT=N runs the focus N times in this one
+	// bring-up (a bring-up is a minute; a flaky spec needs many runs),
+	// stopping at the first attempt with a failure, whose report is the
+	// one kept (ginkgo --repeat).
+	if r := os.Getenv("K8S_CONFORMANCE_REPEAT"); r != "" {
+		n, err := strconv.Atoi(r)
+		if err != nil || n < 1 {
+			t.Fatalf("K8S_CONFORMANCE_REPEAT=%q: want a count >= 1", r)
+		}
+		args = append(args, fmt.Sprintf("--repeat=%d", n-1))
+	}
+	args = append(args, filepath.Join(k8sDir(), "e2e.test"), "--",
+		"--kubeconfig="+c.kubecfg, "--provider=skeleton", "--kubectl-path="+filepath.Join(k8sDir(), "kubectl"),
+		"--report-dir="+out, "--dump-logs-on-failure=false", "--system-pods-startup-timeout=3m",
+		"--e2e-output-dir="+out)
 	if err := os.WriteFile(filepath.Join(out, "command.txt"), []byte(strings.Join(args, " ")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +530,7 @@ func runE2E(t *testing.T, focus, skip, out string) []specResult {
 	}
 	pw.Close()
 	// Progress: ginkgo's per-spec lines (•, [FAILED], [SKIPPED]...).
-	progress := regexp.MustCompile(`^(•|\[FAIL|\[PASS|\[SKIP|\[TIMEDOUT|Ran |FAIL!|SUCCESS!|Ginkgo ran|Test Suite)|\[sig-network\]`)
+	progress := regexp.MustCompile(`^(•|This was attempt|Tests failed on attempt|\[FAIL|\[PASS|\[SKIP|\[TIMEDOUT|Ran |FAIL!|SUCCESS!|Ginkgo ran|Test Suite)|\[sig-network\]`)
 	done := make(chan struct{})
 	go func() {
 		scanLines(pr, func(l string) {
