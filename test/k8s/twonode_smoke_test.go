@@ -404,9 +404,7 @@ var knownFailing = map[string]string{}
 // knownFlaky: specs that pass in most runs and fail in some, each with
 // what is known; their result is logged, never fails CI. Each is a bug
 // to find, not a place to park failures.
-var knownFlaky = map[string]string{
-	"[sig-network] Services should serve endpoints on same port and different protocols [Conformance] [sig-network, Conformance]": "after the UDP port is taken off the Service, new TCP connections to the ClusterIP time out for the spec's 30 s in about one run of three (2026-11-27); the pipeline's own model of the update passes (TestServiceSamePortDropUDP)",
-}
+var knownFlaky = map[string]string{}
 
 // TestK8sConformanceServicesDNS is CI's gate on the conformance tests: the
 // Services and DNS specs (servicesDNSFocus) against the two-node cluster,
