@@ -530,11 +530,18 @@ func runE2E(t *testing.T, focus, skip, out string) []specResult {
 	// Progress: ginkgo's per-spec lines (•, [FAILED], [SKIPPED]...).
 	progress := regexp.MustCompile(`^(•|This was attempt|Tests failed on attempt|\[FAIL|\[PASS|\[SKIP|\[TIMEDOUT|Ran |FAIL!|SUCCESS!|Ginkgo ran|Test Suite)|\[sig-network\]`)
 	done := make(chan struct{})
+	var attempts, attemptsOK int // ginkgo's end-of-suite lines, one per attempt
 	go func() {
 		scanLines(pr, func(l string) {
 			fmt.Fprintln(logf, l)
-			if progress.MatchString(strings.TrimSpace(l)) {
-				c.logf("e2e: %s", strings.TrimSpace(l))
+			switch l = strings.TrimSpace(l); {
+			case strings.HasPrefix(l, "SUCCESS!"):
+				attempts, attemptsOK = attempts+1, attemptsOK+1
+			case strings.HasPrefix(l, "FAIL!"):
+				attempts++
+			}
+			if progress.MatchString(l) {
+				c.logf("e2e: %s", l)
 			}
 		})
 		close(done)
@@ -565,9 +572,13 @@ func runE2E(t *testing.T, focus, skip, out string) []specResult {
 	// Whatever the specs did, nothing may have left the machine: the
 	// isolation table's drops (1 is isolate's own self-check).
 	drops, derr := isolationDrops()
-	summary := fmt.Sprintf("passed %d, failed %d, skipped %d (e2e.test %v, cluster up in %v, isolation drops %d %v)\n%s\n",
+	repeated := ""
+	if attempts > 1 { // K8S_CONFORMANCE_REPEAT: the counts are the last attempt's
+		repeated = fmt.Sprintf(", attempts %d of which all specs passed in %d", attempts, attemptsOK)
+	}
+	summary := fmt.Sprintf("passed %d, failed %d, skipped %d (e2e.test %v, cluster up in %v, isolation drops %d %v%s)\n%s\n",
 		count["passed"], count["failed"], count["skipped"], time.Since(start).Round(time.Second), c.upTime.Round(time.Millisecond),
-		drops, derr, strings.Join(lines, "\n"))
+		drops, derr, repeated, strings.Join(lines, "\n"))
 	if err := os.WriteFile(filepath.Join(out, "summary.txt"), []byte(summary), 0o644); err != nil {
 		t.Fatal(err)
 	}
