@@ -38,7 +38,7 @@ capture() { # dir ns ip
       if [ -n "$line" ]; then
         port=$(echo "$line" | awk '{print $4}'); mac=$(echo "$line" | awk '{print $3}')
         echo "=== trace in_port=$port"
-        $X trace "in_port=$port,tcp,dl_src=$mac,nw_src=$epip,nw_dst=$ip,tp_src=45678,tp_dst=80,tcp_flags=+syn"
+        $X trace "in_port=$port,tcp,dl_src=$mac,nw_src=$epip,nw_dst=$ip,tp_src=45678,tp_dst=80"
       fi
       echo "=== pipeline"; $X agent pipeline
       date +%T.%N
