@@ -618,6 +618,44 @@ func TestCTPortForgotten(t *testing.T) {
 	wantState(t, "after flush", c.state(udpPkt(t, "10.0.0.1", "10.0.0.2", 6, 53, "q"), "lo"), trk|nw)
 }
 
+// TestCTPortReusedStaleUDPFlush is Kubernetes' conformance spec "should
+// serve endpoints on same port and different protocols" as the fast path
+// saw it: its exec pod got the port number of a pod gone before (ports
+// take the lowest free number), which had left UDP connections to the
+// same endpoint; the exec pod reached the endpoint by TCP and UDP; the
+// UDP port taken off the Service flushed the endpoint's UDP connections,
+// the old pod's among them. Counted against the exec pod's port, they
+// took its live count below zero, which the fast path read as a full
+// budget: every new TCP connection refused (ct-port-budget), the spec's
+// 30 s of timeouts (docs/k8s-conformance.md).
+func TestCTPortReusedStaleUDPFlush(t *testing.T) {
+	c := newCTTest(t, func(cfg *Config) { cfg.ConntrackPortMax = 16 })
+	c.firstPass(portIn, flow.CT{Flags: flow.CTCommit}, flow.Recirc{ID: 1})
+	endpoint := netip.MustParseAddr("10.0.0.2")
+	// The pod before: two UDP connections to the endpoint, then gone.
+	c.second(udpPkt(t, "10.0.0.7", "10.0.0.2", 1, 80, "q"), "lo")
+	c.second(udpPkt(t, "10.0.0.7", "10.0.0.2", 2, 80, "q"), "lo")
+	c.forgetConntrackPort(portIn)
+	// The exec pod on the same port number: TCP and UDP to the endpoint.
+	c.second(tcpPkt(t, "10.0.0.1", "10.0.0.2", 3, 80, true), "lo")
+	c.second(udpPkt(t, "10.0.0.1", "10.0.0.2", 4, 80, "q"), "lo")
+	// The UDP port goes: the agent flushes the endpoint's UDP connections.
+	if _, err := c.FlushConntrack(ConnMatch{Proto: 17, Addr: endpoint, Port: 80}); err != nil {
+		t.Fatal(err)
+	}
+	// The exec pod's next TCP connections are committed.
+	for sport := uint16(5); sport < 8; sport++ {
+		c.run(tcpPkt(t, "10.0.0.1", "10.0.0.2", sport, 80, true), "lo")
+		if d := c.drops()[DropCTPortBudget]; d != 0 {
+			t.Fatalf("new TCP connection from port %d after the flush refused: ct-port-budget drops %d", sport, d)
+		}
+		wantState(t, "new TCP connection after the flush", readUpcall(t, c.r).Key.CtState, trk|nw)
+	}
+	if st, err := c.ConntrackStats(); err != nil || st.ByPort[portIn] != 4 {
+		t.Fatalf("stats %+v %v: want the exec pod's 4 TCP connections live on its port", st, err)
+	}
+}
+
 // TestRecircDepth: flows that recirculate forever (a first-pass flow that
 // does not match recirc_id) are cut at RECIRC_MAX passes.
 func TestRecircDepth(t *testing.T) {
