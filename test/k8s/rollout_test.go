@@ -270,14 +270,14 @@ func (c *twoNode) checkNagareImage(image string) {
 	}
 }
 
-// logSwitchStart logs what each new switch said of the pins it found
-// (a migration, a replaced ring), for the report.
+// logSwitchStart logs what each new switch said of the pins it found (a
+// migration) and its warnings and errors, for the report.
 func (c *twoNode) logSwitchStart() {
 	out, _ := c.kubectl("-n", "kube-system", "get", "pods", "-l", "app=nagare", "-o", "jsonpath={.items[*].metadata.name}")
 	for _, p := range strings.Fields(out) {
 		logs, _ := c.kubectl("-n", "kube-system", "logs", p, "-c", "nagare-switch")
 		for _, l := range strings.Split(logs, "\n") {
-			if strings.Contains(l, "migrat") || strings.Contains(l, "ring") || strings.Contains(l, "level=ERROR") || strings.Contains(l, "restart") {
+			if strings.Contains(l, "migrat") || strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=WARN") {
 				c.logf("%s switch: %s", p, l)
 			}
 		}
@@ -292,12 +292,12 @@ type podAddress struct{ name, node, ip string }
 func (c *twoNode) podAddresses() map[string]podAddress {
 	c.t.Helper()
 	out := c.mustKubectl("get", "pods", "-A", "-o",
-		`jsonpath={range .items[?(@.spec.hostNetwork!=true)]}{.metadata.uid} {.metadata.namespace}/{.metadata.name} {.spec.nodeName} {.status.phase} {.status.podIP}{"\n"}{end}`)
+		`jsonpath={range .items[*]}{.metadata.uid}|{.metadata.namespace}/{.metadata.name}|{.spec.nodeName}|{.status.phase}|{.status.podIP}|{.spec.hostNetwork}{"\n"}{end}`)
 	pods := map[string]podAddress{}
 	holder := map[string]string{}
 	for _, l := range strings.Split(out, "\n") {
-		f := strings.Fields(l)
-		if len(f) != 5 || f[3] != "Running" {
+		f := strings.Split(l, "|")
+		if len(f) != 6 || f[3] != "Running" || f[4] == "" || f[5] == "true" {
 			continue
 		}
 		if other, ok := holder[f[4]]; ok {
