@@ -657,3 +657,29 @@ func (p *pingPong) stop() {
 	p.server.Close()
 	p.wg.Wait()
 }
+
+// TestGapMeter: the longest gap of a phase, one still open at its end
+// included, and a new phase starting from nothing.
+func TestGapMeter(t *testing.T) {
+	var g gapMeter
+	g.event(1)
+	time.Sleep(30 * time.Millisecond)
+	g.event(1)
+	gap, units, err := g.phase(true)
+	if gap < 30*time.Millisecond || units != 2 || err != nil {
+		t.Fatalf("phase 1: gap %v units %d err %v", gap, units, err)
+	}
+	time.Sleep(50 * time.Millisecond) // open at the phase's end: counted
+	gap, units, _ = g.phase(true)
+	if gap < 50*time.Millisecond || units != 0 {
+		t.Fatalf("phase 2: gap %v units %d, want the open gap and nothing read", gap, units)
+	}
+	g.fail(errors.New("reset"))
+	g.fail(errors.New("later"))
+	if _, _, err := g.phase(false); err == nil || err.Error() != "reset" {
+		t.Fatalf("err %v, want the first", err)
+	}
+	if err := sameAddresses(map[string]podAddress{"u1": {"a", "n", "10.78.0.2"}}, map[string]podAddress{"u1": {"a", "n", "10.78.0.3"}}); err == nil {
+		t.Fatal("a pod whose address changed was not reported")
+	}
+}
