@@ -93,29 +93,31 @@ spec:
 
 	var flows []trafficFlow
 	for _, f := range []struct {
-		name       string
-		addr       string
-		listenPort int
+		name, addr, listen string
 	}{
-		{"pod->pod", serverIP.String() + ":9000", 9000},
-		{"ClusterIP", clusterIP + ":9002", 9002},
+		{"pod->pod", serverIP.String() + ":9000", ":9000"},
+		{"ClusterIP", clusterIP + ":9002", ":9002"},
 	} {
-		s, err := startTCPStream("TCP "+f.name, clientNS, serverNS, f.addr, f.listenPort)
+		s, err := startTCPStream("TCP "+f.name, clientNS, serverNS, f.addr, f.listen)
 		c.fatal(err)
 		flows = append(flows, s)
 	}
 	for _, f := range []struct {
-		name       string
-		addr       string
-		listenPort int
+		name, addr, listen string
 	}{
-		{"pod->pod", serverIP.String() + ":9001", 9001},
-		{"ClusterIP", clusterIP + ":9003", 9003},
+		{"pod->pod", serverIP.String() + ":9001", ":9001"},
+		{"ClusterIP", clusterIP + ":9003", ":9003"},
 	} {
-		p, err := startPingPong("UDP "+f.name, clientNS, serverNS, f.addr, f.listenPort)
+		p, err := startPingPong("UDP "+f.name, clientNS, serverNS, f.addr, f.listen)
 		c.fatal(err)
 		flows = append(flows, p)
 	}
+	// The control: the same ping-pong on the test's own loopback, through
+	// nothing of nagare's. Its longest gap is what the measuring process's
+	// own stalls (a loaded machine's scheduling) add to every flow's.
+	ctl, err := startPingPong("UDP loopback (control, not nagare)", "", "", "127.0.0.1:39001", "127.0.0.1:39001")
+	c.fatal(err)
+	flows = append(flows, ctl)
 	defer func() {
 		for _, f := range flows {
 			f.stop()
@@ -167,6 +169,10 @@ spec:
 			for _, name := range mid {
 				c.runningPod(name)
 			}
+			// Whether the ADDs of the pods made mid-rollout met a node
+			// without an agent (the runtime retries a failed sandbox).
+			failed, _ := c.kubectl("get", "events", "--field-selector", "reason=FailedCreatePodSandBox", "-o", "jsonpath={.items[*].involvedObject.name}")
+			c.logf("%s: sandboxes that failed and were retried so far: %q", phase, failed)
 			time.Sleep(3 * time.Second) // the flows settle after the last node's agent programmed its switch
 			c.logf("%s: rollout to %s took %v", phase, step.image, took.Round(time.Millisecond))
 			c.checkPhase(phase, flows)
@@ -338,7 +344,7 @@ func (c *twoNode) checkPhase(phase string, flows []trafficFlow) {
 	c.t.Helper()
 	for _, f := range flows {
 		s := f.phase(true)
-		c.logf("%s: %s: longest gap %v, %s", phase, f.name(), s.maxGap.Round(time.Millisecond), s.detail)
+		c.logf("%s: %s: longest gap %v (ended %s), %s", phase, f.name(), s.maxGap.Round(time.Millisecond), s.maxAt.Format("15:04:05.000"), s.detail)
 		if s.err != nil {
 			c.t.Errorf("%s: %s: %v", phase, f.name(), s.err)
 		}
@@ -362,6 +368,7 @@ type trafficFlow interface {
 
 type phaseStats struct {
 	maxGap time.Duration // longest time without progress (a reply, bytes read)
+	maxAt  time.Time     // when it ended
 	units  int64         // replies, bytes read
 	err    error         // the first error of the flow (never reset)
 	detail string
@@ -373,6 +380,7 @@ type gapMeter struct {
 	mu     sync.Mutex
 	last   time.Time
 	maxGap time.Duration
+	maxAt  time.Time // when the longest gap ended
 	units  int64
 	err    error
 }
@@ -381,7 +389,7 @@ func (g *gapMeter) event(n int64) {
 	now := time.Now()
 	g.mu.Lock()
 	if !g.last.IsZero() && now.Sub(g.last) > g.maxGap {
-		g.maxGap = now.Sub(g.last)
+		g.maxGap, g.maxAt = now.Sub(g.last), now
 	}
 	g.last = now
 	g.units += n
@@ -397,22 +405,31 @@ func (g *gapMeter) fail(err error) {
 }
 
 func (g *gapMeter) phase(reset bool) (time.Duration, int64, error) {
+	gap, _, units, err := g.phaseAt(reset)
+	return gap, units, err
+}
+
+// phaseAt is phase with the time the longest gap ended (now if still open).
+func (g *gapMeter) phaseAt(reset bool) (time.Duration, time.Time, int64, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	gap := g.maxGap
+	gap, at := g.maxGap, g.maxAt
 	if open := time.Since(g.last); !g.last.IsZero() && open > gap {
-		gap = open
+		gap, at = open, time.Now()
 	}
 	units, err := g.units, g.err
 	if reset {
 		g.maxGap, g.units = 0, 0
 	}
-	return gap, units, err
+	return gap, at, units, err
 }
 
-// inNetns runs fn in the network namespace at path; sockets made there
-// keep it.
+// inNetns runs fn in the network namespace at path ("": the test's
+// own); sockets made there keep it.
 func inNetns(path string, fn func() error) error {
+	if path == "" {
+		return fn()
+	}
 	return ns.WithNetNSPath(path, func(ns.NetNS) error { return fn() })
 }
 
@@ -429,10 +446,10 @@ type tcpStream struct {
 	wg            sync.WaitGroup
 }
 
-func startTCPStream(label, clientNS, serverNS, addr string, port int) (*tcpStream, error) {
+func startTCPStream(label, clientNS, serverNS, addr, listen string) (*tcpStream, error) {
 	s := &tcpStream{label: label, done: make(chan struct{})}
 	if err := inNetns(serverNS, func() (err error) {
-		s.ln, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
+		s.ln, err = net.Listen("tcp4", listen)
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("%s: listen: %w", label, err)
@@ -526,14 +543,14 @@ func (s *tcpStream) stopped() bool {
 func (s *tcpStream) name() string { return s.label }
 
 func (s *tcpStream) phase(reset bool) phaseStats {
-	gap, units, err := s.gapMeter.phase(reset)
+	gap, at, units, err := s.gapMeter.phaseAt(reset)
 	s.mu.Lock()
 	sent, accepts := s.sent, s.accepts
 	s.mu.Unlock()
 	if err == nil && accepts != 1 {
 		err = fmt.Errorf("%d connections accepted, want the one", accepts)
 	}
-	return phaseStats{maxGap: gap, units: units, err: err,
+	return phaseStats{maxGap: gap, maxAt: at, units: units, err: err,
 		detail: fmt.Sprintf("%d bytes read in the phase, %d written in all, one connection", units, sent)}
 }
 
@@ -558,10 +575,10 @@ type pingPong struct {
 	wg   sync.WaitGroup
 }
 
-func startPingPong(label, clientNS, serverNS, addr string, port int) (*pingPong, error) {
+func startPingPong(label, clientNS, serverNS, addr, listen string) (*pingPong, error) {
 	p := &pingPong{label: label, done: make(chan struct{})}
 	if err := inNetns(serverNS, func() (err error) {
-		p.server, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
+		p.server, err = net.ListenPacket("udp4", listen)
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("%s: listen: %w", label, err)
@@ -647,8 +664,8 @@ func (p *pingPong) phase(reset bool) phaseStats {
 		p.sent = 0
 	}
 	p.mu.Unlock()
-	gap, units, err := p.gapMeter.phase(reset)
-	return phaseStats{maxGap: gap, units: units, err: err, detail: fmt.Sprintf("%d of %d answered", units, sent)}
+	gap, at, units, err := p.gapMeter.phaseAt(reset)
+	return phaseStats{maxGap: gap, maxAt: at, units: units, err: err, detail: fmt.Sprintf("%d of %d answered", units, sent)}
 }
 
 func (p *pingPong) stop() {
