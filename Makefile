@@ -39,7 +39,7 @@ endif
 # The two-node Kubernetes (test/k8s/twonode_test.go): two kubelets, each
 # with its own containerd in its own network namespace, a real scheduler,
 # CoreDNS, nagare as the CNI (DaemonSet), fenced off the machine's uplink.
-.PHONY: k8s-smoke k8s-services-smoke k8s-services-conformance k8s-conformance k8s-netpol k8s-bookinfo
+.PHONY: k8s-smoke k8s-services-smoke k8s-services-conformance k8s-conformance k8s-netpol k8s-bookinfo k8s-upgrade
 K8S_TEST := NAGARE_K8S=1 $(GO) test -count=1 -v
 
 # k8s-smoke: the cluster up, a pod on each node, pod to pod across nodes.
@@ -89,6 +89,17 @@ lab-netpol-check: generate
 K8S_BOOKINFO_OUT ?= /var/tmp/nagare-k8s-bookinfo
 k8s-bookinfo: k8s-deps generate
 	flock /tmp/nagare-k8s.lock env NAGARE_K8S_BOOKINFO=1 NAGARE_K8S_BOOKINFO_OUT=$(K8S_BOOKINFO_OUT) $(K8S_TEST) -timeout 30m -run 'TestTwoNodeBookinfo' ./test/k8s/
+
+# k8s-upgrade: nagare's DaemonSet rolled from an image of an earlier
+# commit (nagare:prev, test/k8s/rollout_test.go's upgradeFrom, or
+# NAGARE_K8S_UPGRADE_FROM) to the tree's nagare:dev and back, under a TCP
+# stream and a UDP ping-pong across nodes, straight and through a
+# ClusterIP: no gap over 1 s, no reset, no address given twice
+# (docs/agent.md, Rolling upgrade). NAGARE_K8S_UPGRADE_ROUNDS=N repeats
+# it on one cluster. Never part of make test; one k8s test at a time.
+K8S_UPGRADE_ROUNDS ?= 1
+k8s-upgrade: k8s-deps generate
+	flock /tmp/nagare-k8s.lock env NAGARE_K8S_UPGRADE=1 NAGARE_K8S_UPGRADE_ROUNDS=$(K8S_UPGRADE_ROUNDS) $(K8S_TEST) -timeout 40m -run 'TestTwoNodeRollingUpgrade' ./test/k8s/
 
 # generate compiles bpf/*.c with clang and writes the Go bindings (bpf2go).
 generate:

@@ -81,6 +81,14 @@ type twoNode struct {
 	madeDirs []string // mount points made on the root file system, removed at teardown
 	uplink   string   // the default route's interface (isolated), "" if none
 	upTime   time.Duration
+	opts     twoNodeOptions
+}
+
+// twoNodeOptions change what upTwoNodeWith starts: more images in both
+// nodes' containerd, and the DaemonSet on another image than nagare:dev.
+type twoNodeOptions struct {
+	extraImages []string // OCI tars imported beside nagare:dev
+	image       string   // the DaemonSet's image ("": deploy/'s nagare:dev)
 }
 
 func (c *twoNode) logf(format string, args ...any) {
@@ -116,13 +124,18 @@ func requireTwoNode(t *testing.T) {
 // t.Cleanup tears it down.
 func upTwoNode(t *testing.T) *twoNode {
 	t.Helper()
+	return upTwoNodeWith(t, twoNodeOptions{})
+}
+
+func upTwoNodeWith(t *testing.T, o twoNodeOptions) *twoNode {
+	t.Helper()
 	requireTwoNode(t)
 	root, _ := filepath.Abs("../..")
 	dir, err := os.MkdirTemp("/var/tmp", "nagare-k8s2-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &twoNode{t: t, dir: dir, repoRoot: root, sysctls: map[string]string{}}
+	c := &twoNode{t: t, dir: dir, repoRoot: root, sysctls: map[string]string{}, opts: o}
 	for _, s := range sysctlsKubeletTouches {
 		if b, err := os.ReadFile("/proc/sys/" + s); err == nil {
 			c.sysctls[s] = strings.TrimSpace(string(b))
@@ -606,7 +619,7 @@ state = %q
 // nagare:dev into the node's containerd: nothing is ever pulled.
 func (c *twoNode) importImages(n *tnode) {
 	tars, _ := filepath.Glob(filepath.Join(k8sDir(), "images", "*.tar"))
-	tars = append(tars, c.path("nagare-image.tar"))
+	tars = append(append(tars, c.path("nagare-image.tar")), c.opts.extraImages...)
 	for _, tar := range tars {
 		if out, err := run("ctr", "--address", n.sock, "-n", "k8s.io", "images", "import", tar); err != nil {
 			c.t.Fatalf("import %s into %s: %v %s", tar, n.name, err, out)
@@ -683,6 +696,12 @@ func (c *twoNode) nagareManifest() string {
 	if !strings.Contains(s, "KUBERNETES_SERVICE_HOST") {
 		c.t.Fatal("deploy/ rendered: no NODE_NAME entry where the test puts the API server's address")
 	}
+	if c.opts.image != "" {
+		if !strings.Contains(s, "image: nagare:dev\n") {
+			c.t.Fatal("deploy/ rendered: no image nagare:dev to replace")
+		}
+		s = strings.ReplaceAll(s, "image: nagare:dev\n", "image: "+c.opts.image+"\n")
+	}
 	return s
 }
 
@@ -692,6 +711,13 @@ func (c *twoNode) agentStatus(ctx context.Context, n *tnode) (*agent.Status, err
 
 func (c *twoNode) nagare() {
 	c.apply(c.nagareManifest())
+	c.waitNagare()
+}
+
+// waitNagare waits for both nodes' agents to have their switch and the
+// other node's tunnel, and for both nodes to be Ready.
+func (c *twoNode) waitNagare() {
+	c.t.Helper()
 	for _, n := range c.nodes {
 		c.waitFor("nagare agent on "+n.name, 3*time.Minute, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
