@@ -175,7 +175,8 @@ type Agent struct {
 	policiesSynced <-chan struct{}              // closed once the policy input is whole (informers synced; the cluster file at once)
 	filePolicyMu   sync.Mutex                   // one feedClusterPolicies at a time (pods come and go concurrently)
 	pendingCut     atomic.Pointer[netpol.State] // policies a switch Sync programmed: policyLoop cuts what they deny
-	filePolicyPods map[string]bool              // cluster-file policies: the local pods fed to the engine
+	filePolicyPods map[string]netip.Addr        // cluster-file policies: the local pods fed to the engine, by address
+	filePolicyNS   map[string]bool              // and the namespaces
 	policyMu       sync.Mutex                   // one realization + programming at a time (realizePolicies)
 	policyReported map[string]string            // under policyMu: each policy's problems, last reported
 	redirect       redirectState                // transparent redirection to the node's proxy (proxyredirect.go)

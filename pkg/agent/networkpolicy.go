@@ -42,7 +42,7 @@ type policyFeed struct {
 	kick chan struct{}
 
 	mu    sync.Mutex
-	known map[string]*netpol.Pod  // the source's last word on each pod, address or not
+	known map[string]*netpol.Pod // the source's last word on each pod, address or not
 	local map[string]netip.Addr  // pods attached on this node: namespace/name → address
 	node  string
 }
@@ -132,6 +132,7 @@ func (f *policyFeed) DeleteNamespace(name string) { f.Engine.DeleteNamespace(nam
 // source, or feeds it the cluster file's policies (the lab and the tests,
 // without Kubernetes: feedClusterPolicies).
 func (a *Agent) startPolicies() {
+	a.policyReported = map[string]string{}
 	switch {
 	case a.cfg.Kube != nil:
 		a.policies = newPolicyFeed(a.cfg.NodeName)
@@ -151,7 +152,10 @@ func (a *Agent) startPolicies() {
 
 // feedClusterPolicies gives the engine the pods attached on this node
 // (with the cluster file's labels) and their namespaces, when the
-// policies come from the cluster file.
+// policies come from the cluster file. Only what changed since the last
+// feed goes in: the engine marks the policies that look at every pod or
+// namespace it is given, changed or not, and a pod's ADD feeds before its
+// forwarding (enforceBeforeForwarding) and again after (podsChanged).
 func (a *Agent) feedClusterPolicies() {
 	if a.policies == nil || a.cfg.Kube != nil {
 		return
@@ -167,23 +171,29 @@ func (a *Agent) feedClusterPolicies() {
 		}
 	}
 	a.mu.Unlock()
-	seen := map[string]bool{}
-	nss := map[string]bool{}
+	if a.filePolicyPods == nil {
+		a.filePolicyPods, a.filePolicyNS = map[string]netip.Addr{}, map[string]bool{}
+	}
+	setNS := func(ns string) {
+		if !a.filePolicyNS[ns] {
+			a.filePolicyNS[ns] = true
+			a.policies.SetNamespace(ns, map[string]string{"kubernetes.io/metadata.name": ns})
+		}
+	}
 	for i := range a.cfg.Cluster.NetworkPolicies {
-		nss[a.cfg.Cluster.NetworkPolicies[i].Namespace] = true
+		setNS(a.cfg.Cluster.NetworkPolicies[i].Namespace)
 	}
+	seen := make(map[string]netip.Addr, len(pods))
 	for i := range pods {
-		nss[pods[i].Namespace] = true
-	}
-	for ns := range nss {
-		a.policies.SetNamespace(ns, map[string]string{"kubernetes.io/metadata.name": ns})
-	}
-	for i := range pods {
-		seen[pods[i].Namespace+"/"+pods[i].Name] = true
-		a.policies.SetPod(&pods[i])
+		setNS(pods[i].Namespace)
+		key := pods[i].Namespace + "/" + pods[i].Name
+		seen[key] = pods[i].IP
+		if ip, ok := a.filePolicyPods[key]; !ok || ip != pods[i].IP {
+			a.policies.SetPod(&pods[i]) // labels are the file's, fixed for the agent's life
+		}
 	}
 	for key := range a.filePolicyPods {
-		if !seen[key] {
+		if _, ok := seen[key]; !ok {
 			ns, name, _ := strings.Cut(key, "/")
 			a.policies.DeletePod(ns, name)
 		}
@@ -236,9 +246,6 @@ func (a *Agent) realizePolicies(ctx context.Context) {
 		return
 	}
 	a.pendingCut.Store(nil)
-	if a.policyReported == nil {
-		a.policyReported = map[string]string{}
-	}
 	a.reportPolicyProblems(problems, a.policyReported)
 	res, err := a.programPolicies(ctx, st)
 	if err != nil {
