@@ -502,7 +502,7 @@ func startTCPStream(label, clientNS, serverNS, addr, listen string) (*tcpStream,
 			s.sent += int64(n)
 			s.mu.Unlock()
 			if err != nil {
-				if !s.stopped() {
+				if !closed(s.done) {
 					s.fail(fmt.Errorf("write: %w", err))
 				}
 				return
@@ -518,7 +518,7 @@ func startTCPStream(label, clientNS, serverNS, addr, listen string) (*tcpStream,
 				s.event(int64(n))
 			}
 			if err != nil {
-				if !s.stopped() {
+				if !closed(s.done) {
 					if errors.Is(err, io.EOF) {
 						err = fmt.Errorf("the connection was closed (EOF)")
 					}
@@ -531,9 +531,10 @@ func startTCPStream(label, clientNS, serverNS, addr, listen string) (*tcpStream,
 	return s, nil
 }
 
-func (s *tcpStream) stopped() bool {
+// closed says whether done, a traffic source's stop signal, is closed.
+func closed(done <-chan struct{}) bool {
 	select {
-	case <-s.done:
+	case <-done:
 		return true
 	default:
 		return false
@@ -638,21 +639,12 @@ func startPingPong(label, clientNS, serverNS, addr, listen string) (*pingPong, e
 			if n == 8 {
 				p.event(1)
 			}
-			if err != nil && p.stoppedPP() {
+			if err != nil && closed(p.done) {
 				return
 			}
 		}
 	}()
 	return p, nil
-}
-
-func (p *pingPong) stoppedPP() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 func (p *pingPong) name() string { return p.label }
