@@ -97,8 +97,12 @@ func runAgent(args []string, stdout, _ io.Writer) error {
 		fmt.Fprintf(w, "switch %s: %s, %d reconnects; last sync %s ago: %d added, %d deleted, %d kept (%s)\n",
 			st.Switch.Socket, conn, st.Switch.Reconnects, time.Since(st.Switch.LastSyncAt).Round(time.Second),
 			st.Switch.LastSync.Added, st.Switch.LastSync.Deleted, st.Switch.LastSync.Kept, st.Switch.SyncTook)
-		fmt.Fprintf(w, "IPAM: %d of %d addresses in use; %d pods; %d remote nodes; %d Services (%d problems)\n",
-			st.IPAM.Used, st.IPAM.Total, len(st.Pods), len(st.Remotes), len(st.Services), len(st.ServiceProblems))
+		pending := ""
+		if st.ServicesPending > 0 {
+			pending = fmt.Sprintf(", %d being programmed", st.ServicesPending)
+		}
+		fmt.Fprintf(w, "IPAM: %d of %d addresses in use; %d pods; %d remote nodes; %d Services (%d problems%s)\n",
+			st.IPAM.Used, st.IPAM.Total, len(st.Pods), len(st.Remotes), len(st.Services), len(st.ServiceProblems), pending)
 		for _, m := range st.Masquerade {
 			fmt.Fprintf(w, "masquerade: %s\n", m)
 		}

@@ -170,6 +170,7 @@ type Agent struct {
 	services       *proxy.Tracker               // the desired service state (services.go)
 	rejecter       pipeline.Rejecter            // answers Service reject PACKET_INs on every switch connection
 	unresolvedPods atomic.Value                 // cluster-file endpoint pods not on this node, last logged
+	svcInFlight    atomic.Int64                 // Services taken from the tracker and not yet programmed (serviceLoop)
 	nodePorts      nodePortState                // the NodePort sets last written (nodeports.go)
 	policies       *policyFeed                  // NetworkPolicy input and realization (networkpolicy.go); nil without policies
 	policiesSynced <-chan struct{}              // closed once the policy input is whole (informers synced; the cluster file at once)

@@ -102,6 +102,17 @@ func (a *Agent) nodesChanged() {
 	}
 }
 
+// servicesPending is how many Services' changes are not yet programmed
+// in the switch: touched in the tracker and not taken, or taken and being
+// programmed. A change refused by the switch is repaired by the next sync
+// and does not count.
+func (a *Agent) servicesPending() int {
+	if a.services == nil {
+		return 0
+	}
+	return a.services.Pending() + int(a.svcInFlight.Load())
+}
+
 // serviceLoop takes the tracker's changes as they come.
 func (a *Agent) serviceLoop(ctx context.Context) {
 	for {
@@ -116,12 +127,17 @@ func (a *Agent) serviceLoop(ctx context.Context) {
 		case <-time.After(serviceCoalesce):
 		}
 		start := time.Now()
+		// In flight from before the Take until programmed, so that the
+		// status never shows a taken change as done (servicesPending).
+		a.svcInFlight.Store(1)
 		ch := a.services.Take()
+		a.svcInFlight.Store(int64(len(ch.Updated) + len(ch.Deleted)))
 		if len(ch.Updated)+len(ch.Deleted) == 0 {
 			continue
 		}
 		a.met.services.Set(float64(len(a.services.Services())))
 		res, err := a.programServices(ctx, ch)
+		a.svcInFlight.Store(0)
 		if err != nil {
 			a.log.Warn("services: programming the switch failed (the next sync repairs it)", "err", err,
 				"updated", len(ch.Updated), "deleted", len(ch.Deleted))

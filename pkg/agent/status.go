@@ -47,6 +47,10 @@ type Status struct {
 	// Services is the desired service state (pkg/agent/proxy); not yet
 	// programmed as flows.
 	Services []ServiceStatus `json:"services,omitempty"`
+	// ServicesPending is how many Services changed in the desired state
+	// and are not yet programmed in the switch (they are coalesced for
+	// 100 ms, then programmed together).
+	ServicesPending int `json:"servicesPending,omitempty"`
 	// ServiceProblems is the bad input refused or skipped, one line each.
 	ServiceProblems []string `json:"serviceProblems,omitempty"`
 	// Policies are the realized NetworkPolicy rules programmed on this
@@ -230,6 +234,7 @@ func (a *Agent) Snapshot(ctx context.Context) Status {
 			}
 			st.Services = append(st.Services, ss)
 		}
+		st.ServicesPending = a.servicesPending()
 		for _, p := range a.services.Problems() {
 			st.ServiceProblems = append(st.ServiceProblems, p.String())
 		}

@@ -191,7 +191,27 @@ func endpointPods(ctx context.Context, t *testing.T, n1, n2 *nscluster.Node) (sr
 	for _, s := range []*nscluster.Pod{srv1, srv2} {
 		serveName(t, podNS(s), s.Name)
 	}
+	// The cluster file names srv1 as an endpoint: its ADD put it in node
+	// 1's desired state, which the agent programs after coalescing.
+	waitServicesProgrammed(t, n1)
 	return srv1, srv2
+}
+
+// waitServicesProgrammed waits until n's agent has programmed every
+// Service change it knows of.
+func waitServicesProgrammed(t *testing.T, n *nscluster.Node) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := n.Status(ctxT(t, 5*time.Second))
+		if err == nil && st.Switch.Connected && st.ServicesPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: Service changes not programmed after 10 s: %+v, %v", n.Config.Name, st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // serveName answers on TCP 8080 and UDP 5353 in ns with name.

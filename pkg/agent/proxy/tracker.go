@@ -58,6 +58,14 @@ type Changes struct {
 // for Take.
 func (t *Tracker) Changed() <-chan struct{} { return t.changed }
 
+// Pending is how many Services were touched since the last Take (some
+// may turn out unchanged).
+func (t *Tracker) Pending() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.dirty)
+}
+
 func (t *Tracker) markLocked(k ServiceKey) {
 	t.dirty[k] = true
 	select {

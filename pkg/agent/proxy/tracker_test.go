@@ -33,9 +33,15 @@ func TestTrackerCoalesces(t *testing.T) {
 	default:
 		t.Fatal("Changed did not fire")
 	}
+	if n := tr.Pending(); n != 2 {
+		t.Fatalf("Pending before the first Take: %d, want 2 (a and b)", n)
+	}
 	ch := tr.Take()
 	if got := fmt.Sprint(keys(ch.Updated), ch.Deleted); got != "[ns/a ns/b] []" {
 		t.Fatalf("first Take: %s", got)
+	}
+	if n := tr.Pending(); n != 0 {
+		t.Fatalf("Pending after Take: %d", n)
 	}
 	if ch := tr.Take(); len(ch.Updated)+len(ch.Deleted) != 0 {
 		t.Fatalf("nothing changed, Take says %v", ch)
