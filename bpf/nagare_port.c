@@ -233,13 +233,19 @@ int nagare_recirc(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	if (depth >= RECIRC_MAX)
 		return drop(DROP_RECIRC_DEPTH);
-	recirc_save(&st->carry, &st->key);
-	__builtin_memset(&st->key, 0, sizeof(st->key));
-	__builtin_memset(&st->ps, 0, sizeof(st->ps));
-	ret = parse_packet(skb, &st->key, &st->ps);
-	if (ret < 0)
-		return drop(-ret);
-	recirc_restore(&st->key, &st->carry);
+	/* A pass that changed neither the packet nor the key's parsed words
+	 * (a ct without NAT, then recirc: every packet of a pipeline that
+	 * tracks connections) leaves the key as a new parse would make it:
+	 * the next pass keeps it. */
+	if (st->ps.dirty) {
+		recirc_save(&st->carry, &st->key);
+		__builtin_memset(&st->key, 0, sizeof(st->key));
+		__builtin_memset(&st->ps, 0, sizeof(st->ps));
+		ret = parse_packet(skb, &st->key, &st->ps);
+		if (ret < 0)
+			return drop(-ret);
+		recirc_restore(&st->key, &st->carry);
+	}
 	ret = pass_run(skb, st, cfg, 0, mode, 0);
 	if (ret == TC_ACT_RECIRC)
 		return recirculate(skb, mode, depth + 1);

@@ -580,6 +580,7 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 			ps->verdict = TC_ACT_OK;
 			break;
 		case ACT_SET_TUNNEL:
+			ps->dirty = 1;
 			if (set_tunnel(skb, ps, a, key) < 0)
 				return drop(DROP_TUNNEL_SET);
 			break;
@@ -612,7 +613,14 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 				return drop(a->arg32);
 			return drop(DROP_ACTION);
 		default: {
-			int r = run_rare(skb, ps, key, a, mode);
+			int r;
+
+			/* All but these change the packet or the key's parsed
+			 * words (ct_clear and hash write words 14..19 only,
+			 * which a recirculation carries over). */
+			if (a->type != ACT_CT_EXT && a->type != ACT_CT_CLEAR && a->type != ACT_HASH && a->type != ACT_METER)
+				ps->dirty = 1;
+			r = run_rare(skb, ps, key, a, mode);
 
 			if (r < 0)
 				return drop(-r);

@@ -389,7 +389,8 @@ static __always_inline __u32 ct_tcp_update(struct ct_entry *c, int reply, __u16 
 		 * replaces it, in the caller). */
 		return CT_TO_TCP_CLOSE;
 	}
-	c->tcp_state = TCP_CT_ESTABLISHED;
+	if (c->tcp_state != TCP_CT_ESTABLISHED) /* not written on every packet (ct_action) */
+		c->tcp_state = TCP_CT_ESTABLISHED;
 	return CT_TO_TCP_EST;
 }
 
@@ -560,10 +561,11 @@ static __always_inline int ct_packet_tuple(struct __sk_buff *skb, const struct p
 	return TUPLE_OK;
 }
 
-/* ct_lookup finds t's connection: fills s->orig and s->conn, returns 1
- * (original direction), 2 (reply direction) or 0. Expired entries are
- * not found. */
-static __always_inline int ct_lookup(struct ct_scratch *s, const struct ct_tuple *t, __u64 now)
+/* ct_lookup finds t's connection: fills s->orig and s->conn, sets *conn
+ * to its entry (the original direction's), returns 1 (original
+ * direction), 2 (reply direction) or 0. Expired entries are not found. */
+static __always_inline int ct_lookup(struct ct_scratch *s, const struct ct_tuple *t, __u64 now,
+				     struct ct_entry **conn)
 {
 	struct ct_entry *e = bpf_map_lookup_elem(&conntrack, t);
 	int dir = 1;
@@ -582,6 +584,7 @@ static __always_inline int ct_lookup(struct ct_scratch *s, const struct ct_tuple
 	if (e->kind != CT_CONN || e->expires < now)
 		return 0;
 	__builtin_memcpy(&s->conn, e, sizeof(s->conn));
+	*conn = e;
 	return dir;
 }
 
@@ -613,19 +616,33 @@ static __always_inline void ct_write_key(struct flow_key *key, __u8 state, __u16
 	}
 }
 
-static __always_inline void ct_set_mark_label(struct ct_entry *c, const struct action *a,
-					      const struct ct_scratch *s)
+/* ct_set_mark_label applies a commit's mark and label to c; 1 when that
+ * changed them. Unchanged fields are not written (see ct_action). */
+static __always_inline int ct_set_mark_label(struct ct_entry *c, const struct action *a,
+					     const struct ct_scratch *s)
 {
-	__u32 mmask = *(const __u32 *)&a->u64[0];
-	int i;
+	__u32 mmask = *(const __u32 *)&a->u64[0], mark;
+	int i, changed = 0;
 
-	if (mmask)
-		c->mark = (c->mark & ~mmask) | (a->arg32 & mmask);
+	if (mmask) {
+		mark = (c->mark & ~mmask) | (a->arg32 & mmask);
+		if (mark != c->mark) {
+			c->mark = mark;
+			changed = 1;
+		}
+	}
 	if (a->flags & CT_LABEL) {
 #pragma unroll
-		for (i = 0; i < 16; i++)
-			c->label[i] = (c->label[i] & ~s->label_mask[i]) | (s->label[i] & s->label_mask[i]);
+		for (i = 0; i < 16; i++) {
+			__u8 b = (c->label[i] & ~s->label_mask[i]) | (s->label[i] & s->label_mask[i]);
+
+			if (b != c->label[i]) {
+				c->label[i] = b;
+				changed = 1;
+			}
+		}
 	}
+	return changed;
 }
 
 /* ct_commit creates the connection of s->tuple (original direction),
@@ -734,20 +751,16 @@ __noinline int ct_action(struct __sk_buff *skb, struct parse_state *ps, struct f
 		 * in the reply direction when that is the reply tuple. */
 		ct_reverse(&s->rtuple, &s->tuple);
 		__builtin_memcpy(&s->tuple, &s->rtuple, sizeof(s->tuple));
-		dir = ct_lookup(s, &s->tuple, now);
+		dir = ct_lookup(s, &s->tuple, now, &e);
 		if (!dir) {
 			ct_write_key(key, CS_TRK | CS_INV, zone, NULL, NULL);
 			goto out;
 		}
 		state |= CS_REL | (dir == 2 ? CS_RPL : 0);
-		if (a->flags & CT_COMMIT) {
-			e = bpf_map_lookup_elem(&conntrack, &s->orig);
-			if (e)
-				ct_set_mark_label(e, a, s);
-			if (e)
-				__builtin_memcpy(&s->conn, e, sizeof(s->conn));
-		}
+		if ((a->flags & CT_COMMIT) && ct_set_mark_label(e, a, s))
+			__builtin_memcpy(&s->conn, e, sizeof(s->conn));
 		if ((a->flags & CT_NAT) && (s->conn.flags & (CTF_SNAT | CTF_DNAT))) {
+			ps->dirty = 1;
 			err = nat_related(skb, ps, key, s, dir);
 			if (err < 0)
 				return err;
@@ -758,15 +771,10 @@ __noinline int ct_action(struct __sk_buff *skb, struct parse_state *ps, struct f
 		goto out;
 	}
 
-	dir = ct_lookup(s, &s->tuple, now);
+	dir = ct_lookup(s, &s->tuple, now, &e);
 	if (dir) {
-		e = bpf_map_lookup_elem(&conntrack, &s->orig);
-		if (!e) {
-			dir = 0;
-		} else if (((a->flags & (CT_COMMIT | CT_FORCE)) == (CT_COMMIT | CT_FORCE) && dir == 2) ||
-			   (s->orig.proto == IPPROTO_TCP &&
-			    ct_tcp_closed(e) &&
-			    (tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN)) {
+		if (((a->flags & (CT_COMMIT | CT_FORCE)) == (CT_COMMIT | CT_FORCE) && dir == 2) ||
+		    (s->orig.proto == IPPROTO_TCP && ct_tcp_closed(e) && (tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN)) {
 			/* force: a connection seen from its reply side ends
 			 * and starts anew from this side; a SYN on a closed
 			 * TCP connection starts a new one (Open vSwitch's
@@ -774,8 +782,19 @@ __noinline int ct_action(struct __sk_buff *skb, struct parse_state *ps, struct f
 			ct_free(s);
 			dir = 0;
 		} else {
+			__u64 expires;
+
+			/* What an established connection's packets write to its
+			 * entry, only when it changes: the two sides of a
+			 * connection are often handled on two CPUs, and a store
+			 * of the same value still takes the cache line from the
+			 * other. The coarse clock moves once a tick, so the
+			 * deadline is written at most once a tick (the kernel's
+			 * nf_ct_refresh does the same). */
 			to = ct_update(e, s->orig.proto, dir == 2, tcp_flags);
-			e->expires = now + ct_timeout(cfg, to);
+			expires = now + ct_timeout(cfg, to);
+			if (e->expires != expires)
+				e->expires = expires;
 			if (a->flags & CT_COMMIT)
 				ct_set_mark_label(e, a, s);
 			__builtin_memcpy(&s->conn, e, sizeof(s->conn));
@@ -803,6 +822,7 @@ __noinline int ct_action(struct __sk_buff *skb, struct parse_state *ps, struct f
 		dir = 1;
 	}
 	if ((a->flags & CT_NAT) && (s->conn.flags & (CTF_SNAT | CTF_DNAT))) {
+		ps->dirty = 1;
 		err = nat_packet(skb, ps, key, s, dir);
 		if (err < 0)
 			return err;

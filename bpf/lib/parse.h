@@ -35,6 +35,10 @@ struct parse_state {
 	/* Not the parser's: run_actions' verdict so far (actions.h). */
 	__s32 verdict;
 	__u32 have_output;
+	/* Not the parser's: an action changed the packet or the key words a
+	 * recirculation parses again (recirc.h); 0 lets the next pass keep
+	 * this key and state. */
+	__u32 dirty;
 };
 
 struct arp_eth_ipv4 {

@@ -3,6 +3,7 @@ package datapath
 import (
 	"bytes"
 	"errors"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -905,4 +906,57 @@ func TestCTFlushByTuple(t *testing.T) {
 	wantState(t, "flushed", c.state(udpPkt(t, "10.0.0.2", "10.0.0.1", 53, 2, "a"), "dummy0"), trk|nw)
 	wantState(t, "kept", c.state(udpPkt(t, "10.0.0.2", "10.0.0.1", 53, 1, "a"), "dummy0"), trk|est|rpl)
 	wantState(t, "kept", c.state(udpPkt(t, "10.0.0.2", "10.0.0.1", 53, 3, "a"), "dummy0"), trk|est|rpl)
+}
+
+// TestRecircKeyAfterRewrites: the second pass looks up the packet as the
+// first pass left it. A pass whose actions changed nothing of the packet
+// (ct without a translation, ct_clear, hash) hands its key on without a
+// new parse (nagare_recirc); any rewrite makes the next pass parse again,
+// and its key shows the rewrite.
+func TestRecircKeyAfterRewrites(t *testing.T) {
+	pkt := func() []byte { return udpPkt(t, "10.0.0.1", "10.0.0.2", 1000, 53, "q") }
+	// The key the packet has on its first pass.
+	c := newCTTest(t, nil)
+	if v := c.run(pkt(), "lo"); v.verdict != tcActShot {
+		t.Fatalf("verdict %d, want a miss", v.verdict)
+	}
+	first := readUpcall(t, c.r).Key
+	mac := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x99}
+	for _, tc := range []struct {
+		name string
+		acts []flow.Action
+		want func(k *flow.Key) // the first pass's key as the second should see it
+	}{
+		{"ct", []flow.Action{flow.CT{Zone: 5, Flags: flow.CTCommit}}, nil},
+		{"ct-nat-untranslated", []flow.Action{flow.CT{Zone: 5, Flags: flow.CTCommit, NAT: &flow.NAT{}}}, nil},
+		{"ct-clear-hash", []flow.Action{flow.CTClear{}, flow.Hash{Basis: 3}}, nil},
+		{"set-ip-dst", []flow.Action{flow.SetIPDst{Addr: netip.MustParseAddr("10.9.9.9")}},
+			func(k *flow.Key) { copy(k.IPDst[:], []byte{10, 9, 9, 9}) }},
+		{"set-tp-dst", []flow.Action{flow.SetTpDst{Port: 4242}}, func(k *flow.Key) { k.TpDst = 4242 }},
+		{"set-eth-dst", []flow.Action{flow.SetEthDst{MAC: mac}}, func(k *flow.Key) { copy(k.EthDst[:], mac) }},
+		{"dec-ttl", []flow.Action{flow.DecTTL{}}, func(k *flow.Key) { k.NwTTL-- }},
+		{"ct-dnat", []flow.Action{flow.CT{Zone: 5, Flags: flow.CTCommit, NAT: &flow.NAT{Kind: flow.NATDst,
+			AddrMin: netip.MustParseAddr("10.1.0.5"), AddrMax: netip.MustParseAddr("10.1.0.5"), PortMin: 8080, PortMax: 8080}}},
+			func(k *flow.Key) { copy(k.IPDst[:], []byte{10, 1, 0, 5}); k.TpDst = 8080 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// One case's connection (zone 5) is not the next one's.
+			if _, err := c.FlushConntrack(ConnMatch{}); err != nil {
+				t.Fatal(err)
+			}
+			c.firstPass(portIn, append(tc.acts, flow.Recirc{ID: 1})...)
+			defer c.Delete(flow.Key{InPort: portIn}, flow.Mask{InPort: 0xffffffff, RecircID: 0xffffffff})
+			got := c.second(pkt(), "lo").Key
+			want := first
+			if tc.want != nil {
+				tc.want(&want)
+			}
+			// The words a pass hands on (recirc.h) are the actions'.
+			got.RecircID, got.CtMark, got.CtZone, got.CtState, got.CtNwProto = 0, 0, 0, 0, 0
+			got.CtTpSrc, got.CtTpDst, got.CtLabel, got.CtNwSrc, got.CtNwDst, got.DpHash = 0, 0, [16]byte{}, [4]byte{}, [4]byte{}, 0
+			if got != want {
+				t.Fatalf("second pass key\n got %+v\nwant %+v", got, want)
+			}
+		})
+	}
 }
