@@ -139,6 +139,8 @@ type cpuSnapshot struct {
 	stat       ProcStat
 	pidTicks   map[int]uint64
 	dpuTicks   map[int]uint64 // DPU-domain processes (DPUPlane)
+	fpNs       uint64         // fast-path programs' run time and runs (bpfstats.go), when on
+	fpRuns     uint64
 	softirqs   PerCPUCounters
 	interrupts PerCPUCounters
 }
@@ -167,7 +169,12 @@ func takeSnapshot(pids []int, dpuPids ...int) (cpuSnapshot, error) {
 	if s.pidTicks, err = pidTicks("switch", pids); err != nil {
 		return s, err
 	}
-	s.dpuTicks, err = pidTicks("DPU switch", dpuPids)
+	if s.dpuTicks, err = pidTicks("DPU switch", dpuPids); err != nil {
+		return s, err
+	}
+	if bpfStatsOn.Load() {
+		s.fpNs, s.fpRuns, err = fastPathTime()
+	}
 	return s, err
 }
 
@@ -208,6 +215,19 @@ type CPUUsage struct {
 	NetRxSoftirqs uint64 `json:"net_rx_softirqs"`
 	// NetRxPerCPU is the NET_RX softirq count of each CPU.
 	NetRxPerCPU []uint64 `json:"net_rx_per_cpu,omitempty"`
+	// FastPathNs and FastPathRuns are the run time and runs of the
+	// switches' fast-path programs (Scenario.BPFStats; bpfstats.go).
+	FastPathNs   uint64 `json:"fast_path_ns,omitempty"`
+	FastPathRuns uint64 `json:"fast_path_runs,omitempty"`
+}
+
+// FastPathNsPerPacket is the fast path's time per packet and switch, 0
+// without statistics.
+func (u CPUUsage) FastPathNsPerPacket() float64 {
+	if u.FastPathRuns == 0 {
+		return 0
+	}
+	return float64(u.FastPathNs) / float64(u.FastPathRuns)
 }
 
 // TotalSoftirqs sums Softirqs over CPUs.
@@ -245,6 +265,9 @@ func usageBetween(a, b cpuSnapshot, window float64) CPUUsage {
 	u.Interrupts = diffCounts(a.interrupts.Sum(), b.interrupts.Sum())
 	u.NetRxPerCPU = diffCounts(a.softirqs.Rows["NET_RX"], b.softirqs.Rows["NET_RX"])
 	u.NetRxSoftirqs = sum(u.NetRxPerCPU)
+	if b.fpRuns >= a.fpRuns && b.fpNs >= a.fpNs {
+		u.FastPathNs, u.FastPathRuns = b.fpNs-a.fpNs, b.fpRuns-a.fpRuns
+	}
 	return u
 }
 

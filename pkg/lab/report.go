@@ -115,6 +115,9 @@ func (res *Result) Rows() []*Row {
 			add("switch cpu", c.SwitchCPUSeconds)
 			add(dpuCPUColumn, c.DPUCPUSeconds)
 			add("host cpu", c.HostCPUSeconds)
+			if c.FastPathRuns > 0 {
+				add(fastPathColumn, c.FastPathNsPerPacket())
+			}
 			add("softirqs", float64(c.TotalSoftirqs()))
 			add("interrupts", float64(c.TotalInterrupts()))
 			for i, n := range c.NetRxPerCPU {
@@ -162,6 +165,10 @@ type column struct {
 	// (and 0 for DPU planes: the host runs no switch process).
 	cpu bool
 }
+
+// fastPathColumn is the fast path's own time per packet and switch
+// (Scenario.BPFStats), "–" for planes without one.
+const fastPathColumn = "fast path ns"
 
 // dpuCPUColumn is the CPU time of a DPU domain's switch, "–" for planes
 // without one.
@@ -271,6 +278,9 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 		for _, pl := range m.Placements {
 			fmt.Fprintf(w, "\n### %s\n\n", res.measurementTitle(m, pl))
 			cols := measurementColumns(m)
+			if s.BPFStats {
+				cols = append(cols, column{"fast path ns/pkt", fastPathColumn, 0, false})
+			}
 			hdr := []string{}
 			if multiLoad {
 				hdr = append(hdr, "load")

@@ -190,6 +190,14 @@ func Run(ctx context.Context, s *Scenario, opts Options) (*Result, error) {
 		cmdLog = f
 	}
 	sh := NewShell(cmdLog)
+	if s.BPFStats {
+		st, err := enableBPFStats()
+		if err != nil {
+			return nil, fmt.Errorf("bpfStats: the kernel's BPF run-time statistics: %w", err)
+		}
+		bpfStatsOn.Store(true)
+		defer func() { bpfStatsOn.Store(false); st.Close() }()
+	}
 	tmp, err := os.MkdirTemp("", "nagare-lab-")
 	if err != nil {
 		return nil, err

@@ -57,6 +57,11 @@ type Scenario struct {
 	// traffic (netpol.go): e.g. the isolation scenario's allow-list for
 	// an attacker pod.
 	Policies []PolicyAllow `yaml:"policies"`
+	// BPFStats turns the kernel's BPF run-time statistics on for the run
+	// and reports the fast path's own time per packet and switch
+	// (bpfstats.go). Each run of every BPF program then costs two clock
+	// reads more: compare planes with it on against each other.
+	BPFStats bool `yaml:"bpfStats"`
 }
 
 // PaperRow is one row of the source paper's results: its numbers for a
