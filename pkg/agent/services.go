@@ -131,8 +131,9 @@ func (a *Agent) serviceLoop(ctx context.Context) {
 		// status never shows a taken change as done (servicesPending).
 		a.svcInFlight.Store(1)
 		ch := a.services.Take()
-		a.svcInFlight.Store(int64(len(ch.Updated) + len(ch.Deleted)))
-		if len(ch.Updated)+len(ch.Deleted) == 0 {
+		n := len(ch.Updated) + len(ch.Deleted)
+		a.svcInFlight.Store(int64(n))
+		if n == 0 {
 			continue
 		}
 		a.met.services.Set(float64(len(a.services.Services())))

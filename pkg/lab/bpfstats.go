@@ -20,11 +20,11 @@ import (
 // each run of every program two clock reads, so they are on only when a
 // scenario asks (planes without BPF pay nothing, the others a little).
 //
-// What this measures and throughput cannot: a throughput's run-to-run
-// spread on two shared cores is 10-20 %, the fast path's share of a
-// packet's cost a few percent of it; its own time per packet is steady to
-// a few nanoseconds, so two planes whose packets take the same passes
-// show it.
+// What this measures and throughput cannot: the fast path's own share of
+// a packet's cost, apart from the kernel and the applications around it
+// (docs/lab.md: 511 against 184 ns a packet for the agent's pipeline and
+// a one-pass table). It is not steadier than throughput from rep to rep
+// on real veths (±15 %, cache state): compare medians of several reps.
 
 // fastPathPrograms are the name prefixes (as the kernel keeps them: 15
 // characters) of the programs a packet enters a switch by.

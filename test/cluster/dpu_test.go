@@ -297,15 +297,7 @@ func dpuStatus(t *testing.T, n *nscluster.Node) *agent.Status {
 // waitAgent waits until n's agent reports its switch connected (or not).
 func waitAgent(t *testing.T, n *nscluster.Node, connected bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		st, err := n.Status(context.Background())
-		if err == nil && st.Switch.Connected == connected {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: switch connected never became %v: %+v %v", n.Config.Name, connected, st, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitStatus(t, n, 15*time.Second, fmt.Sprintf("switch connected=%v", connected), func(st *agent.Status) bool {
+		return st.Switch.Connected == connected
+	})
 }

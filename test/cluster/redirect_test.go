@@ -324,15 +324,7 @@ func waitProxyUp(t *testing.T, n *nscluster.Node, up bool) {
 // reconnects times, has synced the restarted switch.
 func waitResync(t *testing.T, n *nscluster.Node, reconnects int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		st, err := n.Status(ctxT(t, 5*time.Second))
-		if err == nil && st.Switch.Connected && st.Switch.Reconnects > reconnects {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent did not re-sync the restarted switch: %+v %v", st, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitStatus(t, n, 20*time.Second, "re-synced with the restarted switch", func(st *agent.Status) bool {
+		return st.Switch.Connected && st.Switch.Reconnects > reconnects
+	})
 }

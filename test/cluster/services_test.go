@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nagare-net/nagare/internal/nstest"
+	"github.com/nagare-net/nagare/pkg/agent"
 	"github.com/nagare-net/nagare/pkg/agent/config"
 	"github.com/nagare-net/nagare/pkg/nscluster"
 )
@@ -201,14 +202,23 @@ func endpointPods(ctx context.Context, t *testing.T, n1, n2 *nscluster.Node) (sr
 // Service change it knows of.
 func waitServicesProgrammed(t *testing.T, n *nscluster.Node) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	waitStatus(t, n, 10*time.Second, "Service changes programmed", func(st *agent.Status) bool {
+		return st.Switch.Connected && st.ServicesPending == 0
+	})
+}
+
+// waitStatus polls n's agent status every 20 ms until ok holds, for at
+// most limit, then fails saying what it waited for.
+func waitStatus(t *testing.T, n *nscluster.Node, limit time.Duration, what string, ok func(*agent.Status) bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for {
 		st, err := n.Status(ctxT(t, 5*time.Second))
-		if err == nil && st.Switch.Connected && st.ServicesPending == 0 {
+		if err == nil && ok(st) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: Service changes not programmed after 10 s: %+v, %v", n.Config.Name, st, err)
+			t.Fatalf("%s: not %s after %v: %+v, %v", n.Config.Name, what, limit, st, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
