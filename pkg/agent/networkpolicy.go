@@ -338,6 +338,9 @@ func (a *Agent) programPolicies(ctx context.Context, st netpol.State) (pipeline.
 // syncPolicies gives a (re)connecting pipeline the whole realized state before its Sync.
 func (a *Agent) syncPolicies() {
 	if a.policies == nil {
+		// No policy source (no Kubernetes, none in the cluster file): the
+		// state is known, and empty.
+		a.pl.SetPolicies(netpol.State{})
 		return
 	}
 	select {

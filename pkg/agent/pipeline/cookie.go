@@ -5,7 +5,8 @@ import "hash/fnv"
 // A flow's cookie says which feature made it and for which object:
 //
 //	bits 63..56  feature (cookieNode, cookiePod, cookieRemote, cookieService,
-//	             cookieAffinity, cookiePolicy, cookiePolicyCut, cookieRedirect)
+//	             cookieAffinity, cookiePolicy, cookiePolicyCut, cookieRedirect,
+//	             cookieTracked)
 //	bits 55..0   object: FNV-1a of the object's key ("node", the pod's
 //	             containerID/ifName, the remote node's name, the
 //	             Service's namespace/name), 56 bits
@@ -30,6 +31,9 @@ const (
 	// cookieRedirect marks the node-wide transparent-redirect flows
 	// (proxyredirect.go); an opted-out pod's flow has the pod's cookie.
 	cookieRedirect uint64 = 0x08 << 56
+	// cookieTracked marks the two flows that send one address's packets
+	// through the full conntrack walk (conntrack_onepass.go).
+	cookieTracked uint64 = 0x09 << 56
 
 	objectMask    uint64 = 1<<56 - 1
 	cookieFeature uint64 = 0xff << 56

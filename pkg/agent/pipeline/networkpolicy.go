@@ -84,6 +84,8 @@ type programmedPolicies struct {
 	owners map[string]*policyOwner      // by rule ID, or "isolated/<dir>/<pod>"
 	merged map[string]*mergedPolicyFlow // by flowID
 	drops  map[uint64]string            // drop flow cookie → "ingress 10.0.1.2"
+	// isolated are the local pods isolated in either direction.
+	isolated map[netip.Addr]bool
 }
 
 // policyOwner is one owner's part of the policy flows.
@@ -262,6 +264,13 @@ func (p *Pipeline) updatePolicies(pp *programmedPolicies, st netpol.State) (chan
 		for _, a := range iso.addrs {
 			wants["isolated/"+iso.dir.String()+"/"+a.String()] = want{print: "isolated", iso: iso.dir, addr: a}
 		}
+	}
+	pp.isolated = map[netip.Addr]bool{}
+	for _, a := range st.IsolatedIngress {
+		pp.isolated[a] = true
+	}
+	for _, a := range st.IsolatedEgress {
+		pp.isolated[a] = true
 	}
 	dirty := map[string]*mergedPolicyFlow{}
 	for key, o := range pp.owners {
@@ -491,13 +500,18 @@ func (p *Pipeline) UpdatePolicies(ctx context.Context, st netpol.State) (PolicyR
 			}
 		}
 	}
-	msgs := make([]openflow.Message, 0, len(changed)+len(deleted))
+	// The one pass's tracked addresses go in first and out last
+	// (conntrack_onepass.go): a pod is tracked before it is isolated.
+	opAdds, opDels := p.onePassChangesLocked()
+	msgs := make([]openflow.Message, 0, len(opAdds)+len(changed)+len(deleted)+len(opDels))
+	msgs = append(msgs, opAdds...)
 	for _, f := range deleted {
 		msgs = append(msgs, deleteStrict(f))
 	}
 	for _, f := range changed {
 		msgs = append(msgs, f)
 	}
+	msgs = append(msgs, opDels...)
 	return PolicyResult{FlowsAdded: len(changed), FlowsDeleted: len(deleted)}, p.send(ctx, msgs)
 }
 

@@ -7,6 +7,7 @@
 //	node.go              the local node: table defaults' owner, the gateway (the node's stack)
 //	remote_node.go       other nodes: tunnel endpoints, their spoof guard, routes into the tunnels
 //	service.go           Services (ClusterIP and the other frontends): conntrack, select groups, DNAT
+//	conntrack_onepass.go plain pod-to-pod traffic: committed and routed without recirculating
 //	service_affinity.go  Services' sessionAffinity ClientIP: learned client → endpoint flows
 //	networkpolicy.go     NetworkPolicy: egress and ingress rules by conjunction, default deny
 //	proxyredirect.go     transparent redirection of pods' selected TCP connections to the node's proxy
@@ -63,7 +64,10 @@ type Table struct {
 //   - ConntrackZone sends every IPv4 packet through the node's connection
 //     tracker (zone CtZone) with nat, which restores an established
 //     connection's translation in both directions, and recirculates to
-//     ConntrackState; what is not IPv4 goes on to L3.
+//     ConntrackState; what is not IPv4 goes on to L3. A packet between
+//     two pod addresses that no Service and no policy names is
+//     committed and routed in this one pass instead
+//     (conntrack_onepass.go).
 //   - ConntrackState drops what the tracker found invalid in pods' packets;
 //     with transparent redirection it sends pods' selected TCP
 //     connections, new and established, to the node's proxy
@@ -287,6 +291,11 @@ type Pipeline struct {
 
 	redirect *Redirect // nil: no transparent redirection (proxyredirect.go)
 	proxyUp  bool      // the proxy answers: selected new connections go to it
+
+	// What the switch holds of the one pass (conntrack_onepass.go): its
+	// pod network (invalid: off) and the tracked addresses.
+	onePass netip.Prefix
+	tracked map[netip.Addr]bool
 }
 
 // New makes a pipeline for node, programmed through c.
@@ -431,6 +440,7 @@ func (p *Pipeline) desiredLocked() []*openflow.FlowMod {
 		fs = append(fs, p.policies.flows()...)
 	}
 	fs = append(fs, p.redirectFlows()...)
+	fs = append(fs, p.onePassFlowsLocked()...)
 	sort.SliceStable(fs, func(i, j int) bool { return fs[i].TableID < fs[j].TableID })
 	return fs
 }
@@ -526,7 +536,14 @@ func (p *Pipeline) Sync(ctx context.Context) (SyncStats, error) {
 			adds = append(adds, w)
 		}
 	}
-	sort.SliceStable(adds, func(i, j int) bool { return adds[i].TableID > adds[j].TableID }) // later tables first
+	// Later tables first; within a table, higher priorities first (an
+	// exception is in before the flow it is an exception to).
+	sort.SliceStable(adds, func(i, j int) bool {
+		if adds[i].TableID != adds[j].TableID {
+			return adds[i].TableID > adds[j].TableID
+		}
+		return adds[i].Priority > adds[j].Priority
+	})
 
 	// Groups: add or modify the desired ones (children before parents,
 	// as desiredGroupsLocked orders them), delete the others at the end.
@@ -574,6 +591,7 @@ func (p *Pipeline) Sync(ctx context.Context) (SyncStats, error) {
 	if err := p.send(ctx, msgs); err != nil {
 		return st, err
 	}
+	p.onePassInstalled()
 	return st, nil
 }
 

@@ -658,7 +658,10 @@ func (p *Pipeline) UpdateServices(ctx context.Context, updated []*proxy.Service,
 	}
 	// Order on the wire: groups exist before the flows that use them;
 	// flows go before the groups they used.
-	msgs := append(append(append(groupAdds, flowDels...), flowAdds...), groupDels...)
+	// The one pass's tracked addresses go in first and out last
+	// (conntrack_onepass.go).
+	opAdds, opDels := p.onePassChangesLocked()
+	msgs := append(append(append(append(append(opAdds, groupAdds...), flowDels...), flowAdds...), groupDels...), opDels...)
 	return res, p.send(ctx, msgs)
 }
 
