@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"sort"
 
+	"github.com/nagare-net/nagare/pkg/agent/proxy"
 	"github.com/nagare-net/nagare/pkg/openflow"
 )
 
@@ -23,17 +24,26 @@ import (
 // would commit it. So ConntrackZone commits it there, in the same pass,
 // and routes it:
 //
-//	ConntrackZone 190  ip, nw_src=A → ct(zone=CtZone, nat, table=ConntrackState)   for each tracked address A
-//	              190  ip, nw_dst=A → the same
-//	              150  ip, nw_src=cluster, nw_dst=cluster → ct(commit, zone=CtZone, nat), goto L3Forwarding
+//	ConntrackZone 190  ip, nw_src=A → ct(zone=CtZone, nat, table=ConntrackState)   A tracked as a source
+//	              190  ip, nw_dst=A → the same                                       A tracked as a destination
+//	              150  ip, nw_src=pods, nw_dst=pods → ct(commit, zone=CtZone, nat), goto L3Forwarding
 //	              100  ip → ct(zone=CtZone, nat, table=ConntrackState)   (service.go)
 //
-// Tracked addresses (the recirculating walk, as before): every endpoint
-// of every Service (whatever its conditions) and every frontend inside
-// the pod network, and every local pod a policy isolates in either
-// direction. A policy is enforced at the isolated pod's node, whose
-// switch sees both directions of its connections, so other nodes'
-// isolated pods need no flow here.
+// The pod network ("pods") is clusterCIDR, or without it the known nodes'
+// pod CIDRs: then the 150 flow is a conjunction, nw_src=<each CIDR> clause
+// 1/2, nw_dst=<each CIDR> clause 2/2, so N nodes cost 2N+1 flows.
+//
+// Tracked (the recirculating walk, as before): every Service endpoint
+// (whatever its conditions) as a source, so that its replies to a
+// translated connection that the tracker finds invalid are dropped before
+// they reach the client untranslated (the client would reset the
+// endpoint's connection: kube-proxy drops them too); every frontend
+// inside the pod network as a destination; every local pod a policy
+// isolates, both ways. A policy is enforced at the isolated pod's node,
+// whose switch sees both directions of its connections, so other nodes'
+// isolated pods need no flow here. Connections to an endpoint from its
+// clients directly may take the one pass one way and the full walk the
+// other: both use the same zone, so the tracker sees one connection.
 //
 // Still committed, with nat: the tracker knows every connection as it did
 // (a policy that later isolates a pod finds its connections and cuts the
@@ -47,9 +57,8 @@ import (
 // reaches its destination as it would over a bare veth.
 //
 // Not with transparent redirection (proxyredirect.go: it judges every
-// pod's new TCP connections in ConntrackState), without a cluster CIDR
-// (the known nodes' pod CIDRs would need a flow per pair), and not before
-// the policy state is known (an agent restarting under policies keeps the
+// pod's new TCP connections in ConntrackState), and not before the policy
+// state is known (an agent restarting under policies keeps the
 // recirculating walk until it knows which pods they isolate).
 //
 // Order: tracked flows go in before anything that needs them (a
@@ -60,131 +69,203 @@ const (
 	prioOnePass = 150 // pod network to pod network, nothing else: one pass
 )
 
-// cookieTracked marks one tracked address's flows (object: the address).
-func trackedObject(a netip.Addr) uint64 { return objectID(cookieTracked, a.String()) }
+// onePassConjID is the one pass's conjunction id in ConntrackZone (ids
+// are per table; the policy tables' are their own).
+const onePassConjID = 1
 
-// onePassCluster is the pod network the one pass covers, and false when
-// the pipeline cannot take it now (see above).
-func (p *Pipeline) onePassCluster() (netip.Prefix, bool) {
-	c := p.node.ClusterCIDR
-	return c, c.IsValid() && c.Addr().Is4() && p.redirect == nil && p.policies != nil
+// trackKey is one tracked flow: an address as a source, or as a destination.
+type trackKey struct {
+	addr netip.Addr
+	dst  bool
 }
 
-// trackedAddrsLocked are the addresses whose packets take the full walk.
-func (p *Pipeline) trackedAddrsLocked(cluster netip.Prefix) map[netip.Addr]bool {
-	out := map[netip.Addr]bool{}
-	add := func(a netip.Addr) {
-		if a.Is4() && cluster.Contains(a) {
-			out[a] = true
+// trackedObject is the cookie of an address's tracked flows.
+func trackedObject(a netip.Addr) uint64 { return objectID(cookieTracked, a.String()) }
+
+// podNetLocked is the pod network the one pass covers, nil when the
+// pipeline cannot take it now (see above).
+func (p *Pipeline) podNetLocked() []netip.Prefix {
+	if p.redirect != nil || p.policies == nil {
+		return nil
+	}
+	if c := p.node.ClusterCIDR; c.IsValid() {
+		if !c.Addr().Is4() {
+			return nil
+		}
+		return []netip.Prefix{c.Masked()}
+	}
+	seen := map[netip.Prefix]bool{}
+	var out []netip.Prefix
+	for _, c := range append([]netip.Prefix{p.node.PodCIDR}, p.remoteCIDRs()...) {
+		if c.IsValid() && c.Addr().Is4() && !seen[c.Masked()] {
+			seen[c.Masked()] = true
+			out = append(out, c.Masked())
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+func (p *Pipeline) remoteCIDRs() []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(p.remotes))
+	for _, r := range p.remotes {
+		out = append(out, r.PodCIDR)
+	}
+	return out
+}
+
+func inPodNet(net []netip.Prefix, a netip.Addr) bool {
+	for _, c := range net {
+		if c.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// trackedLocked are the flows that send packets through the full walk.
+func (p *Pipeline) trackedLocked(net []netip.Prefix) map[trackKey]bool {
+	out := map[trackKey]bool{}
+	add := func(a netip.Addr, dst bool) {
+		if a.Is4() && inPodNet(net, a) {
+			out[trackKey{a, dst}] = true
 		}
 	}
 	for _, ps := range p.services {
 		for _, port := range ps.svc.Ports {
 			for _, f := range port.Frontends {
-				add(f.Addr)
+				add(f.Addr, true)
 			}
-			for _, e := range port.Endpoints {
-				add(e.Addr)
-			}
-			for _, e := range port.InternalEndpoints {
-				add(e.Addr)
-			}
-			for _, e := range port.ExternalEndpoints {
-				add(e.Addr)
+			for _, eps := range [][]proxy.Endpoint{port.Endpoints, port.InternalEndpoints, port.ExternalEndpoints} {
+				for _, e := range eps {
+					add(e.Addr, false)
+				}
 			}
 		}
 	}
 	for a := range p.policies.isolated {
-		add(a)
+		add(a, false)
+		add(a, true)
 	}
 	return out
 }
 
-// trackedFlows sends a tracked address's packets, either way, through the full walk.
-func trackedFlows(a netip.Addr) []*openflow.FlowMod {
-	c := trackedObject(a)
-	ct := apply(openflow.ActionNXCT{Zone: CtZone, Table: TableConntrackState.ID, Actions: openflow.Actions{openflow.ActionNXNAT{}}})
-	return []*openflow.FlowMod{
-		flow(TableConntrackZone, prioTracked, c, match(ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Src, a)), ct),
-		flow(TableConntrackZone, prioTracked, c, match(ethType(etherIPv4), openflow.Addr(openflow.FieldIPv4Dst, a)), ct),
+// trackedFlow sends packets from (or to) k.addr through the full walk.
+func trackedFlow(k trackKey) *openflow.FlowMod {
+	f := openflow.FieldIPv4Src
+	if k.dst {
+		f = openflow.FieldIPv4Dst
 	}
+	return flow(TableConntrackZone, prioTracked, trackedObject(k.addr), match(ethType(etherIPv4), openflow.Addr(f, k.addr)),
+		apply(openflow.ActionNXCT{Zone: CtZone, Table: TableConntrackState.ID, Actions: openflow.Actions{openflow.ActionNXNAT{}}}))
 }
 
-// onePassFlow commits and routes packets between plain pods in one pass.
-func onePassFlow(c uint64, cluster netip.Prefix) *openflow.FlowMod {
-	return flow(TableConntrackZone, prioOnePass, c,
-		match(ethType(etherIPv4), openflow.Prefix(openflow.FieldIPv4Src, cluster), openflow.Prefix(openflow.FieldIPv4Dst, cluster)),
+// onePassFlows commit and route packets between plain pods in one pass:
+// one flow over one prefix, a conjunction over several.
+func onePassFlows(c uint64, net []netip.Prefix) []*openflow.FlowMod {
+	is := []openflow.Instruction{
 		apply(openflow.ActionNXCT{Flags: openflow.NXCTFlagCommit, Zone: CtZone, Table: openflow.NXCTRecircNone,
 			Actions: openflow.Actions{openflow.ActionNXNAT{}}}),
-		gotoTable(TableL3))
+		gotoTable(TableL3),
+	}
+	switch len(net) {
+	case 0:
+		return nil
+	case 1:
+		return []*openflow.FlowMod{flow(TableConntrackZone, prioOnePass, c,
+			match(ethType(etherIPv4), openflow.Prefix(openflow.FieldIPv4Src, net[0]), openflow.Prefix(openflow.FieldIPv4Dst, net[0])), is...)}
+	}
+	var fs []*openflow.FlowMod
+	for _, pfx := range net {
+		for i, fld := range []openflow.Field{openflow.FieldIPv4Src, openflow.FieldIPv4Dst} {
+			fs = append(fs, flow(TableConntrackZone, prioOnePass, c, match(ethType(etherIPv4), openflow.Prefix(fld, pfx)),
+				apply(&openflow.ActionNXConjunction{ID: onePassConjID, Clause: uint8(i + 1), NClauses: 2})))
+		}
+	}
+	return append(fs, flow(TableConntrackZone, prioOnePass, c,
+		match(ethType(etherIPv4), openflow.NXUint(openflow.NXMConjID, onePassConjID)), is...))
 }
 
-// onePassFlowsLocked are the feature's desired flows: tracked addresses
-// first (in address order), then the one-pass flow; none when off.
+// onePassFlowsLocked are the feature's desired flows: tracked ones first
+// (in address order), then the one pass; none when off.
 func (p *Pipeline) onePassFlowsLocked() []*openflow.FlowMod {
-	cluster, on := p.onePassCluster()
-	if !on {
+	net := p.podNetLocked()
+	if net == nil {
 		return nil
 	}
 	var fs []*openflow.FlowMod
-	for _, a := range sortedAddrs(p.trackedAddrsLocked(cluster)) {
-		fs = append(fs, trackedFlows(a)...)
+	for _, k := range sortedTrackKeys(p.trackedLocked(net)) {
+		fs = append(fs, trackedFlow(k))
 	}
-	return append(fs, onePassFlow(localObject(), cluster))
+	return append(fs, onePassFlows(localObject(), net)...)
 }
 
-// onePassInstalled records what Sync installed of the feature.
+// onePassInstalled records what a Sync installed of the feature.
 func (p *Pipeline) onePassInstalled() {
-	cluster, on := p.onePassCluster()
-	p.onePass = netip.Prefix{}
-	p.tracked = map[netip.Addr]bool{}
-	if on {
-		p.onePass = cluster
-		p.tracked = p.trackedAddrsLocked(cluster)
+	net := p.podNetLocked()
+	p.onePass = map[string]*openflow.FlowMod{}
+	for _, f := range onePassFlows(localObject(), net) {
+		p.onePass[flowID(f.TableID, f.Priority, f.Match)] = f
+	}
+	p.tracked = map[trackKey]bool{}
+	if net != nil {
+		p.tracked = p.trackedLocked(net)
 	}
 }
 
 // onePassChangesLocked are the messages that bring the switch from what
-// is installed to what is wanted now: adds (tracked addresses first, then
-// the one-pass flow) to send before a change's own flows, deletes (the
-// one-pass flow first, then tracked addresses) to send after them.
+// is installed to what is wanted now: adds (tracked flows first, then the
+// one pass's) to send before a change's own flows, deletes (the one
+// pass's first, then tracked flows) to send after them.
 func (p *Pipeline) onePassChangesLocked() (adds, dels []openflow.Message) {
-	cluster, on := p.onePassCluster()
-	want := map[netip.Addr]bool{}
-	if on {
-		want = p.trackedAddrsLocked(cluster)
-	} else {
-		cluster = netip.Prefix{}
+	net := p.podNetLocked()
+	want := map[trackKey]bool{}
+	if net != nil {
+		want = p.trackedLocked(net)
 	}
-	if p.onePass != cluster && p.onePass.IsValid() {
-		dels = append(dels, deleteStrict(onePassFlow(localObject(), p.onePass)))
-	}
-	for _, a := range sortedAddrs(want) {
-		if !p.tracked[a] {
-			for _, f := range trackedFlows(a) {
-				adds = append(adds, f)
-			}
+	for _, k := range sortedTrackKeys(want) {
+		if !p.tracked[k] {
+			adds = append(adds, trackedFlow(k))
 		}
 	}
-	for _, a := range sortedAddrs(p.tracked) {
-		if !want[a] {
-			for _, f := range trackedFlows(a) {
-				dels = append(dels, deleteStrict(f))
-			}
+	have := p.onePass
+	p.onePass = map[string]*openflow.FlowMod{}
+	for _, f := range onePassFlows(localObject(), net) {
+		id := flowID(f.TableID, f.Priority, f.Match)
+		p.onePass[id] = f
+		if h, ok := have[id]; !ok || flowValue(h.Cookie, h.Instructions) != flowValue(f.Cookie, f.Instructions) {
+			adds = append(adds, f)
 		}
 	}
-	if p.onePass != cluster && cluster.IsValid() {
-		adds = append(adds, onePassFlow(localObject(), cluster))
+	var gone []string
+	for id := range have {
+		if _, ok := p.onePass[id]; !ok {
+			gone = append(gone, id)
+		}
 	}
-	p.onePass, p.tracked = cluster, want
+	sort.Strings(gone)
+	for _, id := range gone {
+		dels = append(dels, deleteStrict(have[id]))
+	}
+	for _, k := range sortedTrackKeys(p.tracked) {
+		if !want[k] {
+			dels = append(dels, deleteStrict(trackedFlow(k)))
+		}
+	}
+	p.tracked = want
 	return adds, dels
 }
 
-func sortedAddrs(m map[netip.Addr]bool) []netip.Addr {
-	out := make([]netip.Addr, 0, len(m))
-	for a := range m {
-		out = append(out, a)
+func sortedTrackKeys(m map[trackKey]bool) []trackKey {
+	out := make([]trackKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].addr != out[j].addr {
+			return out[i].addr.Less(out[j].addr)
+		}
+		return !out[i].dst && out[j].dst
+	})
 	return out
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,11 +71,17 @@ func TestOnePassWalk(t *testing.T) {
 		t.Fatalf("the tracker did not see the one-pass connection's reply: %+v", c)
 	}
 
-	// db → web: web is an endpoint: the full walk (ConntrackCommit commits, L3 routes).
-	out, _ = ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, webMAC, "10.77.1.3", "10.77.1.2", 40001, 8080))
-	t.Logf("db → web: %s", out)
-	if onePass(out) || !strings.HasSuffix(out, "output:5") {
-		t.Fatalf("db → web (an endpoint): %s, want the recirculating walk to port 5", out)
+	// db → web directly: web is an endpoint, tracked as a source only:
+	// db's packets in one pass, web's replies through the full walk
+	// (ConntrackState's invalid drop), established.
+	if out, _ = ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, webMAC, "10.77.1.3", "10.77.1.2", 40001, 8080)); !onePass(out) || !strings.HasSuffix(out, "output:5") {
+		t.Fatalf("db → web (an endpoint): %s, want one pass to port 5", out)
+	}
+	if out, _ = ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 8080, 40001)); onePass(out) || !strings.HasSuffix(out, "output:6") {
+		t.Fatalf("web (an endpoint) → db: %s, want the full walk to port 6", out)
+	}
+	if c := ct.orig[tuple{netip.MustParseAddr("10.77.1.3"), netip.MustParseAddr("10.77.1.2"), 40001, 8080, 6}]; c == nil || !c.seenReply {
+		t.Fatalf("db → web: the tracker saw no reply: %+v", c)
 	}
 	// db → the ClusterIP: DNAT as ever.
 	out, _ = ct.walk(t, sw.pl, fromDB(6, 40002, 80))
@@ -82,8 +89,8 @@ func TestOnePassWalk(t *testing.T) {
 		t.Fatalf("db → ClusterIP: %s", out)
 	}
 
-	want := []string{"ip,nw_src=10.77.1.2", "ip,nw_dst=10.77.1.2", "ip,nw_src=10.77.2.5", "ip,nw_dst=10.77.2.5",
-		"ip,nw_src=10.77.0.0/16,nw_dst=10.77.0.0/16"}
+	// Endpoints are tracked as sources (their replies), the ClusterIP is outside the pod network.
+	want := []string{"ip,nw_src=10.77.1.2", "ip,nw_src=10.77.2.5", "ip,nw_src=10.77.0.0/16,nw_dst=10.77.0.0/16"}
 	if got := zoneFlows(t, p); !sameSet(got, want) {
 		t.Fatalf("ConntrackZone after Sync: %q, want %q", got, want)
 	}
@@ -97,13 +104,18 @@ func TestOnePassWalk(t *testing.T) {
 	if _, err := p.UpdateServices(ctx, []*proxy.Service{s}, nil); err != nil {
 		t.Fatal(err)
 	}
-	want = []string{"ip,nw_src=10.77.3.7", "ip,nw_dst=10.77.3.7", "ip,nw_src=10.77.0.0/16,nw_dst=10.77.0.0/16"}
+	want = []string{"ip,nw_src=10.77.3.7", "ip,nw_src=10.77.0.0/16,nw_dst=10.77.0.0/16"}
 	if got := zoneFlows(t, p); !sameSet(got, want) {
 		t.Fatalf("ConntrackZone after the endpoints moved: %q, want %q", got, want)
 	}
-	// db's connection to node3's pod, now an endpoint, goes on: the full walk finds it established.
-	if out, _ = ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.3.7", 40000, 80)); onePass(out) || !strings.Contains(out, "output:4") {
+	// db's connection to node3's pod, now an endpoint, goes on: db's
+	// packets in one pass, the endpoint's through the full walk, which
+	// finds the connection established.
+	if out, _ = ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.3.7", 40000, 80)); !onePass(out) || !strings.Contains(out, "output:4") {
 		t.Fatalf("db → node3 pod after it became an endpoint: %s", out)
+	}
+	if out, _ = ct.walk(t, sw.pl, k); onePass(out) || !strings.HasSuffix(out, "output:6") {
+		t.Fatalf("reply node3 pod (an endpoint now) → db: %s, want the full walk to port 6", out)
 	}
 
 	// A policy isolates db: db is tracked, in the same batch as its isolation.
@@ -136,7 +148,7 @@ func TestOnePassWalk(t *testing.T) {
 }
 
 // TestOnePassOff: without the policy state (an agent restarting under
-// policies) or without a cluster CIDR, every packet takes the full walk.
+// policies) every packet takes the full walk.
 func TestOnePassOff(t *testing.T) {
 	p, sw := serviceNode(t) // no policy state
 	var ct conntrack
@@ -146,15 +158,68 @@ func TestOnePassOff(t *testing.T) {
 	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.3.7", 40000, 80)); onePass(out) {
 		t.Fatalf("db → node3 pod without policy state: %s", out)
 	}
-	p, _ = serviceNodeWith(t, func(p *Pipeline) {
+}
+
+// TestOnePassNodeCIDRs: without clusterCIDR the pod network is the known
+// nodes' pod CIDRs, one conjunction over them, following nodes as they
+// come and go.
+func TestOnePassNodeCIDRs(t *testing.T) {
+	p, sw := serviceNodeWith(t, func(p *Pipeline) {
 		n := p.node
 		n.ClusterCIDR = netip.Prefix{}
 		p.SetNode(n)
 		p.SetPolicies(netpol.State{})
 	})
-	if got := zoneFlows(t, p); len(got) != 0 {
-		t.Fatalf("ConntrackZone without a cluster CIDR: %q", got)
+	var ct conntrack
+	ctx := context.Background()
+	want := []string{"ip,nw_src=10.77.1.2", "ip,nw_src=10.77.2.5",
+		"ip,nw_src=10.77.1.0/24", "ip,nw_dst=10.77.1.0/24", "ip,nw_src=10.77.2.0/24", "ip,nw_dst=10.77.2.0/24",
+		"ip,nw_src=10.77.3.0/24", "ip,nw_dst=10.77.3.0/24", "conj_id=1,ip"}
+	if got := zoneFlows(t, p); !sameSet(got, want) {
+		t.Fatalf("ConntrackZone: %q, want %q", got, want)
 	}
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.3.7", 40000, 80)); !onePass(out) || !strings.Contains(out, "output:4") {
+		t.Fatalf("db → node3 pod: %s, want one pass to port 4", out)
+	}
+	// Outside the pod network (the node's uplink network): the full walk.
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "192.168.77.9", 40000, 80)); onePass(out) {
+		t.Fatalf("db → outside: %s, want the full walk", out)
+	}
+	if err := p.DelRemoteNode(ctx, "node3"); err != nil {
+		t.Fatal(err)
+	}
+	want = slicesWithout(want, "ip,nw_src=10.77.3.0/24", "ip,nw_dst=10.77.3.0/24")
+	if got := zoneFlows(t, p); !sameSet(got, want) {
+		t.Fatalf("ConntrackZone without node3: %q, want %q", got, want)
+	}
+	if err := p.AddRemoteNode(ctx, RemoteNode{Name: "node4", PodCIDR: netip.MustParsePrefix("10.77.4.0/24"), Underlay: netip.MustParseAddr("192.168.77.3"), Port: 4}); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, "ip,nw_src=10.77.4.0/24", "ip,nw_dst=10.77.4.0/24")
+	if got := zoneFlows(t, p); !sameSet(got, want) {
+		t.Fatalf("ConntrackZone with node4: %q, want %q", got, want)
+	}
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.4.7", 40001, 80)); !onePass(out) || !strings.Contains(out, "output:4") {
+		t.Fatalf("db → node4 pod: %s, want one pass to port 4", out)
+	}
+	// A restart's Sync on the same state changes nothing.
+	st, err := p.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Added != 0 || st.Deleted != 0 {
+		t.Fatalf("Sync after incremental changes: %+v, want nothing added or deleted", st)
+	}
+}
+
+func slicesWithout(a []string, drop ...string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(drop, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func sameSet(a, b []string) bool {

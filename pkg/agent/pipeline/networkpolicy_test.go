@@ -392,7 +392,8 @@ func TestPolicyBadInputWalk(t *testing.T) {
 // connection the other way), other traffic between them is not, and the
 // guard goes by itself (idle timeout), untouched by Sync.
 func TestPolicyCutGuard(t *testing.T) {
-	p, sw := policyNode(t, netpol.State{})
+	// web's connection to db:5432 was cut when a policy isolated db.
+	p, sw := policyNode(t, netpol.State{IsolatedIngress: []netip.Addr{dbIP}})
 	ctx := context.Background()
 	cut := CutConnection{Proto: 6, Server: netip.AddrPortFrom(dbIP, 5432), Client: netip.AddrPortFrom(webIP, 40000)}
 	if err := p.GuardCutConnections(ctx, []CutConnection{cut}); err != nil {

@@ -293,9 +293,9 @@ type Pipeline struct {
 	proxyUp  bool      // the proxy answers: selected new connections go to it
 
 	// What the switch holds of the one pass (conntrack_onepass.go): its
-	// pod network (invalid: off) and the tracked addresses.
-	onePass netip.Prefix
-	tracked map[netip.Addr]bool
+	// flows by flowID, and the tracked flows.
+	onePass map[string]*openflow.FlowMod
+	tracked map[trackKey]bool
 }
 
 // New makes a pipeline for node, programmed through c.
@@ -372,7 +372,11 @@ func (p *Pipeline) AddRemoteNode(ctx context.Context, n RemoteNode) error {
 		}
 	}
 	p.remotes[n.Name] = n
-	return p.apply(ctx, p.remoteFlows(n), nil)
+	if err := p.apply(ctx, p.remoteFlows(n), nil); err != nil {
+		return err
+	}
+	adds, dels := p.onePassChangesLocked() // its pod CIDR joins the pod network
+	return p.send(ctx, append(adds, dels...))
 }
 
 // DelRemoteNode removes a remote node's flows.
@@ -380,6 +384,10 @@ func (p *Pipeline) DelRemoteNode(ctx context.Context, name string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.remotes, name)
+	adds, dels := p.onePassChangesLocked() // its pod CIDR leaves the pod network
+	if err := p.send(ctx, append(adds, dels...)); err != nil {
+		return err
+	}
 	return p.deleteObject(ctx, nodeObject(name))
 }
 
