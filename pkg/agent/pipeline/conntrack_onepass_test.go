@@ -21,9 +21,11 @@ func onePassNode(t *testing.T) (*Pipeline, *fakeSwitch) {
 	return serviceNodeWith(t, func(p *Pipeline) { p.SetPolicies(netpol.State{}) })
 }
 
-// onePass reports whether a walk's last pass is the one pass: the tracker
-// commits in it and no recirculation came before (passes is 1).
-func onePass(out string) bool { return strings.Contains(out, "ct(commit") }
+// onePass reports whether ct's last walk was the one pass: a single pass
+// through the pipeline, in which the tracker commits.
+func onePass(ct *conntrack, out string) bool {
+	return ct.passes == 1 && strings.Contains(out, "ct(commit")
+}
 
 // zoneFlows are the switch's ConntrackZone flows above the table's class flow, in words.
 func zoneFlows(t *testing.T, p *Pipeline) []string {
@@ -55,7 +57,7 @@ func TestOnePassWalk(t *testing.T) {
 	// db → node3's pod: plain both ends, one pass, into node3's tunnel.
 	out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.3.7", 40000, 80))
 	t.Logf("db → node3 pod: %s", out)
-	if !onePass(out) || !strings.Contains(out, "output:4") {
+	if !onePass(&ct, out) || !strings.Contains(out, "output:4") {
 		t.Fatalf("db → a plain remote pod: %s, want one pass (ct(commit...)) to port 4", out)
 	}
 	if len(ct.orig) != 1 {
@@ -64,7 +66,7 @@ func TestOnePassWalk(t *testing.T) {
 	// Its reply from node3: one pass too, established.
 	k := ipKey(6, 4, [6]byte{2}, [6]byte{3}, "10.77.3.7", "10.77.1.3", 80, 40000)
 	k.TunID = 1
-	if out, _ = ct.walk(t, sw.pl, k); !onePass(out) || !strings.HasSuffix(out, "output:6") {
+	if out, _ = ct.walk(t, sw.pl, k); !onePass(&ct, out) || !strings.HasSuffix(out, "output:6") {
 		t.Fatalf("reply node3 pod → db: %s", out)
 	}
 	if c := ct.orig[tuple{netip.MustParseAddr("10.77.1.3"), netip.MustParseAddr("10.77.3.7"), 40000, 80, 6}]; c == nil || !c.seenReply {
@@ -74,10 +76,10 @@ func TestOnePassWalk(t *testing.T) {
 	// db → web directly: web is an endpoint, tracked as a source only:
 	// db's packets in one pass, web's replies through the full walk
 	// (ConntrackState's invalid drop), established.
-	if out, _ = ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, webMAC, "10.77.1.3", "10.77.1.2", 40001, 8080)); !onePass(out) || !strings.HasSuffix(out, "output:5") {
+	if out, _ = ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, webMAC, "10.77.1.3", "10.77.1.2", 40001, 8080)); !onePass(&ct, out) || !strings.HasSuffix(out, "output:5") {
 		t.Fatalf("db → web (an endpoint): %s, want one pass to port 5", out)
 	}
-	if out, _ = ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 8080, 40001)); onePass(out) || !strings.HasSuffix(out, "output:6") {
+	if out, _ = ct.walk(t, sw.pl, ipKey(6, 5, webMAC, dbMAC, "10.77.1.2", "10.77.1.3", 8080, 40001)); onePass(&ct, out) || !strings.HasSuffix(out, "output:6") {
 		t.Fatalf("web (an endpoint) → db: %s, want the full walk to port 6", out)
 	}
 	if c := ct.orig[tuple{netip.MustParseAddr("10.77.1.3"), netip.MustParseAddr("10.77.1.2"), 40001, 8080, 6}]; c == nil || !c.seenReply {
@@ -85,7 +87,7 @@ func TestOnePassWalk(t *testing.T) {
 	}
 	// db → the ClusterIP: DNAT as ever.
 	out, _ = ct.walk(t, sw.pl, fromDB(6, 40002, 80))
-	if onePass(out) || !strings.Contains(out, "output:") {
+	if onePass(&ct, out) || !strings.Contains(out, "output:") {
 		t.Fatalf("db → ClusterIP: %s", out)
 	}
 
@@ -111,10 +113,10 @@ func TestOnePassWalk(t *testing.T) {
 	// db's connection to node3's pod, now an endpoint, goes on: db's
 	// packets in one pass, the endpoint's through the full walk, which
 	// finds the connection established.
-	if out, _ = ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.3.7", 40000, 80)); !onePass(out) || !strings.Contains(out, "output:4") {
+	if out, _ = ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.3.7", 40000, 80)); !onePass(&ct, out) || !strings.Contains(out, "output:4") {
 		t.Fatalf("db → node3 pod after it became an endpoint: %s", out)
 	}
-	if out, _ = ct.walk(t, sw.pl, k); onePass(out) || !strings.HasSuffix(out, "output:6") {
+	if out, _ = ct.walk(t, sw.pl, k); onePass(&ct, out) || !strings.HasSuffix(out, "output:6") {
 		t.Fatalf("reply node3 pod (an endpoint now) → db: %s, want the full walk to port 6", out)
 	}
 
@@ -130,7 +132,7 @@ func TestOnePassWalk(t *testing.T) {
 		t.Fatalf("web → isolated db: %s, want drop(policy)", out)
 	}
 	// web is plain now: web → node2's pod in one pass.
-	if out, _ = ct.walk(t, sw.pl, ipKey(6, 5, webMAC, gatewayMAC, "10.77.1.2", "10.77.2.5", 40004, 80)); !onePass(out) {
+	if out, _ = ct.walk(t, sw.pl, ipKey(6, 5, webMAC, gatewayMAC, "10.77.1.2", "10.77.2.5", 40004, 80)); !onePass(&ct, out) {
 		t.Fatalf("web → node2 pod (both plain now): %s", out)
 	}
 
@@ -142,7 +144,7 @@ func TestOnePassWalk(t *testing.T) {
 	if got := zoneFlows(t, p); len(got) != 0 {
 		t.Fatalf("ConntrackZone with redirection: %q, want no tracked or one-pass flow", got)
 	}
-	if out, _ = ct.walk(t, sw.pl, ipKey(6, 5, webMAC, gatewayMAC, "10.77.1.2", "10.77.2.5", 40005, 80)); onePass(out) {
+	if out, _ = ct.walk(t, sw.pl, ipKey(6, 5, webMAC, gatewayMAC, "10.77.1.2", "10.77.2.5", 40005, 80)); onePass(&ct, out) {
 		t.Fatalf("web → node2 pod with redirection: %s, want the full walk", out)
 	}
 }
@@ -155,7 +157,7 @@ func TestOnePassOff(t *testing.T) {
 	if got := zoneFlows(t, p); len(got) != 0 {
 		t.Fatalf("ConntrackZone without policy state: %q", got)
 	}
-	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.3.7", 40000, 80)); onePass(out) {
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.3.7", 40000, 80)); onePass(&ct, out) {
 		t.Fatalf("db → node3 pod without policy state: %s", out)
 	}
 }
@@ -178,11 +180,11 @@ func TestOnePassNodeCIDRs(t *testing.T) {
 	if got := zoneFlows(t, p); !sameSet(got, want) {
 		t.Fatalf("ConntrackZone: %q, want %q", got, want)
 	}
-	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.3.7", 40000, 80)); !onePass(out) || !strings.Contains(out, "output:4") {
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.3.7", 40000, 80)); !onePass(&ct, out) || !strings.Contains(out, "output:4") {
 		t.Fatalf("db → node3 pod: %s, want one pass to port 4", out)
 	}
 	// Outside the pod network (the node's uplink network): the full walk.
-	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "192.168.77.9", 40000, 80)); onePass(out) {
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "192.168.77.9", 40000, 80)); onePass(&ct, out) {
 		t.Fatalf("db → outside: %s, want the full walk", out)
 	}
 	if err := p.DelRemoteNode(ctx, "node3"); err != nil {
@@ -199,7 +201,7 @@ func TestOnePassNodeCIDRs(t *testing.T) {
 	if got := zoneFlows(t, p); !sameSet(got, want) {
 		t.Fatalf("ConntrackZone with node4: %q, want %q", got, want)
 	}
-	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.4.7", 40001, 80)); !onePass(out) || !strings.Contains(out, "output:4") {
+	if out, _ := ct.walk(t, sw.pl, ipKey(6, 6, dbMAC, gatewayMAC, "10.77.1.3", "10.77.4.7", 40001, 80)); !onePass(&ct, out) || !strings.Contains(out, "output:4") {
 		t.Fatalf("db → node4 pod: %s, want one pass to port 4", out)
 	}
 	// A restart's Sync on the same state changes nothing.

@@ -36,7 +36,7 @@ import (
 //	                else → IngressDefault
 //	IngressDefault  nw_dst=ingress-isolated pod → drop
 //	                else → ConntrackCommit
-//	ConntrackCommit +new+trk-dnat → ct(commit, zone=CtZone, table=L3Forwarding)
+//	ConntrackCommit +new+trk-dnat → ct(commit, zone=CtZone, nat), goto L3Forwarding (no recirculation)
 //
 // N peers × M ports × P pods cost N+M+P flows, not their product: a rule
 // is a conjunctive match (OVS's conjunction(id,k/n), conj_id). Clause

@@ -33,7 +33,7 @@ import (
 //	                 → ct(commit, zone=CtZone, nat(dst=IP:port),
 //	                      exec(ct_mark[0]=1), table=EgressRule)
 //	ConntrackCommit (after policy) other +new+trk-dnat
-//	                 → ct(commit, zone=CtZone, nat, table=L3Forwarding)
+//	                 → ct(commit, zone=CtZone, nat), goto L3Forwarding (same pass)
 //
 // Why the endpoint is a table and not the bucket itself: Open vSwitch
 // refuses ct in a group bucket (a group has no match to prove the packet
@@ -429,11 +429,18 @@ func conntrackFlows(c uint64) []*openflow.FlowMod {
 // (docs/conntrack.md), as kube-proxy's netfilter does; without it the SYN
 // was dropped (nat-no-port) and the endpoint would have taken it for the
 // other connection.
+//
+// No recirculation after the commit: L3Forwarding and L2Forwarding route
+// by the destination, which a bare nat never changes (it moves, at most,
+// the client's port), and match no ct field a commit could change here
+// (the hairpin flows match ct_mark bits only DNAT commits set), so the
+// packet goes on in the same pass, translated by the fast path.
 func conntrackCommitOthers(c uint64) *openflow.FlowMod {
 	return flow(TableCtCommit, prioKind, c, match(ethType(etherIPv4),
 		openflow.CtState(openflow.CtStateNew|openflow.CtStateTrk, openflow.CtStateNew|openflow.CtStateTrk|openflow.CtStateDNAT)),
-		apply(openflow.ActionNXCT{Flags: openflow.NXCTFlagCommit, Zone: CtZone, Table: TableL3.ID,
-			Actions: openflow.Actions{openflow.ActionNXNAT{}}}))
+		apply(openflow.ActionNXCT{Flags: openflow.NXCTFlagCommit, Zone: CtZone, Table: openflow.NXCTRecircNone,
+			Actions: openflow.Actions{openflow.ActionNXNAT{}}}),
+		gotoTable(TableL3))
 }
 
 // conntrackZoneIP sends every IPv4 packet through the node's zone (nat restores established translations).

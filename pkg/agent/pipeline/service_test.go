@@ -147,6 +147,7 @@ type conntrack struct {
 	// applies what learn actions learned (session affinity).
 	credit  bool
 	dropped int // commits refused: their reply tuple was taken
+	passes  int // the last walk's passes through the pipeline
 }
 
 type tuple struct {
@@ -232,6 +233,7 @@ func (c *conntrack) ct(k dp.Key, a dp.CT) dp.Key {
 func (c *conntrack) walk(t testing.TB, pl *ofproto.Pipeline, k dp.Key) (string, dp.Key) {
 	t.Helper()
 	for pass := 0; pass < 6; pass++ {
+		c.passes = pass + 1
 		tr, err := pl.Translate(k, ofproto.TranslateOptions{Trace: true})
 		if err != nil {
 			t.Fatalf("translate %v: %v", k, err)
