@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nagare-net/nagare/pkg/agent/config"
 	"github.com/nagare-net/nagare/pkg/nscluster"
@@ -243,6 +244,36 @@ func (p *nagarePlane) Setup(ctx context.Context, t *Topology) error {
 			}
 		}
 		t.Sh.logf("#   → %s (MAC %s, host end %s)", pod.IP, pod.MAC, pod.HostIf)
+	}
+	return waitServicesProgrammed(ctx, c, 30*time.Second)
+}
+
+// waitServicesProgrammed waits until every agent of c is connected to its
+// switch with no Service change left to program: a cluster file's
+// Services name their endpoints by pod, and the agent programs them a
+// moment after the pods' ADDs (it coalesces changes), so a measurement
+// that starts at once could find an endpoint missing (Bookinfo's reviews
+// → ratings answered 502 in CI).
+func waitServicesProgrammed(ctx context.Context, c *nscluster.Cluster, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for _, n := range c.Nodes {
+		for {
+			st, err := n.Status(ctx)
+			if err == nil && st.Switch.Connected && st.ServicesPending == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				if err == nil {
+					err = fmt.Errorf("switch connected %v, %d Service changes pending", st.Switch.Connected, st.ServicesPending)
+				}
+				return fmt.Errorf("nagare-agent %s: Services not programmed after %s: %w", n.Config.Name, limit, err)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
 	}
 	return nil
 }
