@@ -186,31 +186,39 @@ func onePassFlows(c uint64, net []netip.Prefix) []*openflow.FlowMod {
 		match(ethType(etherIPv4), openflow.NXUint(openflow.NXMConjID, onePassConjID)), is...))
 }
 
-// onePassFlowsLocked are the feature's desired flows: tracked ones first
-// (in address order), then the one pass; none when off.
-func (p *Pipeline) onePassFlowsLocked() []*openflow.FlowMod {
+// onePassWantLocked is what the feature wants installed now: the tracked
+// flows and the one pass's own flows; nothing when off.
+func (p *Pipeline) onePassWantLocked() (map[trackKey]bool, []*openflow.FlowMod) {
 	net := p.podNetLocked()
 	if net == nil {
-		return nil
+		return map[trackKey]bool{}, nil
 	}
+	return p.trackedLocked(net), onePassFlows(localObject(), net)
+}
+
+// onePassFlowsLocked are the feature's desired flows: tracked ones first
+// (in address order), then the one pass.
+func (p *Pipeline) onePassFlowsLocked() []*openflow.FlowMod {
+	tracked, pass := p.onePassWantLocked()
 	var fs []*openflow.FlowMod
-	for _, k := range sortedTrackKeys(p.trackedLocked(net)) {
+	for _, k := range sortedTrackKeys(tracked) {
 		fs = append(fs, trackedFlow(k))
 	}
-	return append(fs, onePassFlows(localObject(), net)...)
+	return append(fs, pass...)
 }
 
 // onePassInstalled records what a Sync installed of the feature.
 func (p *Pipeline) onePassInstalled() {
-	net := p.podNetLocked()
-	p.onePass = map[string]*openflow.FlowMod{}
-	for _, f := range onePassFlows(localObject(), net) {
-		p.onePass[flowID(f.TableID, f.Priority, f.Match)] = f
+	tracked, pass := p.onePassWantLocked()
+	p.tracked, p.onePass = tracked, flowsByID(pass)
+}
+
+func flowsByID(fs []*openflow.FlowMod) map[string]*openflow.FlowMod {
+	m := make(map[string]*openflow.FlowMod, len(fs))
+	for _, f := range fs {
+		m[flowID(f.TableID, f.Priority, f.Match)] = f
 	}
-	p.tracked = map[trackKey]bool{}
-	if net != nil {
-		p.tracked = p.trackedLocked(net)
-	}
+	return m
 }
 
 // onePassChangesLocked are the messages that bring the switch from what
@@ -218,28 +226,22 @@ func (p *Pipeline) onePassInstalled() {
 // one pass's) to send before a change's own flows, deletes (the one
 // pass's first, then tracked flows) to send after them.
 func (p *Pipeline) onePassChangesLocked() (adds, dels []openflow.Message) {
-	net := p.podNetLocked()
-	want := map[trackKey]bool{}
-	if net != nil {
-		want = p.trackedLocked(net)
-	}
+	want, pass := p.onePassWantLocked()
 	for _, k := range sortedTrackKeys(want) {
 		if !p.tracked[k] {
 			adds = append(adds, trackedFlow(k))
 		}
 	}
-	have := p.onePass
-	p.onePass = map[string]*openflow.FlowMod{}
-	for _, f := range onePassFlows(localObject(), net) {
-		id := flowID(f.TableID, f.Priority, f.Match)
-		p.onePass[id] = f
-		if h, ok := have[id]; !ok || flowValue(h.Cookie, h.Instructions) != flowValue(f.Cookie, f.Instructions) {
+	have, now := p.onePass, flowsByID(pass)
+	for _, f := range pass {
+		h, ok := have[flowID(f.TableID, f.Priority, f.Match)]
+		if !ok || flowValue(h.Cookie, h.Instructions) != flowValue(f.Cookie, f.Instructions) {
 			adds = append(adds, f)
 		}
 	}
 	var gone []string
 	for id := range have {
-		if _, ok := p.onePass[id]; !ok {
+		if _, ok := now[id]; !ok {
 			gone = append(gone, id)
 		}
 	}
@@ -252,7 +254,7 @@ func (p *Pipeline) onePassChangesLocked() (adds, dels []openflow.Message) {
 			dels = append(dels, deleteStrict(trackedFlow(k)))
 		}
 	}
-	p.tracked = want
+	p.tracked, p.onePass = want, now
 	return adds, dels
 }
 
