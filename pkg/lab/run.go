@@ -249,7 +249,12 @@ func Run(ctx context.Context, s *Scenario, opts Options) (*Result, error) {
 	var runErr error
 reps:
 	for rep := 1; rep <= s.Reps; rep++ {
-		for _, p := range planes {
+		// Each rep starts one plane further (A B C, B C A, C A B ...): a
+		// plane's place in the rep — after which plane's teardown, how
+		// long into the run — is not always the same, so it does not
+		// bias that plane's numbers.
+		for i := range planes {
+			p := planes[(i+rep-1)%len(planes)]
 			if ctx.Err() != nil {
 				break reps
 			}

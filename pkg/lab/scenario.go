@@ -37,7 +37,7 @@ type Scenario struct {
 	// DataPlanes lists the data planes to compare, in report order. The
 	// single entry "all" means every registered data plane.
 	DataPlanes []string `yaml:"dataplanes"`
-	// Reps is the number of interleaved repetitions (A B C A B C ...).
+	// Reps is the number of interleaved repetitions (A B C, B C A, C A B ...: each rep starts one plane further).
 	Reps int `yaml:"reps"`
 	// CPUs places the processes: the cross-core placement runs the client on
 	// CPUs.Client and the server on CPUs.Server; the same-core placement puts
