@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nagare-net/nagare/pkg/agent"
 	"github.com/nagare-net/nagare/pkg/agent/config"
 	"github.com/nagare-net/nagare/pkg/nscluster"
 	"github.com/nagare-net/nagare/pkg/switchd"
@@ -255,24 +256,11 @@ func (p *nagarePlane) Setup(ctx context.Context, t *Topology) error {
 // that starts at once could find an endpoint missing (Bookinfo's reviews
 // → ratings answered 502 in CI).
 func waitServicesProgrammed(ctx context.Context, c *nscluster.Cluster, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
 	for _, n := range c.Nodes {
-		for {
-			st, err := n.Status(ctx)
-			if err == nil && st.Switch.Connected && st.ServicesPending == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				if err == nil {
-					err = fmt.Errorf("switch connected %v, %d Service changes pending", st.Switch.Connected, st.ServicesPending)
-				}
-				return fmt.Errorf("nagare-agent %s: Services not programmed after %s: %w", n.Config.Name, limit, err)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(20 * time.Millisecond):
-			}
+		if err := n.WaitStatus(ctx, limit, "connected with every Service programmed", func(st *agent.Status) bool {
+			return st.Switch.Connected && st.ServicesPending == 0
+		}); err != nil {
+			return err
 		}
 	}
 	return nil

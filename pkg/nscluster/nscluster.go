@@ -568,6 +568,31 @@ func (n *Node) Status(ctx context.Context) (*agent.Status, error) {
 	return agent.FetchStatus(ctx, n.AgentSocket())
 }
 
+// WaitStatus polls the agent's status until ok holds or limit passes;
+// the error then names what was awaited and the last status seen.
+func (n *Node) WaitStatus(ctx context.Context, limit time.Duration, what string, ok func(*agent.Status) bool) error {
+	deadline := time.Now().Add(limit)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := n.Status(cctx)
+		cancel()
+		if err == nil && ok(st) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("status %+v", st)
+			}
+			return fmt.Errorf("nagare-agent %s: not %s after %v: %w", n.Config.Name, what, limit, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // socketAnswers is nil once a Unix socket accepts connections.
 func socketAnswers(ctx context.Context, path string) error {
 	var d net.Dialer

@@ -211,16 +211,8 @@ func waitServicesProgrammed(t *testing.T, n *nscluster.Node) {
 // most limit, then fails saying what it waited for.
 func waitStatus(t *testing.T, n *nscluster.Node, limit time.Duration, what string, ok func(*agent.Status) bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		st, err := n.Status(ctxT(t, 5*time.Second))
-		if err == nil && ok(st) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not %s after %v: %+v, %v", n.Config.Name, what, limit, st, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := n.WaitStatus(context.Background(), limit, what, ok); err != nil {
+		t.Fatal(err)
 	}
 }
 
