@@ -120,8 +120,9 @@ func requireTwoNode(t *testing.T) {
 	}
 }
 
-// upTwoNode brings the whole cluster up, nagare and CoreDNS included;
-// t.Cleanup tears it down.
+// upTwoNode brings up a cluster of the test's own, nagare and CoreDNS
+// included; t.Cleanup tears it down. Tests that need nothing of it but a
+// plain cluster share one instead (sharedTwoNode).
 func upTwoNode(t *testing.T) *twoNode {
 	t.Helper()
 	return upTwoNodeWith(t, twoNodeOptions{})
@@ -130,6 +131,7 @@ func upTwoNode(t *testing.T) *twoNode {
 func upTwoNodeWith(t *testing.T, o twoNodeOptions) *twoNode {
 	t.Helper()
 	requireTwoNode(t)
+	releaseShared() // it holds the same bridge, namespaces and addresses
 	c := newTwoNode(t, o)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -867,7 +869,8 @@ func (c *twoNode) coreDNS() {
 }
 
 // teardownReport is where down reports what it finds: the test's
-// *testing.T, or a report of its own for a cluster that outlives a test.
+// *testing.T, or a report of its own for a cluster that outlives a test
+// (the shared one's mainReport).
 type teardownReport interface {
 	Errorf(format string, args ...any)
 	Logf(format string, args ...any)
@@ -879,7 +882,8 @@ type teardownReport interface {
 // then the kubelets' containers, kubelets, containerds and shims, nagare's
 // node state, the nodes' namespaces, the control plane, the bridge, the
 // cgroups, the isolation rules, the sysctls the kubelets rewrote. What it
-// finds wrong goes to t.
+// finds wrong goes to t: the test's own for a cluster of its own, TestMain's
+// report for the shared one (sharedTwoNode; its tests have ended by then).
 func (c *twoNode) down(t teardownReport) {
 	if c.kubecfg != "" {
 		_, _ = c.kubectl("-n", "kube-system", "delete", "deployment", "coredns", "--ignore-not-found", "--timeout=30s")
