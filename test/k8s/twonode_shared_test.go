@@ -124,10 +124,13 @@ func (c *twoNode) giveBack() {
 		}
 		shared.report.testsFailed = true
 	}
+	start := time.Now()
 	if err := c.clearDefaultNamespace(); err != nil {
 		shared.broken = fmt.Sprintf("%s's objects could not be deleted: %v", t.Name(), err)
 		t.Errorf("the shared two-node cluster: %s", shared.broken)
+		return
 	}
+	c.logf("the shared two-node cluster: default namespace cleared in %v", time.Since(start).Round(time.Millisecond))
 }
 
 // clearDefaultNamespace deletes the pods and Services the test made (all
