@@ -15,6 +15,7 @@ package k8s
 // namespaces and addresses, and each one's host checks assume it is alone.
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -134,17 +135,44 @@ func (c *twoNode) giveBack() {
 }
 
 // clearDefaultNamespace deletes the pods and Services the test made (all
-// of the default namespace's but the kubernetes Service), and waits for
-// the pods to be gone: their kubelet has stopped their sandboxes, so the
-// CNI DELs reached the agents.
+// of the default namespace's but the kubernetes Service) and waits for
+// both nodes' agents to have let go of the pods: the API server drops a
+// pod with a grace period of 0 (the tests' pods) at once, and the kubelet
+// stops its sandbox, whose CNI DEL frees its address, afterwards.
 func (c *twoNode) clearDefaultNamespace() error {
 	if _, err := c.kubectl("-n", "default", "delete", "pods", "--all", "--wait=true",
 		"--timeout=90s", "--request-timeout=90s"); err != nil {
 		return err
 	}
-	_, err := c.kubectl("-n", "default", "delete", "services", "--field-selector", "metadata.name!=kubernetes",
-		"--wait=true", "--timeout=60s", "--request-timeout=60s")
-	return err
+	if _, err := c.kubectl("-n", "default", "delete", "services", "--field-selector", "metadata.name!=kubernetes",
+		"--wait=true", "--timeout=60s", "--request-timeout=60s"); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for _, n := range c.nodes {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			st, err := c.agentStatus(ctx, n)
+			cancel()
+			var left []string
+			if err == nil {
+				for _, p := range st.Pods {
+					if strings.HasPrefix(p.Pod, "default/") {
+						left = append(left, p.Pod)
+					}
+				}
+				if len(left) == 0 {
+					break
+				}
+				err = fmt.Errorf("pods still attached: %v", left)
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s's agent: %v", n.name, err)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // healthy: the API server ready and both nodes Ready (their agents'
