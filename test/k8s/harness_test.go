@@ -142,6 +142,7 @@ func (c *cluster) sharedBPFFS() {
 func upAPIServer(t *testing.T) *cluster {
 	t.Helper()
 	requireK8s(t)
+	releaseShared() // one cluster at a time: each one's host checks assume it is alone
 	root, _ := filepath.Abs("../..")
 	dir, err := os.MkdirTemp("/var/tmp", "nagare-k8s-")
 	if err != nil {

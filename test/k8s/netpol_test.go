@@ -34,7 +34,7 @@ func TestK8sNetpol(t *testing.T) {
 		out = "/var/tmp/nagare-k8s-netpol"
 	}
 	ran := 0
-	for _, r := range runE2E(t, focus, netpolSkip, out) {
+	for _, r := range runE2E(t, upTwoNode, focus, netpolSkip, out) {
 		if r.status != "skipped" {
 			ran++
 		}

@@ -87,7 +87,7 @@ func withoutKlog(out string) string {
 // both ways, through kubectl exec, over nagare's VXLAN) and each other's
 // node. It must pass today.
 func TestTwoNodePodToPod(t *testing.T) {
-	c := upTwoNode(t)
+	c := sharedTwoNode(t)
 	c.apply(agnhostPod("pod-a", c.nodes[0].name, "app: smoke") + "---\n" + agnhostPod("pod-b", c.nodes[1].name, "app: smoke"))
 	nodeA, ipA := c.runningPod("pod-a")
 	nodeB, ipB := c.runningPod("pod-b")
@@ -164,7 +164,7 @@ func TestTwoNodeServices(t *testing.T) {
 	if os.Getenv("NAGARE_SERVICES") == "0" {
 		t.Skip("NAGARE_SERVICES=0")
 	}
-	c := upTwoNode(t)
+	c := sharedTwoNode(t)
 	var pods []string
 	for i, n := range c.nodes {
 		pods = append(pods, agnhostPod(fmt.Sprintf("backend-%d", i+1), n.name, "app: echo"),
@@ -459,16 +459,17 @@ func specName(n string) string {
 	return n
 }
 
-// runConformance brings the two-node cluster up and runs e2e.test's specs
+// runConformance runs, on the shared two-node cluster, e2e.test's specs
 // matching focus through ginkgo (K8S_CONFORMANCE_PROCS processes, default
 // 8), output, JUnit report and summary in out; it returns the results of
 // the specs in the focus. It fails t only if e2e.test did not run.
 func runConformance(t *testing.T, focus, out string) []specResult {
-	return runE2E(t, focus, conformanceSkip, out)
+	return runE2E(t, sharedTwoNode, focus, conformanceSkip, out)
 }
 
-// runE2E is runConformance with its own skip expression.
-func runE2E(t *testing.T, focus, skip, out string) []specResult {
+// runE2E is runConformance with its own skip expression, on the cluster
+// up returns.
+func runE2E(t *testing.T, up func(*testing.T) *twoNode, focus, skip, out string) []specResult {
 	for _, b := range []string{"e2e.test", "ginkgo"} {
 		if _, err := os.Stat(filepath.Join(k8sDir(), b)); err != nil {
 			if os.Getenv("CI") == "true" || os.Getenv("NAGARE_K8S") == "1" {
@@ -481,7 +482,7 @@ func runE2E(t *testing.T, focus, skip, out string) []specResult {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := upTwoNode(t)
+	c := up(t)
 	if err := os.WriteFile(filepath.Join(out, "bringup.txt"), []byte(fmt.Sprintf("two-node cluster up in %v\n", c.upTime.Round(time.Millisecond))), 0o644); err != nil {
 		t.Fatal(err)
 	}

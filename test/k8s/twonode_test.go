@@ -120,8 +120,9 @@ func requireTwoNode(t *testing.T) {
 	}
 }
 
-// upTwoNode brings the whole cluster up, nagare and CoreDNS included;
-// t.Cleanup tears it down.
+// upTwoNode brings up a cluster of the test's own, nagare and CoreDNS
+// included; t.Cleanup tears it down. Tests that need nothing of it but a
+// plain cluster share one instead (sharedTwoNode).
 func upTwoNode(t *testing.T) *twoNode {
 	t.Helper()
 	return upTwoNodeWith(t, twoNodeOptions{})
@@ -130,6 +131,22 @@ func upTwoNode(t *testing.T) *twoNode {
 func upTwoNodeWith(t *testing.T, o twoNodeOptions) *twoNode {
 	t.Helper()
 	requireTwoNode(t)
+	releaseShared() // it holds the same bridge, namespaces and addresses
+	c := newTwoNode(t, o)
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.dumpLogs(t)
+		}
+		c.down(t)
+	})
+	c.bringUp()
+	return c
+}
+
+// newTwoNode makes the cluster's directory and records what teardown
+// restores and checks (the sysctls, the host's state); nothing runs yet.
+func newTwoNode(t *testing.T, o twoNodeOptions) *twoNode {
+	t.Helper()
 	root, _ := filepath.Abs("../..")
 	dir, err := os.MkdirTemp("/var/tmp", "nagare-k8s2-")
 	if err != nil {
@@ -147,11 +164,15 @@ func upTwoNodeWith(t *testing.T, o twoNodeOptions) *twoNode {
 			ip: fmt.Sprintf("10.250.0.%d", 10+i), veth: fmt.Sprintf("nk8s-n%d", i), dir: c.path(fmt.Sprintf("node%d", i)),
 			cgroup: fmt.Sprintf("/nagare-k8s-node%d", i)})
 	}
-	t.Cleanup(c.down)
+	return c
+}
+
+// bringUp starts everything, failing c.t on the first error; the caller
+// has arranged for down to run whatever happens.
+func (c *twoNode) bringUp() {
+	c.t.Helper()
 	for _, d := range []string{"pki", "logs"} {
-		if err := os.MkdirAll(c.path(d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		c.fatal(os.MkdirAll(c.path(d), 0o755))
 	}
 	start := time.Now()
 	c.isolate() // first: nothing starts before the cluster is fenced in
@@ -175,7 +196,6 @@ func upTwoNodeWith(t *testing.T, o twoNodeOptions) *twoNode {
 	c.coreDNS()
 	c.upTime = time.Since(start)
 	c.logf("two-node Kubernetes %s with nagare up in %v (files in %s)", k8sVersion, c.upTime.Round(time.Millisecond), c.dir)
-	return c
 }
 
 func (c *twoNode) fatal(err error) {
@@ -848,16 +868,23 @@ func (c *twoNode) coreDNS() {
 	})
 }
 
+// teardownReport is where down reports what it finds: the test's
+// *testing.T, or a report of its own for a cluster that outlives a test
+// (the shared one's mainReport).
+type teardownReport interface {
+	Errorf(format string, args ...any)
+	Logf(format string, args ...any)
+	Failed() bool
+}
+
 // down tears everything down in reverse and checks that the host is as it
 // was: pods first (their CNI DELs must reach the agents while they run),
 // then the kubelets' containers, kubelets, containerds and shims, nagare's
 // node state, the nodes' namespaces, the control plane, the bridge, the
-// cgroups, the isolation rules, the sysctls the kubelets rewrote.
-func (c *twoNode) down() {
-	t := c.t
-	if t.Failed() {
-		c.dumpLogs()
-	}
+// cgroups, the isolation rules, the sysctls the kubelets rewrote. What it
+// finds wrong goes to t: the test's own for a cluster of its own, TestMain's
+// report for the shared one (sharedTwoNode; its tests have ended by then).
+func (c *twoNode) down(t teardownReport) {
 	if c.kubecfg != "" {
 		_, _ = c.kubectl("-n", "kube-system", "delete", "deployment", "coredns", "--ignore-not-found", "--timeout=30s")
 		nss, _ := c.kubectl("get", "ns", "-o", "jsonpath={.items[*].metadata.name}")
@@ -1017,7 +1044,9 @@ func removeEmptyTree(d string) error {
 	return os.Remove(d)
 }
 
-func (c *twoNode) dumpLogs() {
+// dumpLogs logs the tails of the nodes' and kube-system pods' logs and the
+// cluster's pods and events, for a test that failed.
+func (c *twoNode) dumpLogs(t teardownReport) {
 	tail := func(path string, n int) string {
 		b, _ := os.ReadFile(path)
 		lines := strings.Split(string(b), "\n")
@@ -1028,17 +1057,17 @@ func (c *twoNode) dumpLogs() {
 	}
 	for _, n := range c.nodes {
 		for _, d := range []string{"kubelet", "containerd"} {
-			c.t.Logf("--- %s %s log (tail) ---\n%s", n.name, d, tail(c.path("logs", n.netns+"-"+d+".log"), 30))
+			t.Logf("--- %s %s log (tail) ---\n%s", n.name, d, tail(c.path("logs", n.netns+"-"+d+".log"), 30))
 		}
 		logs, _ := filepath.Glob(filepath.Join(n.dir, "fs/var/log/pods", "kube-system_*", "*", "*.log"))
 		for _, l := range logs {
-			c.t.Logf("--- %s ---\n%s", l, tail(l, 30))
+			t.Logf("--- %s ---\n%s", l, tail(l, 30))
 		}
 	}
 	if c.kubecfg != "" {
 		for _, args := range [][]string{{"get", "pods", "-A", "-o", "wide"}, {"get", "events", "-A", "--sort-by=.lastTimestamp"}} {
 			out, err := c.kubectl(args...)
-			c.t.Logf("--- kubectl %s ---\n%s %v", strings.Join(args, " "), out, err)
+			t.Logf("--- kubectl %s ---\n%s %v", strings.Join(args, " "), out, err)
 		}
 	}
 }
