@@ -462,3 +462,40 @@ func BenchmarkShortConnections(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkConntrackSweep: one sweep of a table holding what one port's
+// budget lets an attacker commit (a quarter of the default table: 16384
+// connections, two entries each), none of them expired. The revalidator
+// sweeps every few seconds on the switch's thread, which may share its
+// core with pods (lab scenario netpol-isolation, TSE against an allowed
+// tuple); Stats is the read `nagarectl show` and the metrics do.
+func BenchmarkConntrackSweep(b *testing.B) {
+	d := newTestDP(b)
+	const conns = DefaultConntrackMax / 4
+	keys := make([]ctKey, 0, 2*conns)
+	vals := make([]ctValue, 0, 2*conns)
+	exp := monoCoarse() + uint64(time.Hour)
+	for i := range conns {
+		orig, conn, reply, alias := ctPair(i, exp)
+		keys, vals = append(keys, orig, reply), append(vals, conn, alias)
+	}
+	if _, err := d.objs.Conntrack.BatchUpdate(keys, vals, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("sweep", func(b *testing.B) {
+		for b.Loop() {
+			if n, err := d.SweepConntrack(); err != nil || n != 0 {
+				b.Fatalf("swept %d (%v), want none", n, err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(2*conns), "ns/entry")
+	})
+	b.Run("stats", func(b *testing.B) {
+		for b.Loop() {
+			if st, err := d.ConntrackStats(); err != nil || st.Conns != conns {
+				b.Fatalf("%d connections (%v), want %d", st.Conns, err, conns)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(2*conns), "ns/entry")
+	})
+}

@@ -2,9 +2,11 @@ package datapath
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -958,5 +960,66 @@ func TestRecircKeyAfterRewrites(t *testing.T) {
 				t.Fatalf("second pass key\n got %+v\nwant %+v", got, want)
 			}
 		})
+	}
+}
+
+// ctPair is connection i (UDP 10.1.i → 10.2.0.1:53, entering on port 7)
+// as a commit leaves it in the table: the connection's entry under its
+// original tuple and the reply entry naming it, expiring at expires.
+func ctPair(i int, expires uint64) (orig ctKey, conn ctValue, reply ctKey, alias ctValue) {
+	copy(orig[0:], []byte{10, 1, byte(i >> 8), byte(i)})
+	copy(orig[16:], []byte{10, 2, 0, 1})
+	binary.BigEndian.PutUint16(orig[32:], uint16(1024+i))
+	binary.BigEndian.PutUint16(orig[34:], 53)
+	orig[38], orig[39] = 17, 4
+	copy(reply[0:], orig[16:20])
+	copy(reply[16:], orig[0:4])
+	copy(reply[32:], orig[34:36])
+	copy(reply[34:], orig[32:34])
+	reply[38], reply[39] = 17, 4
+	copy(conn[:], reply[:])
+	binary.NativeEndian.PutUint64(conn[40:], expires)
+	binary.NativeEndian.PutUint32(conn[52:], 7)
+	conn[72] = ctKindConn
+	copy(alias[:], orig[:])
+	alias[72] = ctKindReply
+	return orig, conn, reply, alias
+}
+
+// TestCTSweepPairs: a sweep deletes an expired connection with its reply
+// entry, and reply entries no live connection names back (left by a
+// connection deleted before them, or by a connection now paired with
+// another reply); it keeps live connections and their replies.
+func TestCTSweepPairs(t *testing.T) {
+	d := newTestDP(t)
+	now := monoCoarse()
+	put := func(k ctKey, v ctValue) {
+		t.Helper()
+		if err := d.objs.Conntrack.Put(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live, liveConn, liveReply, liveAlias := ctPair(1, now+uint64(time.Hour))
+	put(live, liveConn)
+	put(liveReply, liveAlias)
+	dead, deadConn, deadReply, deadAlias := ctPair(2, now-1)
+	put(dead, deadConn)
+	put(deadReply, deadAlias)
+	_, _, orphan, orphanAlias := ctPair(3, 0) // its connection is gone
+	put(orphan, orphanAlias)
+	// A reply entry naming the live connection, which names another.
+	_, _, stale, _ := ctPair(4, 0)
+	staleAlias := liveAlias
+	put(stale, staleAlias)
+	n, err := d.SweepConntrack()
+	if err != nil || n != 1 {
+		t.Fatalf("swept %d connections (%v), want the expired one", n, err)
+	}
+	var left []ctKey
+	if err := d.rangeConntrack(func(k *ctKey, _ *ctValue) { left = append(left, *k) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 2 || !slices.Contains(left, live) || !slices.Contains(left, liveReply) {
+		t.Fatalf("%d entries left, want the live connection's two", len(left))
 	}
 }
