@@ -2,6 +2,7 @@ package flow
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -412,3 +413,9 @@ func (f Flow) Normalize() Flow {
 func (f Flow) String() string {
 	return Format(f.Key, f.Mask) + " actions:" + FormatActions(f.Actions)
 }
+
+// LogValue is f formatted, made only when a record naming it is written
+// (slog.LogValuer): pass a *Flow to a debug record on a hot path, which
+// costs nothing then while debug logging is off (the upcall handler
+// refuses a port past its flow budget every upcall).
+func (f *Flow) LogValue() slog.Value { return slog.StringValue(f.String()) }

@@ -3,7 +3,9 @@ package flow
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -76,5 +78,18 @@ func TestFormat(t *testing.T) {
 	f := Flow{Key: k, Mask: m, Actions: []Action{SetTunnel{VNI: 5, Remote: netip.MustParseAddr("192.168.0.2"), InheritTOS: true}, Output{Port: 9}}}
 	if s := f.String(); s != want+" actions:set(tunnel(vni=5,dst=192.168.0.2,tos=inherit)),output:9" {
 		t.Fatalf("flow string %s", s)
+	}
+}
+
+// TestFlowLogValue: a *Flow in a log record is written as String writes
+// it, and only when the record is written (slog.LogValuer): the upcall
+// handler passes one to a debug record for every refused install.
+func TestFlowLogValue(t *testing.T) {
+	f := &Flow{Key: Key{InPort: 3}, Mask: Mask{InPort: 0xffffffff}, Actions: []Action{Output{Port: 2}}}
+	var b strings.Builder
+	log := slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log.Debug("install", "flow", f)
+	if want := "flow=\"" + f.String() + "\""; !strings.Contains(b.String(), want) {
+		t.Fatalf("record %q, want %s", b.String(), want)
 	}
 }

@@ -383,7 +383,7 @@ func (h *upcallHandler) flush() {
 			default:
 				s.stats.installErrs.Add(1)
 				s.refused.add(f.Key.InPort, refusalOf(err))
-				s.log.Debug("install", "flow", f.String(), "err", err)
+				s.log.Debug("install", "flow", f, "err", err)
 			}
 		}
 		s.cache.mu.Unlock()
