@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"encoding/binary"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -286,23 +285,7 @@ func BenchmarkConntrackLookup(b *testing.B) {
 	}
 	defer objs.Close()
 	// Our table: the connection in both directions, as a commit makes it.
-	var orig, reply ctKey
-	copy(orig[0:], []byte{10, 0, 0, 1})
-	copy(orig[16:], []byte{10, 0, 0, 2})
-	binary.BigEndian.PutUint16(orig[32:], 1000)
-	binary.BigEndian.PutUint16(orig[34:], 2000)
-	orig[38], orig[39] = 17, 4
-	copy(reply[0:], orig[16:20])
-	copy(reply[16:], orig[0:4])
-	copy(reply[32:], orig[34:36])
-	copy(reply[34:], orig[32:34])
-	reply[38], reply[39] = 17, 4
-	var conn, alias ctValue
-	copy(conn[:], reply[:])
-	binary.NativeEndian.PutUint64(conn[40:], monoCoarse()+uint64(time.Hour))
-	conn[72] = ctKindConn
-	copy(alias[:], orig[:])
-	alias[72] = ctKindReply
+	orig, conn, reply, alias := ctEntries([4]byte{10, 0, 0, 1}, [4]byte{10, 0, 0, 2}, 1000, 2000, monoCoarse()+uint64(time.Hour))
 	if err := objs.CtBench.Put(orig, conn); err != nil {
 		b.Fatal(err)
 	}

@@ -963,19 +963,25 @@ func TestRecircKeyAfterRewrites(t *testing.T) {
 	}
 }
 
-// ctPair is connection i (UDP 10.1.i → 10.2.0.1:53, entering on port 7)
+// ctPair is connection i (UDP 10.1.i → 10.2.0.1:53) as ctEntries
+// makes it.
+func ctPair(i int, expires uint64) (orig ctKey, conn ctValue, reply ctKey, alias ctValue) {
+	return ctEntries([4]byte{10, 1, byte(i >> 8), byte(i)}, [4]byte{10, 2, 0, 1}, uint16(1024+i), 53, expires)
+}
+
+// ctEntries is a UDP connection src:sport → dst:dport entering on port 7
 // as a commit leaves it in the table: the connection's entry under its
 // original tuple and the reply entry naming it, expiring at expires.
-func ctPair(i int, expires uint64) (orig ctKey, conn ctValue, reply ctKey, alias ctValue) {
-	copy(orig[0:], []byte{10, 1, byte(i >> 8), byte(i)})
-	copy(orig[16:], []byte{10, 2, 0, 1})
-	binary.BigEndian.PutUint16(orig[32:], uint16(1024+i))
-	binary.BigEndian.PutUint16(orig[34:], 53)
+func ctEntries(src, dst [4]byte, sport, dport uint16, expires uint64) (orig ctKey, conn ctValue, reply ctKey, alias ctValue) {
+	copy(orig[0:], src[:])
+	copy(orig[16:], dst[:])
+	binary.BigEndian.PutUint16(orig[32:], sport)
+	binary.BigEndian.PutUint16(orig[34:], dport)
 	orig[38], orig[39] = 17, 4
-	copy(reply[0:], orig[16:20])
-	copy(reply[16:], orig[0:4])
-	copy(reply[32:], orig[34:36])
-	copy(reply[34:], orig[32:34])
+	copy(reply[0:], dst[:])
+	copy(reply[16:], src[:])
+	binary.BigEndian.PutUint16(reply[32:], dport)
+	binary.BigEndian.PutUint16(reply[34:], sport)
 	reply[38], reply[39] = 17, 4
 	copy(conn[:], reply[:])
 	binary.NativeEndian.PutUint64(conn[40:], expires)
