@@ -212,15 +212,22 @@ func (c *cluster) start(name string, args ...string) *exec.Cmd {
 // waitFor polls cond until it is nil or the deadline passes.
 func (c *cluster) waitFor(what string, d time.Duration, cond func() error) {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
+	if err := poll(d, 200*time.Millisecond, cond); err != nil {
+		c.t.Fatalf("%s: not within %v: %v", what, d, err)
 	}
-	c.t.Fatalf("%s: not within %v: %v", what, d, err)
+}
+
+// poll calls cond every interval until it returns nil or d has passed,
+// and returns its last error then.
+func poll(d, every time.Duration, cond func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil || !time.Now().Before(deadline) {
+			return err
+		}
+		time.Sleep(every)
+	}
 }
 
 func run(args ...string) (string, error) {
@@ -570,16 +577,14 @@ func (c *cluster) down() {
 		// A forced delete returns before the kubelet has stopped the
 		// sandboxes: wait for their CNI DELs to reach the agent (while it
 		// still runs), or the pods' veths and namespaces outlive the test.
-		deadline := time.Now().Add(60 * time.Second)
-		for time.Now().Before(deadline) {
+		_ = poll(60*time.Second, 200*time.Millisecond, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			st, err := c.agentStatus(ctx)
-			cancel()
-			if err != nil || len(st.Pods) == 0 {
-				break
+			defer cancel()
+			if st, err := c.agentStatus(ctx); err == nil && len(st.Pods) > 0 {
+				return fmt.Errorf("%d pods attached", len(st.Pods))
 			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return nil // none left, or no agent to ask
+		})
 	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		p := c.procs[i]

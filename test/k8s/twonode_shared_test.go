@@ -150,26 +150,26 @@ func (c *twoNode) clearDefaultNamespace() error {
 	}
 	deadline := time.Now().Add(90 * time.Second)
 	for _, n := range c.nodes {
-		for {
+		err := poll(time.Until(deadline), 250*time.Millisecond, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
 			st, err := c.agentStatus(ctx, n)
-			cancel()
+			if err != nil {
+				return err
+			}
 			var left []string
-			if err == nil {
-				for _, p := range st.Pods {
-					if strings.HasPrefix(p.Pod, "default/") {
-						left = append(left, p.Pod)
-					}
+			for _, p := range st.Pods {
+				if strings.HasPrefix(p.Pod, "default/") {
+					left = append(left, p.Pod)
 				}
-				if len(left) == 0 {
-					break
-				}
-				err = fmt.Errorf("pods still attached: %v", left)
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s's agent: %v", n.name, err)
+			if len(left) > 0 {
+				return fmt.Errorf("pods still attached: %v", left)
 			}
-			time.Sleep(250 * time.Millisecond)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s's agent: %v", n.name, err)
 		}
 	}
 	return nil
@@ -178,22 +178,16 @@ func (c *twoNode) clearDefaultNamespace() error {
 // healthy: the API server ready and both nodes Ready (their agents'
 // CNI in place), within half a minute.
 func (c *twoNode) healthy() error {
-	deadline := time.Now().Add(30 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		var out string
-		if _, err = c.kubectl("get", "--raw", "/readyz", "--request-timeout=10s"); err == nil {
-			out, err = c.kubectl("get", "nodes", "--request-timeout=10s", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}`)
-			if err == nil && strings.Count(out, "=True") != len(c.nodes) {
-				err = fmt.Errorf("nodes: %s", out)
-			}
+	return poll(30*time.Second, time.Second, func() error {
+		if _, err := c.kubectl("get", "--raw", "/readyz", "--request-timeout=10s"); err != nil {
+			return err
 		}
-		if err == nil {
-			return nil
+		out, err := c.kubectl("get", "nodes", "--request-timeout=10s", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}`)
+		if err == nil && strings.Count(out, "=True") != len(c.nodes) {
+			err = fmt.Errorf("nodes: %s", out)
 		}
-		time.Sleep(time.Second)
-	}
-	return err
+		return err
+	})
 }
 
 // releaseShared tears the shared cluster down if it is up; what the

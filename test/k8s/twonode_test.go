@@ -226,15 +226,9 @@ func (c *twoNode) start(n *tnode, name string, args ...string) *exec.Cmd {
 
 func (c *twoNode) waitFor(what string, d time.Duration, cond func() error) {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
+	if err := poll(d, 250*time.Millisecond, cond); err != nil {
+		c.t.Fatalf("%s: not within %v: %v", what, d, err)
 	}
-	c.t.Fatalf("%s: not within %v: %v", what, d, err)
 }
 
 func (c *twoNode) kubectl(args ...string) (string, error) {
@@ -899,15 +893,14 @@ func (c *twoNode) down(t teardownReport) {
 		// sandboxes: wait for the CNI DELs to reach the agents.
 		deadline := time.Now().Add(60 * time.Second)
 		for _, n := range c.nodes {
-			for time.Now().Before(deadline) {
+			_ = poll(time.Until(deadline), 250*time.Millisecond, func() error {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				st, err := c.agentStatus(ctx, n)
-				cancel()
-				if err != nil || len(st.Pods) == 0 {
-					break
+				defer cancel()
+				if st, err := c.agentStatus(ctx, n); err == nil && len(st.Pods) > 0 {
+					return fmt.Errorf("%d pods attached", len(st.Pods))
 				}
-				time.Sleep(250 * time.Millisecond)
-			}
+				return nil // none left, or no agent to ask
+			})
 		}
 	}
 	stop := func(p *exec.Cmd) { stopGroup(p, 15*time.Second) }
