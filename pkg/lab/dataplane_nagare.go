@@ -256,8 +256,9 @@ func (p *nagarePlane) Setup(ctx context.Context, t *Topology) error {
 // that starts at once could find an endpoint missing (Bookinfo's reviews
 // → ratings answered 502 in CI).
 func waitServicesProgrammed(ctx context.Context, c *nscluster.Cluster, limit time.Duration) error {
+	deadline := time.Now().Add(limit) // for all the nodes together
 	for _, n := range c.Nodes {
-		if err := n.WaitStatus(ctx, limit, "connected with every Service programmed", func(st *agent.Status) bool {
+		if err := n.WaitStatus(ctx, time.Until(deadline), "connected with every Service programmed", func(st *agent.Status) bool {
 			return st.Switch.Connected && st.ServicesPending == 0
 		}); err != nil {
 			return err
