@@ -16,11 +16,25 @@ import (
 //
 //	go test -run '^$' -bench FlowSetup -benchtime 100000x ./pkg/switchd/
 func BenchmarkFlowSetup(b *testing.B) {
+	benchFlowSetup(b, "table=0,priority=100,in_port=1,actions=output:2")
+}
+
+// BenchmarkFlowSetupCT is BenchmarkFlowSetup through a conntrack commit,
+// as the flows of a NetworkPolicy or Service pipeline: the missed packet
+// is executed with BPF_PROG_RUN (not handed to a packet socket), one
+// system call per packet.
+//
+//	go test -run '^$' -bench FlowSetupCT -benchtime 20000x ./pkg/switchd/
+func BenchmarkFlowSetupCT(b *testing.B) {
+	benchFlowSetup(b, "table=0,priority=100,in_port=1,ip,actions=ct(commit),output:2")
+}
+
+func benchFlowSetup(b *testing.B, spec string) {
 	sw := idleSwitch(b, func(c *Config) {
 		c.MaxFlows, c.FlowLimit, c.DisableMegaflows = b.N+1024, b.N+1024, true
 		c.PortFlowLimit = -1 // every flow enters on one port
 	})
-	addFlow(b, sw, "table=0,priority=100,in_port=1,actions=output:2")
+	addFlow(b, sw, spec)
 	ups := udpUpcalls(b, b.N, 0)
 	b.ResetTimer()
 	cpu0 := processCPU(b)
