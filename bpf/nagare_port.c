@@ -149,8 +149,11 @@ static __always_inline int pass_run(struct __sk_buff *skb, struct pass *st, stru
 		if (!cfg->upcalls)
 			return drop(DROP_MISS_NO_UPCALL);
 		/* A packet userspace executes came from userspace: its
-		 * miss after a recirculation is not the port's to pay for. */
-		if (mode == MODE_PATH && !upcall_admit(skb, cfg))
+		 * miss after a recirculation is not the port's to pay for.
+		 * A port whose flows userspace refuses for its cache budget
+		 * has its misses paced (paced_admit) before they spend the
+		 * budget. */
+		if (mode == MODE_PATH && (!paced_admit(skb, MISS_METER) || !upcall_admit(skb, cfg)))
 			return drop(DROP_UPCALL_PORT_BUDGET);
 		if (send_upcall(skb, key, UPCALL_MISS, 0) < 0)
 			return drop(DROP_UPCALL_RING_FULL);

@@ -37,7 +37,7 @@ enum drop_reason {
 	DROP_CT_TABLE_FULL = 27,     /* ct commit found the conntrack table full (conntrack.h) */
 	DROP_CT_PORT_BUDGET = 28,    /* ct commit past the ingress port's share of the table */
 	DROP_NAT_NO_PORT = 29,       /* no free source port (or tuple) in the NAT range (nat.h) */
-	DROP_UPCALL_PORT_BUDGET = 30, /* miss past its port's upcall budget (upcall_admit) */
+	DROP_UPCALL_PORT_BUDGET = 30, /* miss past its port's upcall budget, or paced (upcall_admit, paced_admit) */
 	DROP_UPCALL_CONTROLLER_BUDGET = 31, /* controller-action upcall past what the controllers accept (action_upcall_admit) */
 	DROP_POLICY = 32,            /* a drop flow the controller marked as NetworkPolicy's (note:drop:policy, pkg/ofproto) */
 	DROP__MAX = 33,

@@ -187,28 +187,38 @@ static __always_inline int upcall_admit(const struct __sk_buff *skb, const struc
 	return ok;
 }
 
-/* Controller-action budget. A cached flow whose action is the controller
- * sends each packet up as an action upcall, which only turns into a
- * PACKET_IN if a controller connection's budget takes it (pkg/switchd,
- * pinsched.go). When the controllers take far fewer than the port's upcall
- * budget admits, the rest is work the handler thread does for nothing, on
- * a core it may share with pods. Userspace watches what is refused
- * (actionPacer, pkg/switchd/pinfeedback.go) and writes here, per ingress
- * device, the rate the controllers accept; action upcalls past it are
- * dropped before the ring (counted: controller-upcall-budget), misses are
- * not affected. No entry: no limit beyond the port's budget. Userspace
- * writes cost_ns and cap_ns with a full credit; the fast path spends it.
+/* Paced upcalls. Two kinds of a port's upcalls can be work the handler
+ * thread does for nothing, on a core it may share with pods:
+ *
+ * - Controller actions. A cached flow whose action is the controller
+ *   sends each packet up as an action upcall, which only turns into a
+ *   PACKET_IN if a controller connection's budget takes it (pkg/switchd,
+ *   pinsched.go). When the controllers take far fewer than the port's
+ *   upcall budget admits, the rest is refused after the handler read it.
+ * - Misses of a port past its cache budget. Their flows are refused
+ *   (per-port flow and mask budgets): each is translated and executed and
+ *   not cached, and its next packet misses again.
+ *
+ * Userspace watches what is refused (pacer, pkg/switchd/pinfeedback.go)
+ * and writes here, per ingress device and kind, the rate it accepts:
+ * the device's ifindex for controller actions, ifindex | MISS_METER for
+ * misses. Upcalls past it are dropped before the ring (counted:
+ * controller-upcall-budget, upcall-port-budget). No entry: no limit
+ * beyond the port's budget. Userspace writes cost_ns and cap_ns with a
+ * full credit; the fast path spends it.
  *
  * The bucket lets upcalls through in clumps: once full it stays open
  * until spent, then closes until full again. The rate is the same, but
  * the upcalls of a paced port (a tenth of a second's worth per clump)
  * reach the ring back to back, and the handler thread wakes once per
- * clump rather than once per upcall (upcall_wakeup). A paced port's
- * PACKET_INs were being refused anyway; waiting up to a tenth of a second
- * costs them little. */
+ * clump rather than once per upcall (upcall_wakeup). What a paced port
+ * sends up was being refused anyway; waiting up to a tenth of a second
+ * costs it little. */
+#define MISS_METER (1u << 31)
+
 struct action_meter {
 	struct bpf_spin_lock lock;
-	__u32 open;     /* spending a full bucket, see action_upcall_admit */
+	__u32 open;     /* spending a full bucket, see paced_admit */
 	__u64 credit_ns;
 	__u64 last_ns;
 	__u64 cost_ns; /* 1e9 / rate */
@@ -222,14 +232,14 @@ struct {
 	__type(value, struct action_meter);
 } action_meters SEC(".maps");
 
-static __always_inline int action_upcall_admit(const struct __sk_buff *skb)
+static __always_inline int paced_admit(const struct __sk_buff *skb, __u32 kind)
 {
 	struct action_meter *m;
-	__u32 ifindex = skb->ifindex;
+	__u32 key = skb->ifindex | kind;
 	__u64 now, credit;
 	int ok;
 
-	m = bpf_map_lookup_elem(&action_meters, &ifindex);
+	m = bpf_map_lookup_elem(&action_meters, &key);
 	if (!m)
 		return 1;
 	now = bpf_ktime_get_ns();
@@ -250,6 +260,11 @@ static __always_inline int action_upcall_admit(const struct __sk_buff *skb)
 	m->credit_ns = credit;
 	bpf_spin_unlock(&m->lock);
 	return ok;
+}
+
+static __always_inline int action_upcall_admit(const struct __sk_buff *skb)
+{
+	return paced_admit(skb, 0);
 }
 
 /* upcall_admit_port is upcall_admit for code without the config at hand. */

@@ -89,10 +89,24 @@ func (d *Datapath) SetUpcallBudget(rate, burst uint32) error {
 
 // SetActionUpcallRate limits the controller-action upcalls of OpenFlow
 // port ofport to rate per second, burst at once, before they spend the
-// port's upcall budget (bpf/lib/upcall.h, action_upcall_admit); those past
-// it are dropped before the ring and counted as controller-upcall-budget.
-// rate 0 removes the limit. The bucket starts full.
+// port's upcall budget (bpf/lib/upcall.h, paced_admit); those past it are
+// dropped before the ring and counted as controller-upcall-budget. rate 0
+// removes the limit. The bucket starts full.
 func (d *Datapath) SetActionUpcallRate(ofport, rate, burst uint32) error {
+	return d.setPace(ofport, 0, rate, burst)
+}
+
+// SetMissUpcallRate is SetActionUpcallRate for the port's misses, for a
+// port whose flows are refused for its cache budget; those past it are
+// counted as upcall-port-budget.
+func (d *Datapath) SetMissUpcallRate(ofport, rate, burst uint32) error {
+	return d.setPace(ofport, missMeter, rate, burst)
+}
+
+// missMeter marks a device's miss meter in action_meters (MISS_METER).
+const missMeter = 1 << 31
+
+func (d *Datapath) setPace(ofport, kind, rate, burst uint32) error {
 	d.mu.Lock()
 	p, ok := d.ports[ofport]
 	ifindex := 0
@@ -103,8 +117,9 @@ func (d *Datapath) SetActionUpcallRate(ofport, rate, burst uint32) error {
 	if !ok {
 		return fmt.Errorf("datapath: no port %d", ofport)
 	}
+	key := uint32(ifindex) | kind
 	if rate == 0 {
-		err := d.objs.ActionMeters.Delete(uint32(ifindex))
+		err := d.objs.ActionMeters.Delete(key)
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			err = nil
 		}
@@ -113,7 +128,7 @@ func (d *Datapath) SetActionUpcallRate(ofport, rate, burst uint32) error {
 	cost := uint64(1e9) / uint64(rate)
 	m := nagareActionMeter{CostNs: cost, CapNs: cost * uint64(max(burst, 1))}
 	m.CreditNs = m.CapNs
-	return d.objs.ActionMeters.Put(uint32(ifindex), m)
+	return d.objs.ActionMeters.Put(key, m)
 }
 
 // PortDrops returns the fast path's drops by device (ifindex) and reason,
@@ -145,6 +160,7 @@ func (d *Datapath) PortDrops() (map[int]map[DropReason]uint64, error) {
 func (d *Datapath) forgetDevice(ifindex int) {
 	_ = d.objs.UpcallMeters.Delete(uint32(ifindex))
 	_ = d.objs.ActionMeters.Delete(uint32(ifindex))
+	_ = d.objs.ActionMeters.Delete(uint32(ifindex) | missMeter)
 	var k nagarePortDropKey
 	var stale []nagarePortDropKey
 	vals := make([]uint64, d.ncpu)

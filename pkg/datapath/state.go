@@ -75,7 +75,7 @@ func (d *Datapath) restore() error {
 	if c.Layout != dpLayout {
 		return fmt.Errorf("pinned maps have layout %d, this build understands %d", c.Layout, dpLayout)
 	}
-	// Controller-action limits are the previous process's feedback
+	// Controller-action and miss limits are the previous process's feedback
 	// (pkg/switchd, actionPacer): this one starts without them.
 	var ifindex uint32
 	var stale []uint32

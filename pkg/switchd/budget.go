@@ -90,9 +90,13 @@ type PortReport struct {
 	// ControllerUpcallLimit: controller-action upcalls per second the
 	// fast path admits, fed back from what the controllers accept
 	// (actionPacer); 0: none beyond the upcall budget.
-	ControllerUpcallLimit int               `json:"controller_upcall_limit"`
-	Drops                 map[string]uint64 `json:"drops"`   // fast-path drops by reason
-	Refused               map[string]uint64 `json:"refused"` // slow-path refusals by reason
+	ControllerUpcallLimit int `json:"controller_upcall_limit"`
+	// MissUpcallLimit: misses per second the fast path admits while the
+	// port's flows are refused for its cache budget (the same feedback);
+	// 0: none beyond the upcall budget.
+	MissUpcallLimit int               `json:"miss_upcall_limit"`
+	Drops           map[string]uint64 `json:"drops"`   // fast-path drops by reason
+	Refused         map[string]uint64 `json:"refused"` // slow-path refusals by reason
 }
 
 // ConnReport is one OpenFlow connection's send queue and its drops.
@@ -123,11 +127,11 @@ func (s *Switch) portReports() ([]PortReport, error) {
 		return r
 	}
 	byIfindex := map[int]*PortReport{}
-	paced := s.pacer.limits()
+	paced, missPaced := s.pacer.limits(), s.missPacer.limits()
 	for _, p := range s.ports.list() {
 		r := get(p.no)
 		r.Name = p.name
-		r.ControllerUpcallLimit = paced[p.no]
+		r.ControllerUpcallLimit, r.MissUpcallLimit = paced[p.no], missPaced[p.no]
 		r.Flows, r.Masks = s.dp.PortUse(p.no)
 		if p.ifindex > 0 {
 			byIfindex[p.ifindex] = r

@@ -330,6 +330,9 @@ func (s *Switch) show() ([]string, any, error) {
 		if p.ControllerUpcallLimit > 0 {
 			paced = fmt.Sprintf(", controller upcalls paced to %d/s", p.ControllerUpcallLimit)
 		}
+		if p.MissUpcallLimit > 0 {
+			paced += fmt.Sprintf(", misses paced to %d/s (flows refused for its budget)", p.MissUpcallLimit)
+		}
 		lines = append(lines, fmt.Sprintf("  port %d %s: flows %d, masks %d%s, drops: %s, refused: %s",
 			p.OFPort, p.Name, p.Flows, p.Masks, paced, countsString(p.Drops), countsString(p.Refused)))
 	}

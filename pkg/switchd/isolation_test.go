@@ -87,3 +87,59 @@ func TestDropsAndRefusalsByPort(t *testing.T) {
 		}
 	}
 }
+
+// A pod whose new flows are refused for its cache budget has its misses
+// paced in the fast path to about what the budget takes (nagarectl show
+// says so): the rest of its flood is dropped before the ring, counted as
+// upcall-port-budget. Another pod is not paced and keeps working; once
+// the flood stops the pacing is lifted.
+func TestMissPacing(t *testing.T) {
+	ts := startSwitch(t, 3, func(c *Config) {
+		c.DisableMegaflows = true
+		c.PortFlowLimit = 5
+	})
+	ts.ofctl("add-flow", "priority=0,actions=NORMAL")
+	port := func(no uint32) PortReport {
+		ports, err := ts.portReports()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ports {
+			if p.OFPort == no {
+				return p
+			}
+		}
+		t.Fatalf("no port %d", no)
+		return PortReport{}
+	}
+	// The pacer looks at what was refused once a window (paceWindow) is
+	// over, at the port's next miss: keep refusing until it has.
+	waitFor(t, "port 1's misses paced", func() bool {
+		sendDistinctFlows(t, ts, 1, 2, 50)
+		return port(1).MissUpcallLimit > 0
+	})
+	p1 := port(1)
+	if p1.MissUpcallLimit > 100 || p1.Flows != 5 || p1.Refused[refusedPortFlows] == 0 {
+		t.Fatalf("port 1 (5 flows taken, the rest refused): %+v", p1)
+	}
+	if p2 := port(2); p2.MissUpcallLimit != 0 {
+		t.Fatalf("port 2 paced: %+v", p2)
+	}
+	r := ts.control(CtlRequest{Cmd: "show"})
+	if want := fmt.Sprintf("misses paced to %d/s", p1.MissUpcallLimit); !strings.Contains(strings.Join(r.Lines, "\n"), want) {
+		t.Fatalf("show lacks %q:\n%s", want, strings.Join(r.Lines, "\n"))
+	}
+	// Paced: a flood of new flows is dropped before the ring, not read.
+	upcalls := ts.stats.upcalls.Load()
+	sendDistinctFlows(t, ts, 1, 2, 1000)
+	waitFor(t, "the flood dropped", func() bool {
+		return port(1).Drops["upcall-port-budget"] >= p1.Drops["upcall-port-budget"]+900
+	})
+	if n := ts.stats.upcalls.Load() - upcalls; n > 100 {
+		t.Fatalf("%d of 1000 paced misses reached the handler", n)
+	}
+	if err := ts.ping(2, 3); err != nil {
+		t.Fatalf("other pods: %v", err)
+	}
+	waitFor(t, "the pacing lifted", func() bool { return port(1).MissUpcallLimit == 0 })
+}

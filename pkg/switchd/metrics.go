@@ -22,6 +22,9 @@ var (
 	descPortPaced = prometheus.NewDesc("nagare_switch_port_controller_upcall_limit",
 		"Controller-action upcalls per second the fast path admits for the port, fed back from what the controllers accept (0: no limit beyond the upcall budget).",
 		[]string{"port", "ofport"}, nil)
+	descPortMissPaced = prometheus.NewDesc("nagare_switch_port_miss_upcall_limit",
+		"Misses per second the fast path admits for the port while its flows are refused for its cache budget, fed back from what the budget takes (0: no limit beyond the upcall budget).",
+		[]string{"port", "ofport"}, nil)
 	descConnDrops = prometheus.NewDesc("nagare_switch_connection_drops_total",
 		"Asynchronous messages an OpenFlow connection was not sent, by reason (packet-in-limit, packet-in-queue, async-queue).",
 		[]string{"conn", "peer", "reason"}, nil)
@@ -33,7 +36,7 @@ var (
 type switchCollector struct{ s *Switch }
 
 func (c switchCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPortDrops, descPortRefused, descPortFlows, descPortMasks, descPortPaced, descConnDrops, descConnQueued, descFlows, descMasks} {
+	for _, d := range []*prometheus.Desc{descPortDrops, descPortRefused, descPortFlows, descPortMasks, descPortPaced, descPortMissPaced, descConnDrops, descConnQueued, descFlows, descMasks} {
 		ch <- d
 	}
 }
@@ -51,6 +54,7 @@ func (c switchCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPortFlows, prometheus.GaugeValue, float64(p.Flows), p.Name, no)
 		ch <- prometheus.MustNewConstMetric(descPortMasks, prometheus.GaugeValue, float64(p.Masks), p.Name, no)
 		ch <- prometheus.MustNewConstMetric(descPortPaced, prometheus.GaugeValue, float64(p.ControllerUpcallLimit), p.Name, no)
+		ch <- prometheus.MustNewConstMetric(descPortMissPaced, prometheus.GaugeValue, float64(p.MissUpcallLimit), p.Name, no)
 		for r, n := range p.Drops {
 			ch <- prometheus.MustNewConstMetric(descPortDrops, prometheus.CounterValue, float64(n), p.Name, no, r)
 		}

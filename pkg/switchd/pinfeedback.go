@@ -6,7 +6,8 @@ import (
 )
 
 // actionPacer feeds what the controllers accept back to the fast path.
-// A cached flow whose action is the controller sends every packet up as
+// (The same type paces a port's misses while its flows are refused for its
+// cache budget: below.) A cached flow whose action is the controller sends every packet up as
 // an action upcall, up to the port's upcall budget (2000/s by default);
 // the connections' PACKET_IN budgets (pinsched.go) and queues may take
 // far fewer (a controller that reads 100 a second). Each refused one was
@@ -19,8 +20,18 @@ import (
 // at least half its limit doubles it, until it reaches the port's upcall
 // budget and is lifted. A port whose action upcalls stop for paceIdle, or
 // a new controller connection (a --controller target or a ptcp
-// listener's), lifts it at once. Misses are never paced: a flow's first
-// packet always reaches userspace within the port's budget.
+// listener's), lifts it at once.
+//
+// Misses (Switch.missPacer): a miss whose flow is refused for its port's
+// flow or mask budget was translated and executed but not cached, and the
+// flow's next packet misses again; a port sending new flows past its cache
+// budget (a tuple-space explosion, a scan) keeps the handler busy on a
+// core it may share with pods, for nothing the cache keeps. The same
+// windows, with "taken" meaning installed and "refused" refused for the
+// port's budget: the port's misses are admitted at what its budget took
+// (+25 %, at least 10/s), doubled back by clean windows as above, lifted
+// after paceIdle without a miss. A port within its budget is never paced:
+// its first packets reach userspace within its upcall budget as before.
 type actionPacer struct {
 	mu      sync.Mutex
 	ports   map[uint32]*pacedPort

@@ -105,6 +105,7 @@ func (r *revalidator) run(ctx context.Context) {
 		case now := <-expire.C:
 			r.expireRules()
 			r.s.pacer.expire(now, false)
+			r.s.missPacer.expire(now, false)
 		case <-sweep.C:
 			if n, err := r.s.dp.SweepConntrack(); err != nil {
 				r.s.log.Warn("conntrack sweep", "err", err)

@@ -293,6 +293,7 @@ type Switch struct {
 	rv          *revalidator
 	place       *placements
 	pacer       *actionPacer                      // controller-action upcalls: what the controllers accept, fed back to the fast path
+	missPacer   *actionPacer                      // misses: what a port's cache budget accepts, fed back likewise
 	onloader    atomic.Pointer[datapath.Onloader] // set once the onload loop runs
 	metricsAddr atomic.Pointer[string]            // where /metrics is served (MetricsAddr, port resolved)
 
@@ -412,6 +413,7 @@ func New(cfg Config) (*Switch, error) {
 	s.cache = newFlowCache()
 	s.place = newPlacements(&s.cfg)
 	s.pacer = newActionPacer(s.cfg.UpcallRate, s.dp.SetActionUpcallRate)
+	s.missPacer = newActionPacer(s.cfg.UpcallRate, s.dp.SetMissUpcallRate)
 	s.rv = newRevalidator(s)
 	if err := s.ports.restore(); err != nil {
 		s.Close()

@@ -373,7 +373,12 @@ func (h *upcallHandler) flush() {
 				continue
 			}
 			f := &h.flows[m.install]
-			switch err := h.errs[m.install]; {
+			err := h.errs[m.install]
+			if err == nil || errors.Is(err, datapath.ErrPortFlowLimit) || errors.Is(err, datapath.ErrPortMaskLimit) {
+				// What the port's cache budget takes paces its misses.
+				s.missPacer.record(f.Key.InPort, err == nil, now)
+			}
+			switch {
 			case err == nil:
 				s.stats.installed.Add(1)
 				s.cache.set(h.ids[m.install], &ukey{packet: m.u.Key, mask: f.Mask, actions: m.x.actions, rules: m.x.Rules, macDeps: m.x.MACDeps, version: m.x.version, created: now,
