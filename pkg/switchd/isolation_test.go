@@ -46,16 +46,7 @@ func TestDropsAndRefusalsByPort(t *testing.T) {
 	var p1, last PortReport
 	// Until the counts have settled (the handler may still be at work).
 	waitFor(t, "port 1's drops and refusals", func() bool {
-		ports, err := ts.portReports()
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = p1
-		for _, p := range ports {
-			if p.OFPort == 1 {
-				p1 = p
-			}
-		}
+		last, p1 = p1, ts.portReport(t, 1)
 		return p1.Drops["upcall-port-budget"] > 0 && p1.Refused[refusedPortFlows] > 0 && reflect.DeepEqual(p1, last)
 	})
 	if p1.Flows != 5 || p1.Drops["upcall-port-budget"] < 900 {
@@ -99,19 +90,7 @@ func TestMissPacing(t *testing.T) {
 		c.PortFlowLimit = 5
 	})
 	ts.ofctl("add-flow", "priority=0,actions=NORMAL")
-	port := func(no uint32) PortReport {
-		ports, err := ts.portReports()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range ports {
-			if p.OFPort == no {
-				return p
-			}
-		}
-		t.Fatalf("no port %d", no)
-		return PortReport{}
-	}
+	port := func(no uint32) PortReport { return ts.portReport(t, no) }
 	// The pacer looks at what was refused once a window (paceWindow) is
 	// over, at the port's next miss: keep refusing until it has.
 	waitFor(t, "port 1's misses paced", func() bool {
@@ -142,4 +121,20 @@ func TestMissPacing(t *testing.T) {
 		t.Fatalf("other pods: %v", err)
 	}
 	waitFor(t, "the pacing lifted", func() bool { return port(1).MissUpcallLimit == 0 })
+}
+
+// portReport is port no's line of the switch's per-port report.
+func (ts *testSwitch) portReport(t *testing.T, no uint32) PortReport {
+	t.Helper()
+	ports, err := ts.portReports()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ports {
+		if p.OFPort == no {
+			return p
+		}
+	}
+	t.Fatalf("no port %d", no)
+	return PortReport{}
 }
