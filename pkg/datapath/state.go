@@ -76,7 +76,7 @@ func (d *Datapath) restore() error {
 		return fmt.Errorf("pinned maps have layout %d, this build understands %d", c.Layout, dpLayout)
 	}
 	// Controller-action and miss limits are the previous process's feedback
-	// (pkg/switchd, actionPacer): this one starts without them.
+	// (pkg/switchd, pinfeedback.go): this one starts without them.
 	var ifindex uint32
 	var stale []uint32
 	for it := d.objs.ActionMeters.Iterate(); it.Next(&ifindex, new(nagareActionMeter)); {

@@ -89,7 +89,7 @@ type PortReport struct {
 	Masks  int    `json:"masks"` // distinct masks they use
 	// ControllerUpcallLimit: controller-action upcalls per second the
 	// fast path admits, fed back from what the controllers accept
-	// (actionPacer); 0: none beyond the upcall budget.
+	// (Switch.actionPacer); 0: none beyond the upcall budget.
 	ControllerUpcallLimit int `json:"controller_upcall_limit"`
 	// MissUpcallLimit: misses per second the fast path admits while the
 	// port's flows are refused for its cache budget (the same feedback);
@@ -127,7 +127,7 @@ func (s *Switch) portReports() ([]PortReport, error) {
 		return r
 	}
 	byIfindex := map[int]*PortReport{}
-	paced, missPaced := s.pacer.limits(), s.missPacer.limits()
+	paced, missPaced := s.actionPacer.limits(), s.missPacer.limits()
 	for _, p := range s.ports.list() {
 		r := get(p.no)
 		r.Name = p.name

@@ -5,21 +5,24 @@ import (
 	"time"
 )
 
-// actionPacer feeds what the controllers accept back to the fast path.
-// (The same type paces a port's misses while its flows are refused for its
-// cache budget: below.) A cached flow whose action is the controller sends every packet up as
-// an action upcall, up to the port's upcall budget (2000/s by default);
-// the connections' PACKET_IN budgets (pinsched.go) and queues may take
-// far fewer (a controller that reads 100 a second). Each refused one was
-// read, decoded and checked by the handler thread for nothing, on a core
-// it may share with pods. So, per ingress port, over windows of
-// paceWindow: if some of the port's action upcalls found no connection to
-// take their PACKET_IN, the fast path is told to admit that port's action
-// upcalls at what the connections took, plus a quarter (so that it sees
-// when they take more); a window without a refusal in which the port used
-// at least half its limit doubles it, until it reaches the port's upcall
-// budget and is lifted. A port whose action upcalls stop for paceIdle, or
-// a new controller connection (a --controller target or a ptcp
+// upcallPacer feeds back to the fast path how many of a port's upcalls of
+// one kind the slow path takes: controller actions (what the controllers
+// accept; Switch.actionPacer) and misses (what the port's cache budget
+// accepts; Switch.missPacer).
+//
+// Controller actions: a cached flow whose action is the controller sends
+// every packet up as an action upcall, up to the port's upcall budget
+// (2000/s by default); the connections' PACKET_IN budgets (pinsched.go) and
+// queues may take far fewer (a controller that reads 100 a second). Each
+// refused one was read, decoded and checked by the handler thread for
+// nothing, on a core it may share with pods. So, per ingress port, over
+// windows of paceWindow: if some of the port's action upcalls found no
+// connection to take their PACKET_IN, the fast path is told to admit that
+// port's action upcalls at what the connections took, plus a quarter (so
+// that it sees when they take more); a window without a refusal in which
+// the port used at least half its limit doubles it, until it reaches the
+// port's upcall budget and is lifted. A port whose action upcalls stop for
+// paceIdle, or a new controller connection (a --controller target or a ptcp
 // listener's), lifts it at once.
 //
 // Misses (Switch.missPacer): a miss whose flow is refused for its port's
@@ -32,7 +35,7 @@ import (
 // (+25 %, at least 10/s), doubled back by clean windows as above, lifted
 // after paceIdle without a miss. A port within its budget is never paced:
 // its first packets reach userspace within its upcall budget as before.
-type actionPacer struct {
+type upcallPacer struct {
 	mu      sync.Mutex
 	ports   map[uint32]*pacedPort
 	ceiling int // the port's upcall budget; limits at or above it are lifted
@@ -51,17 +54,17 @@ const (
 	paceIdle   = 2 * time.Second
 )
 
-func newActionPacer(upcallRate int, set func(port uint32, rate, burst uint32) error) *actionPacer {
+func newUpcallPacer(upcallRate int, set func(port uint32, rate, burst uint32) error) *upcallPacer {
 	ceiling := upcallRate
 	if ceiling <= 0 {
 		ceiling = 100000 // no port budget: lift the limit at this rate
 	}
-	return &actionPacer{ports: map[uint32]*pacedPort{}, ceiling: ceiling, set: set}
+	return &upcallPacer{ports: map[uint32]*pacedPort{}, ceiling: ceiling, set: set}
 }
 
 // record counts one action upcall of port: whether its PACKET_IN was
 // sent to at least one connection.
-func (a *actionPacer) record(port uint32, sent bool, now time.Time) {
+func (a *upcallPacer) record(port uint32, sent bool, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := a.ports[port]
@@ -99,7 +102,7 @@ func (a *actionPacer) record(port uint32, sent bool, now time.Time) {
 }
 
 // apply sets port's fast-path limit. Callers hold a.mu.
-func (a *actionPacer) apply(port uint32, p *pacedPort, limit int) {
+func (a *upcallPacer) apply(port uint32, p *pacedPort, limit int) {
 	// A tenth of a second's worth at once.
 	if err := a.set(port, uint32(limit), uint32(max(1, limit/10))); err != nil {
 		return // the port is gone; its entry expires
@@ -109,7 +112,7 @@ func (a *actionPacer) apply(port uint32, p *pacedPort, limit int) {
 
 // expire lifts the limits of ports without an action upcall for paceIdle
 // (all of them with all set) and forgets those ports.
-func (a *actionPacer) expire(now time.Time, all bool) {
+func (a *upcallPacer) expire(now time.Time, all bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for port, p := range a.ports {
@@ -124,7 +127,7 @@ func (a *actionPacer) expire(now time.Time, all bool) {
 }
 
 // limits returns the ports' fast-path limits (nagarectl show).
-func (a *actionPacer) limits() map[uint32]int {
+func (a *upcallPacer) limits() map[uint32]int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := map[uint32]int{}

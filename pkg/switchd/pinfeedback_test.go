@@ -11,7 +11,7 @@ import (
 // until it is lifted; a port that stops, or a new connection, lifts it.
 func TestActionPacer(t *testing.T) {
 	limits := map[uint32]uint32{}
-	a := newActionPacer(2000, func(port, rate, burst uint32) error {
+	a := newUpcallPacer(2000, func(port, rate, burst uint32) error {
 		if rate == 0 {
 			delete(limits, port)
 		} else {

@@ -104,7 +104,7 @@ func (r *revalidator) run(ctx context.Context) {
 			r.round()
 		case now := <-expire.C:
 			r.expireRules()
-			r.s.pacer.expire(now, false)
+			r.s.actionPacer.expire(now, false)
 			r.s.missPacer.expire(now, false)
 		case <-sweep.C:
 			if n, err := r.s.dp.SweepConntrack(); err != nil {

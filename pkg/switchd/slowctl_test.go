@@ -266,7 +266,7 @@ func TestPacketInFairBetweenPorts(t *testing.T) {
 		t.Errorf("heavy port: %d PACKET_INs, %d refused: it should be cut, not silenced", byPort[1], refused[1])
 	}
 	// What the connection refuses is fed back to the fast path: the heavy
-	// port's controller-action upcalls are paced there (actionPacer), the
+	// port's controller-action upcalls are paced there (Switch.actionPacer), the
 	// light port's are not.
 	reps, err := ts.portReports()
 	if err != nil {

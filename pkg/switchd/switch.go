@@ -292,8 +292,8 @@ type Switch struct {
 	refused     portCounts // slow-path refusals by port and reason
 	rv          *revalidator
 	place       *placements
-	pacer       *actionPacer                      // controller-action upcalls: what the controllers accept, fed back to the fast path
-	missPacer   *actionPacer                      // misses: what a port's cache budget accepts, fed back likewise
+	actionPacer *upcallPacer                      // controller-action upcalls: what the controllers accept, fed back to the fast path
+	missPacer   *upcallPacer                      // misses: what a port's cache budget accepts, fed back likewise
 	onloader    atomic.Pointer[datapath.Onloader] // set once the onload loop runs
 	metricsAddr atomic.Pointer[string]            // where /metrics is served (MetricsAddr, port resolved)
 
@@ -412,8 +412,8 @@ func New(cfg Config) (*Switch, error) {
 	s.ports = newPortTable(s)
 	s.cache = newFlowCache()
 	s.place = newPlacements(&s.cfg)
-	s.pacer = newActionPacer(s.cfg.UpcallRate, s.dp.SetActionUpcallRate)
-	s.missPacer = newActionPacer(s.cfg.UpcallRate, s.dp.SetMissUpcallRate)
+	s.actionPacer = newUpcallPacer(s.cfg.UpcallRate, s.dp.SetActionUpcallRate)
+	s.missPacer = newUpcallPacer(s.cfg.UpcallRate, s.dp.SetMissUpcallRate)
 	s.rv = newRevalidator(s)
 	if err := s.ports.restore(); err != nil {
 		s.Close()
@@ -620,7 +620,7 @@ func (s *Switch) connUp(oc *ofConn) {
 		// ovs-ofctl on the management socket would lift the limits each
 		// time it runs (the doubling finds a connection that takes more
 		// within about a second anyway).
-		s.pacer.expire(time.Now(), true)
+		s.actionPacer.expire(time.Now(), true)
 	}
 	if s.steer != nil && oc.dialled {
 		// VS-extend: the host report follows the handshake with a

@@ -483,7 +483,7 @@ func (s *Switch) handleActionUpcall(u *datapath.Upcall) {
 	}
 	key, _ := s.pipelineKey(u.Key) // in_port: the tunnel endpoint's port
 	sent := s.sendPacketIn(pi, u.Packet, u.Len, key)
-	s.pacer.record(u.Key.InPort, sent, time.Now())
+	s.actionPacer.record(u.Key.InPort, sent, time.Now())
 }
 
 // sendPacketIn sends pkt to the controllers that want this reason. It
