@@ -116,7 +116,7 @@ var (
 
 // reportOrder puts the peers first, cheapest path first; planes not listed
 // here (nagare's own, new ones) follow in name order.
-var reportOrder = []string{"veth", "linux-bridge", "routed", "ovs-netdev", "linux-bridge+vxlan", "ovs-vxlan"}
+var reportOrder = []string{"veth", "tc-redirect", "linux-bridge", "routed", "ovs-netdev", "linux-bridge+vxlan", "ovs-vxlan"}
 
 // RegisterDataPlane makes a data plane known under factory().Name(). It is
 // meant to be called from init in the data plane's own file and panics on a

@@ -42,6 +42,7 @@ type PerfFigure struct {
 var PerfFigures = []PerfFigure{
 	{Name: "fastpath intra-rtt same-core p50, nagare ÷ veth", Scenario: "fastpath", Measurement: "intra-rtt", Placement: SameCore, Column: "p50", Plane: "nagare", Peer: "veth", Ratio: true},
 	{Name: "fastpath intra-rtt cross-core p50, nagare ÷ veth", Scenario: "fastpath", Measurement: "intra-rtt", Placement: CrossCore, Column: "p50", Plane: "nagare", Peer: "veth", Ratio: true},
+	{Name: "fastpath intra-rtt same-core p50, tc-redirect ÷ veth (the tc hop's floor)", Scenario: "fastpath", Measurement: "intra-rtt", Placement: SameCore, Column: "p50", Plane: "tc-redirect", Peer: "veth", Ratio: true},
 	{Name: "fastpath intra-rtt same-core p50, nagare-switch ÷ veth", Scenario: "fastpath", Measurement: "intra-rtt", Placement: SameCore, Column: "p50", Plane: "nagare-switch", Peer: "veth", Ratio: true},
 	{Name: "fastpath inter-rtt same-core p50, nagare-switch ÷ bridge+vxlan", Scenario: "fastpath", Measurement: "inter-rtt", Placement: SameCore, Column: "p50", Plane: "nagare-switch", Peer: "linux-bridge+vxlan", Ratio: true},
 	{Name: "fastpath inter-rtt cross-core p50, nagare-switch ÷ bridge+vxlan", Scenario: "fastpath", Measurement: "inter-rtt", Placement: CrossCore, Column: "p50", Plane: "nagare-switch", Peer: "linux-bridge+vxlan", Ratio: true},
