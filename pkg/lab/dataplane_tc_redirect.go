@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -22,6 +23,7 @@ import (
 // device's receive path and a tc program's run — and so how close to
 // the bare veth a switch attached there can come (docs/lab.md).
 type tcRedirectPlane struct {
+	mu    sync.Mutex // Teardown may run from the cleanup while Setup attaches
 	links []link.Link
 	progs []*ebpf.Program
 }
@@ -41,51 +43,56 @@ func (*tcRedirectPlane) Scope() Scope { return ScopeIntraNode }
 func (*tcRedirectPlane) Available() error { return nil }
 
 func (pl *tcRedirectPlane) Setup(ctx context.Context, t *Topology) error {
-	used := map[*Pod]*Pod{}
-	for _, pr := range t.Pairs {
-		a, b := pr[0], pr[1]
-		for _, p := range pr {
-			if other, ok := used[p]; ok {
-				return fmt.Errorf("tc-redirect joins exactly two pods; %s is paired with both %s and %s", p.Name, other.Name, pr[0].Name+"/"+pr[1].Name)
-			}
-		}
-		used[a], used[b] = b, a
+	t.Cleanup.Add("tc-redirect programs", func() error { return pl.Teardown(context.Background(), t) })
+	return joinPairs(t, "tc-redirect", func(a, b *Pod) error {
 		if a.Node != b.Node {
 			return fmt.Errorf("tc-redirect joins pods of one node; %s and %s are on %s and %s", a.Name, b.Name, a.Node.Name, b.Node.Name)
 		}
-		for _, p := range pr {
+		for _, p := range []*Pod{a, b} {
 			if err := t.AddPodLink(ctx, p, PodLinkOptions{}); err != nil {
 				return err
 			}
 		}
 		t.Sh.logf("# %s: tc ingress of %s and %s: bpf_redirect_peer to the other (in-process, cilium/ebpf tcx)", a.Node.NS, a.HostIf, b.HostIf)
-		if err := pl.join(a.Node.NS, a.HostIf, b.HostIf); err != nil {
-			return err
-		}
-	}
-	t.Cleanup.Add("tc-redirect programs", func() error { return pl.Teardown(context.Background(), t) })
-	return nil
+		return pl.join(a.Node.NS, a.HostIf, b.HostIf)
+	})
 }
 
 // join attaches, in namespace ns, a program to each of the two devices
-// that redirects into the other's peer.
+// that redirects into the other's peer. The work runs on a goroutine of
+// its own whose OS thread enters ns; a thread that cannot go back home is
+// not unlocked, so it ends with the goroutine instead of serving others.
 func (pl *tcRedirectPlane) join(ns, devA, devB string) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return err
-	}
-	defer orig.Close()
-	h, err := netns.GetFromName(ns)
-	if err != nil {
-		return fmt.Errorf("namespace %s: %w", ns, err)
-	}
-	defer h.Close()
-	if err := netns.Set(h); err != nil {
-		return fmt.Errorf("entering %s: %w", ns, err)
-	}
-	defer netns.Set(orig)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer orig.Close()
+		h, err := netns.GetFromName(ns)
+		if err != nil {
+			done <- fmt.Errorf("namespace %s: %w", ns, err)
+			return
+		}
+		defer h.Close()
+		if err := netns.Set(h); err != nil {
+			done <- fmt.Errorf("entering %s: %w", ns, err)
+			return
+		}
+		err = pl.attach(devA, devB)
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- err
+	}()
+	return <-done
+}
+
+// attach does join's work inside the namespace.
+func (pl *tcRedirectPlane) attach(devA, devB string) error {
 	ia, err := net.InterfaceByName(devA)
 	if err != nil {
 		return err
@@ -109,12 +116,16 @@ func (pl *tcRedirectPlane) join(ns, devA, devB string) error {
 		if err != nil {
 			return fmt.Errorf("tc-redirect program: %w", err)
 		}
+		pl.mu.Lock()
 		pl.progs = append(pl.progs, prog)
+		pl.mu.Unlock()
 		l, err := link.AttachTCX(link.TCXOptions{Program: prog, Attach: ebpf.AttachTCXIngress, Interface: d[0].Index})
 		if err != nil {
 			return fmt.Errorf("tcx ingress of %s: %w", d[0].Name, err)
 		}
+		pl.mu.Lock()
 		pl.links = append(pl.links, l)
+		pl.mu.Unlock()
 	}
 	return nil
 }
@@ -122,6 +133,8 @@ func (pl *tcRedirectPlane) join(ns, devA, devB string) error {
 // Teardown detaches and unloads the programs (closing the links is all
 // it takes; the devices go with the namespaces).
 func (pl *tcRedirectPlane) Teardown(context.Context, *Topology) error {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
 	for _, l := range pl.links {
 		l.Close()
 	}

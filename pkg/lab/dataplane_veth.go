@@ -20,16 +20,22 @@ func (*vethPlane) Scope() Scope { return ScopeIntraNode }
 func (*vethPlane) Available() error { return nil }
 
 func (*vethPlane) Setup(ctx context.Context, t *Topology) error {
+	return joinPairs(t, "veth", func(a, b *Pod) error { return t.AddDirectLink(ctx, a, b) })
+}
+
+// joinPairs calls join for each of t.Pairs, for planes that join two pods
+// and nothing else: each pod may be in one pair only.
+func joinPairs(t *Topology, plane string, join func(a, b *Pod) error) error {
 	used := map[*Pod]*Pod{}
 	for _, pr := range t.Pairs {
 		a, b := pr[0], pr[1]
 		for _, p := range pr {
 			if other, ok := used[p]; ok {
-				return fmt.Errorf("veth joins exactly two pods; %s is paired with both %s and %s", p.Name, other.Name, pr[0].Name+"/"+pr[1].Name)
+				return fmt.Errorf("%s joins exactly two pods; %s is paired with both %s and %s", plane, p.Name, other.Name, pr[0].Name+"/"+pr[1].Name)
 			}
 		}
 		used[a], used[b] = b, a
-		if err := t.AddDirectLink(ctx, a, b); err != nil {
+		if err := join(a, b); err != nil {
 			return err
 		}
 	}
