@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"runtime"
 	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"github.com/vishvananda/netns"
+	"github.com/containernetworking/plugins/pkg/ns"
 )
 
 // tcRedirectPlane is the floor of any switch whose program runs at tc
@@ -58,40 +57,13 @@ func (pl *tcRedirectPlane) Setup(ctx context.Context, t *Topology) error {
 	})
 }
 
-// join attaches, in namespace ns, a program to each of the two devices
-// that redirects into the other's peer. The work runs on a goroutine of
-// its own whose OS thread enters ns; a thread that cannot go back home is
-// not unlocked, so it ends with the goroutine instead of serving others.
-func (pl *tcRedirectPlane) join(ns, devA, devB string) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			done <- err
-			return
-		}
-		defer orig.Close()
-		h, err := netns.GetFromName(ns)
-		if err != nil {
-			done <- fmt.Errorf("namespace %s: %w", ns, err)
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			done <- fmt.Errorf("entering %s: %w", ns, err)
-			return
-		}
-		err = pl.attach(devA, devB)
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		done <- err
-	}()
-	return <-done
+// join attaches, in namespace nsName, a program to each of the two devices
+// that redirects into the other's peer.
+func (pl *tcRedirectPlane) join(nsName, devA, devB string) error {
+	return ns.WithNetNSPath(netnsPath(nsName), func(ns.NetNS) error { return pl.attach(devA, devB) })
 }
 
-// attach does join's work inside the namespace.
+// attach does join's work inside the namespace (its thread is there).
 func (pl *tcRedirectPlane) attach(devA, devB string) error {
 	ia, err := net.InterfaceByName(devA)
 	if err != nil {
