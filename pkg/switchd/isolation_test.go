@@ -90,18 +90,17 @@ func TestMissPacing(t *testing.T) {
 		c.PortFlowLimit = 5
 	})
 	ts.ofctl("add-flow", "priority=0,actions=NORMAL")
-	port := func(no uint32) PortReport { return ts.portReport(t, no) }
 	// The pacer looks at what was refused once a window (paceWindow) is
 	// over, at the port's next miss: keep refusing until it has.
 	waitFor(t, "port 1's misses paced", func() bool {
 		sendDistinctFlows(t, ts, 1, 2, 50)
-		return port(1).MissUpcallLimit > 0
+		return ts.portReport(t, 1).MissUpcallLimit > 0
 	})
-	p1 := port(1)
+	p1 := ts.portReport(t, 1)
 	if p1.MissUpcallLimit > 100 || p1.Flows != 5 || p1.Refused[refusedPortFlows] == 0 {
 		t.Fatalf("port 1 (5 flows taken, the rest refused): %+v", p1)
 	}
-	if p2 := port(2); p2.MissUpcallLimit != 0 {
+	if p2 := ts.portReport(t, 2); p2.MissUpcallLimit != 0 {
 		t.Fatalf("port 2 paced: %+v", p2)
 	}
 	r := ts.control(CtlRequest{Cmd: "show"})
@@ -112,7 +111,7 @@ func TestMissPacing(t *testing.T) {
 	upcalls := ts.stats.upcalls.Load()
 	sendDistinctFlows(t, ts, 1, 2, 1000)
 	waitFor(t, "the flood dropped", func() bool {
-		return port(1).Drops["upcall-port-budget"] >= p1.Drops["upcall-port-budget"]+900
+		return ts.portReport(t, 1).Drops["upcall-port-budget"] >= p1.Drops["upcall-port-budget"]+900
 	})
 	if n := ts.stats.upcalls.Load() - upcalls; n > 100 {
 		t.Fatalf("%d of 1000 paced misses reached the handler", n)
@@ -120,7 +119,7 @@ func TestMissPacing(t *testing.T) {
 	if err := ts.ping(2, 3); err != nil {
 		t.Fatalf("other pods: %v", err)
 	}
-	waitFor(t, "the pacing lifted", func() bool { return port(1).MissUpcallLimit == 0 })
+	waitFor(t, "the pacing lifted", func() bool { return ts.portReport(t, 1).MissUpcallLimit == 0 })
 }
 
 // portReport is port no's line of the switch's per-port report.
