@@ -43,9 +43,9 @@ type upcallPacer struct {
 }
 
 type pacedPort struct {
-	start         time.Time // the window's start
-	sent, refused int       // the window's action upcalls, by outcome
-	limit         int       // the fast path's limit now (per second); 0: none
+	start          time.Time // the window's start
+	taken, refused int       // the window's upcalls, by outcome
+	limit          int       // the fast path's limit now (per second); 0: none
 }
 
 const (
@@ -62,9 +62,10 @@ func newUpcallPacer(upcallRate int, set func(port uint32, rate, burst uint32) er
 	return &upcallPacer{ports: map[uint32]*pacedPort{}, ceiling: ceiling, set: set}
 }
 
-// record counts one action upcall of port: whether its PACKET_IN was
-// sent to at least one connection.
-func (a *upcallPacer) record(port uint32, sent bool, now time.Time) {
+// record counts one upcall of port and whether the slow path took it: a
+// controller action's PACKET_IN reached at least one connection; a
+// miss's flow was installed (refused: for the port's cache budget).
+func (a *upcallPacer) record(port uint32, taken bool, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := a.ports[port]
@@ -72,8 +73,8 @@ func (a *upcallPacer) record(port uint32, sent bool, now time.Time) {
 		p = &pacedPort{start: now}
 		a.ports[port] = p
 	}
-	if sent {
-		p.sent++
+	if taken {
+		p.taken++
 	} else {
 		p.refused++
 	}
@@ -84,8 +85,8 @@ func (a *upcallPacer) record(port uint32, sent bool, now time.Time) {
 	limit := p.limit
 	switch {
 	case p.refused > 0:
-		limit = max(paceMin, int(float64(p.sent)/el.Seconds()*1.25)+1)
-	case p.limit > 0 && float64(p.sent) >= 0.5*float64(p.limit)*el.Seconds():
+		limit = max(paceMin, int(float64(p.taken)/el.Seconds()*1.25)+1)
+	case p.limit > 0 && float64(p.taken) >= 0.5*float64(p.limit)*el.Seconds():
 		// Everything the limit let through was taken, and the port
 		// pushes against it: the controllers may take more.
 		limit = 2 * p.limit
@@ -98,7 +99,7 @@ func (a *upcallPacer) record(port uint32, sent bool, now time.Time) {
 	if (limit == 0) != (p.limit == 0) || 5*abs(limit-p.limit) > p.limit {
 		a.apply(port, p, limit)
 	}
-	p.start, p.sent, p.refused = now, 0, 0
+	p.start, p.taken, p.refused = now, 0, 0
 }
 
 // apply sets port's fast-path limit. Callers hold a.mu.
@@ -110,7 +111,7 @@ func (a *upcallPacer) apply(port uint32, p *pacedPort, limit int) {
 	p.limit = limit
 }
 
-// expire lifts the limits of ports without an action upcall for paceIdle
+// expire lifts the limits of ports without an upcall of its kind for paceIdle
 // (all of them with all set) and forgets those ports.
 func (a *upcallPacer) expire(now time.Time, all bool) {
 	a.mu.Lock()
