@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,25 +266,24 @@ func TestAgentKilledDuringAdds(t *testing.T) {
 	pods := newPods(t, n, "k", N)
 	errs := make([]error, N)
 	var wg sync.WaitGroup
-	var done sync.WaitGroup
-	done.Add(5)
-	var once sync.Map
+	var returned atomic.Int32
+	five := make(chan struct{}) // closed when the fifth ADD has returned
 	for i, p := range pods {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			errs[i] = p.Add(ctx)
-			if errs[i] == nil {
-				if _, loaded := once.LoadOrStore(i, true); !loaded {
-					func() {
-						defer func() { _ = recover() }() // more than five finish: Done past zero
-						done.Done()
-					}()
-				}
+			if errs[i] == nil && returned.Add(1) == 5 {
+				close(five)
 			}
 		}()
 	}
-	done.Wait() // five ADDs have returned: kill the agent amid the rest
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	select { // five ADDs have returned: kill the agent amid the rest
+	case <-five:
+	case <-all: // fewer than five succeeded at all; the checks below say why
+	}
 	n.Agent.Kill()
 	wg.Wait()
 	var ok, failed []*nscluster.Pod
