@@ -140,6 +140,7 @@ bench: deps generate
 	$(GO) test -run '^$$' -bench FastPath -benchtime 2000000x ./pkg/datapath/
 	$(GO) test -run '^$$' -bench MegaflowSearch -benchtime 300000x ./pkg/datapath/
 	$(GO) test -run '^$$' -bench Dump -benchtime 3x ./pkg/datapath/
+	$(GO) test -run '^$$' -bench MapInsert -benchtime 64000x ./pkg/datapath/
 	$(GO) test -run '^$$' -bench Revalidation -benchtime 3x ./pkg/switchd/
 	$(GO) test -run '^$$' -bench Translate ./pkg/ofproto/
 
