@@ -53,17 +53,12 @@ func (pl *tcRedirectPlane) Setup(ctx context.Context, t *Topology) error {
 			}
 		}
 		t.Sh.logf("# %s: tc ingress of %s and %s: bpf_redirect_peer to the other (in-process, cilium/ebpf tcx)", a.Node.NS, a.HostIf, b.HostIf)
-		return pl.join(a.Node.NS, a.HostIf, b.HostIf)
+		return ns.WithNetNSPath(netnsPath(a.Node.NS), func(ns.NetNS) error { return pl.attach(a.HostIf, b.HostIf) })
 	})
 }
 
-// join attaches, in namespace nsName, a program to each of the two devices
-// that redirects into the other's peer.
-func (pl *tcRedirectPlane) join(nsName, devA, devB string) error {
-	return ns.WithNetNSPath(netnsPath(nsName), func(ns.NetNS) error { return pl.attach(devA, devB) })
-}
-
-// attach does join's work inside the namespace (its thread is there).
+// attach attaches a program to each of the two devices that redirects
+// into the other's peer; its thread is in their namespace.
 func (pl *tcRedirectPlane) attach(devA, devB string) error {
 	ia, err := net.InterfaceByName(devA)
 	if err != nil {

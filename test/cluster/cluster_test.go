@@ -280,7 +280,7 @@ func TestAgentKilledDuringAdds(t *testing.T) {
 	}
 	all := make(chan struct{})
 	go func() { wg.Wait(); close(all) }()
-	select { // five ADDs have returned: kill the agent amid the rest
+	select { // five ADDs have succeeded: kill the agent amid the rest
 	case <-five:
 	case <-all: // (both may be closed: select picks either)
 		if succeeded.Load() < 5 {
