@@ -244,6 +244,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_MASKS * FILTER_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE); /* written by userspace's stores (pkg/datapath/flowarrays.go) */
 	__type(key, __u32);
 	__type(value, __u32);
 } mask_filter SEC(".maps");
@@ -274,6 +275,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, DEFAULT_MAX_FLOWS);
+	__uint(map_flags, BPF_F_MMAPABLE); /* written by userspace's stores (pkg/datapath/flowarrays.go) */
 	__type(key, __u32);
 	__type(value, __u32);
 } flow_gens SEC(".maps");

@@ -128,7 +128,6 @@ type Datapath struct {
 	byID     []*installed        // the same flows by id
 	scratch  batchScratch
 	ids      idAllocator
-	filter   map[uint32]uint32 // mask_filter counts, as written (see setFilters)
 	gen      uint32
 	nMasks   uint32
 
@@ -140,6 +139,10 @@ type Datapath struct {
 
 	// maskSeqs is the mmapped mask_seqs array (maskcache.go).
 	maskSeqs []byte
+	// gens and filter are the mmapped flow_gens and mask_filter arrays
+	// (flowarrays.go), mem their mappings.
+	gens, filter       []arrayU32
+	gensMem, filterMem []byte
 
 	// migrated is set when Open took over pins another build made
 	// (migrate.go).
@@ -202,8 +205,6 @@ func Open(cfg Config) (*Datapath, error) {
 		ports:     make(map[uint32]*Port),
 		flows:     newFlowIndex(),
 		uses:      make(map[uint32]*portUse),
-		scratch:   batchScratch{counts: filterCounts{}},
-		filter:    make(map[uint32]uint32),
 		execCache: make(map[string]uint32),
 		sets:      newOutputSetTable(),
 		retired:   make(map[uint32]retiredFlow),
@@ -307,6 +308,9 @@ func (d *Datapath) load() error {
 	if err := d.mapMaskSeqs(); err != nil {
 		return err
 	}
+	if err := d.mapFlowArrays(); err != nil {
+		return err
+	}
 	return d.mapOnloadSeqs()
 }
 
@@ -362,6 +366,7 @@ var unpinned = map[string]bool{"out_traces": true, ".rodata": true, ".bss": true
 func (d *Datapath) Close() error {
 	d.unmapOnloadSeqs()
 	d.unmapMaskSeqs()
+	d.unmapFlowArrays()
 	err := d.objs.Close()
 	d.closeOnce.Do(func() { close(d.nsStop) })
 	if d.ns >= 0 {

@@ -111,27 +111,11 @@ func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 	}
 	batchPut(d.objs.Flows, keys, entries, func(i int, err error) { fail(&b[i], stageClaimed, err) })
 	b = live(b)
-	keys, gens := keys[:0], sc.gens[:0]
-	defer func() { sc.gens = gens[:0] }()
+	// Generations and filter counts: stores into their mapped arrays.
 	for i := range b {
-		keys, gens = append(keys, b[i].in.id), append(gens, b[i].in.gen)
+		d.setGen(b[i].in.id, b[i].in.gen)
+		d.addFilter(b[i].in.filter, 1)
 	}
-	batchPut(d.objs.FlowGens, keys, gens, func(i int, err error) { fail(&b[i], stageActions, err) })
-	b = live(b)
-
-	// Filter slots: one write per slot with the count after the batch.
-	counts := d.filterCounts()
-	for i := range b {
-		counts.add(d, b[i].in.filter, 1)
-	}
-	d.setFilters(counts, func(slot uint32, err error) {
-		for i := range b {
-			if b[i].in != nil && b[i].in.filter == slot {
-				fail(&b[i], stageGens, err)
-			}
-		}
-	})
-	b = live(b)
 
 	mids := sc.mids[:0]
 	defer func() { sc.mids = mids[:0] }()
@@ -155,57 +139,10 @@ func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 // batchScratch is InstallBatch's working memory, kept between calls (under
 // d.mu): a batch allocates nothing but the flows' own records.
 type batchScratch struct {
-	pending    []pendingFlow
-	keys, gens []uint32
-	slots, ns  []uint32
-	entries    []flowEntryBytes
-	mids       []megaflowID
-	counts     filterCounts
-}
-
-// filterCounts are new counts of filter slots (mask_filter), gathered for
-// one write per slot.
-type filterCounts map[uint32]uint32
-
-// filterCounts returns the (emptied) scratch map. Callers hold d.mu.
-func (d *Datapath) filterCounts() filterCounts {
-	clear(d.scratch.counts)
-	return d.scratch.counts
-}
-
-// add changes slot's count by delta, starting from its current count.
-func (c filterCounts) add(d *Datapath, slot uint32, delta int32) {
-	n, ok := c[slot]
-	if !ok {
-		n = d.filter[slot]
-	}
-	c[slot] = uint32(int32(n) + delta)
-}
-
-// setFilters writes the counts, one batch for all slots, and keeps d.filter
-// (userspace is the only writer, so it writes without reading first). A
-// slot it cannot write keeps its old count and is reported to failed.
-// Callers hold d.mu.
-func (d *Datapath) setFilters(counts filterCounts, failed func(slot uint32, err error)) {
-	sc := &d.scratch
-	slots, ns := sc.slots[:0], sc.ns[:0]
-	for f, n := range counts {
-		slots, ns = append(slots, f), append(ns, n)
-	}
-	batchPut(d.objs.MaskFilter, slots, ns, func(j int, err error) {
-		delete(counts, slots[j])
-		if failed != nil {
-			failed(slots[j], err)
-		}
-	})
-	for f, n := range counts {
-		if n == 0 {
-			delete(d.filter, f)
-		} else {
-			d.filter[f] = n
-		}
-	}
-	sc.slots, sc.ns = slots[:0], ns[:0]
+	pending []pendingFlow
+	keys    []uint32
+	entries []flowEntryBytes
+	mids    []megaflowID
 }
 
 // pendingFlow is a flow of an InstallBatch on its way into the maps.
@@ -223,8 +160,7 @@ type flowEntryBytes [flowEntrySize]byte
 const (
 	stageClaimed = iota // id, mask reference, d.flows entry
 	stageActions        // flows map written
-	stageGens           // flow_gens written
-	stageFilter         // filter count raised
+	stageFilter         // generation written, filter count raised
 )
 
 // claim checks and compiles f and reserves what it needs (id, mask slot,
@@ -277,12 +213,8 @@ func (d *Datapath) claim(f flow.Flow, entry *flowEntryBytes, mid *megaflowID) (*
 // unclaim undoes a claim whose install got as far as stage.
 func (d *Datapath) unclaim(in *installed, stage int) {
 	if stage >= stageFilter {
-		counts := d.filterCounts()
-		counts.add(d, in.filter, -1)
-		d.setFilters(counts, nil)
-	}
-	if stage >= stageGens {
-		_ = d.objs.FlowGens.Put(in.id, uint32(0))
+		d.addFilter(in.filter, -1)
+		d.setGen(in.id, 0)
 	}
 	if stage >= stageActions {
 		_ = d.objs.Flows.Delete(in.id)
@@ -380,9 +312,7 @@ func (d *Datapath) Modify(f flow.Flow) error {
 		return fmt.Errorf("datapath: modifying %s: %w", f, err)
 	}
 	d.retire(in)
-	if err := d.objs.FlowGens.Put(in.id, gen); err != nil {
-		return fmt.Errorf("datapath: modifying %s: %w", f, err)
-	}
+	d.setGen(in.id, gen)
 	in.gen, in.actions, in.sets, in.onload = gen, f.Actions, setsOf(raw), f.Onload
 	return nil
 }
@@ -412,7 +342,6 @@ func (d *Datapath) deleteBatch(fs []flow.Flow, errs []error, final []Stats) {
 	defer d.mu.Unlock()
 	var ins []*installed
 	var mids []megaflowID
-	var ids []uint32
 	for i, f := range fs {
 		in, err := d.find(f.Key.And(f.Mask), f.Mask)
 		errs[i] = err
@@ -424,7 +353,7 @@ func (d *Datapath) deleteBatch(fs []flow.Flow, errs []error, final []Stats) {
 		d.untrack(mid, in)
 		d.retire(in)
 		in.idx = i
-		ins, mids, ids = append(ins, in), append(mids, mid), append(ids, in.id)
+		ins, mids = append(ins, in), append(mids, mid)
 	}
 	if len(ins) == 0 {
 		return
@@ -435,22 +364,16 @@ func (d *Datapath) deleteBatch(fs []flow.Flow, errs []error, final []Stats) {
 		d.track(mids[j], in)
 		ins[j] = nil
 	}
-	// Exact-match cache entries first (generation 0), then the megaflow.
-	batchPut(d.objs.FlowGens, ids, make([]uint32, len(ids)), keep)
-	n := 0
-	for j := range ins {
-		if ins[j] != nil {
-			ins[n], mids[n] = ins[j], mids[j]
-			n++
-		}
+	// Exact-match cache entries first (generation 0), then the megaflow,
+	// then its filter count.
+	for _, in := range ins {
+		d.setGen(in.id, 0)
 	}
-	ins, mids = ins[:n], mids[:n]
 	batchDel(d.objs.Megaflows, mids, func(j int, err error) {
-		_ = d.objs.FlowGens.Put(ins[j].id, ins[j].gen)
+		d.setGen(ins[j].id, ins[j].gen)
 		keep(j, err)
 	})
 	var gone []uint32
-	counts := d.filterCounts()
 	for _, in := range ins {
 		if in == nil {
 			continue
@@ -458,12 +381,9 @@ func (d *Datapath) deleteBatch(fs []flow.Flow, errs []error, final []Stats) {
 		if final != nil {
 			final[in.idx], _ = d.readStats(in.id) // unreachable now: nothing more to count
 		}
-		counts.add(d, in.filter, -1)
+		d.addFilter(in.filter, -1)
 		gone = append(gone, in.id)
 	}
-	// A count that could not be lowered stays too high: a false positive
-	// of the filter (a wasted probe), never a missed flow.
-	d.setFilters(counts, nil)
 	if len(gone) > 0 {
 		_, _ = d.objs.Flows.BatchDelete(gone, nil)
 		_, _ = d.objs.Stats.BatchUpdate(gone, make([]nagareFlowStats, len(gone)*d.ncpu), nil)

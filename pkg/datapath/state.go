@@ -172,6 +172,7 @@ func (d *Datapath) restore() error {
 	var mk megaflowID
 	var id uint32
 	used := map[uint32]bool{}
+	counts := map[uint32]uint32{} // filter slot → flows, as the megaflows say
 	mit := d.objs.Megaflows.Iterate()
 	for mit.Next(&mk, &id) {
 		var entry = make([]byte, flowEntrySize)
@@ -194,13 +195,22 @@ func (d *Datapath) restore() error {
 		kw := key.Words()
 		in.filter = uint32(slot)<<filterBits | filterHash(&kw, &d.masks[slot].mw, d.masks[slot].words)
 		d.track(mk, in)
-		d.filter[in.filter]++
+		counts[in.filter]++
 		d.masks[slot].refs++
 		used[id] = true
 		d.gen = max(d.gen, gen)
 	}
 	if err := mit.Err(); err != nil {
 		return err
+	}
+	// A previous process that stopped between raising a count and
+	// inserting its megaflow, or between deleting one and lowering its
+	// count, left the count too high (a wasted probe, never a missed
+	// flow): the counts become exact again.
+	for slot := range d.filter {
+		if n := counts[uint32(slot)]; d.filter[slot].load() != n {
+			d.filter[slot].store(n)
+		}
 	}
 	for i := uint32(0); i < uint32(d.cfg.MaxFlows) && len(used) > 0; i++ {
 		if used[i] {
@@ -209,6 +219,7 @@ func (d *Datapath) restore() error {
 	}
 	for i := uint32(0); i < d.ids.next; i++ {
 		if !used[i] {
+			d.setGen(i, 0)
 			d.freeID(i) // zeroed in case a previous process stopped mid-delete
 		}
 	}

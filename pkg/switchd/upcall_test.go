@@ -73,6 +73,11 @@ func addFlow(tb testing.TB, sw *Switch, spec string) {
 // the way the upcall loop does when it falls behind: on a thread of its
 // own in the ports' namespace (discarded afterwards).
 func handleUpcalls(tb testing.TB, sw *Switch, ups []datapath.Upcall) {
+	handleUpcallsIn(tb, sw, ups, upcallBatch)
+}
+
+// handleUpcallsIn is handleUpcalls in batches of batch upcalls.
+func handleUpcallsIn(tb testing.TB, sw *Switch, ups []datapath.Upcall, batch int) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -89,8 +94,8 @@ func handleUpcalls(tb testing.TB, sw *Switch, ups []datapath.Upcall) {
 		}
 		defer eb.Close()
 		h := newUpcallHandler(sw, eb)
-		for i := 0; i < len(ups); i += upcallBatch {
-			h.handle(ups[i:min(i+upcallBatch, len(ups))])
+		for i := 0; i < len(ups); i += batch {
+			h.handle(ups[i:min(i+batch, len(ups))])
 		}
 	}()
 	<-done
