@@ -173,8 +173,16 @@ func (d *Datapath) restore() error {
 	var id uint32
 	used := map[uint32]bool{}
 	counts := map[uint32]uint32{} // filter slot → flows, as the megaflows say
+	var stray []megaflowID
 	mit := d.objs.Megaflows.Iterate()
 	for mit.Next(&mk, &id) {
+		if id >= uint32(d.cfg.MaxFlows) {
+			// No id of this instance names it (a migration drops such
+			// megaflows; a same-limits restart never has one): it would
+			// index past flow_gens' mapping.
+			stray = append(stray, mk)
+			continue
+		}
 		var entry = make([]byte, flowEntrySize)
 		if err := d.objs.Flows.Lookup(id, &entry); err != nil {
 			if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -202,6 +210,9 @@ func (d *Datapath) restore() error {
 	}
 	if err := mit.Err(); err != nil {
 		return err
+	}
+	for i := range stray {
+		_ = d.objs.Megaflows.Delete(&stray[i])
 	}
 	// A previous process that stopped between raising a count and
 	// inserting its megaflow, or between deleting one and lowering its
