@@ -3,8 +3,6 @@ package datapath
 import (
 	"sync/atomic"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // flow_gens (a flow id's generation, 0: dead) and mask_filter (a filter
@@ -23,13 +21,13 @@ import (
 
 // mapFlowArrays maps flow_gens and mask_filter into this process.
 func (d *Datapath) mapFlowArrays() error {
-	gens, err := mmapArray(d.objs.FlowGens, "flow_gens", d.cfg.MaxFlows*8)
+	gens, err := mmapArray(d.objs.FlowGens, "flow_gens", d.cfg.MaxFlows*int(unsafe.Sizeof(arrayU32{})))
 	if err != nil {
 		return err
 	}
-	filter, err := mmapArray(d.objs.MaskFilter, "mask_filter", filterSize*8)
+	filter, err := mmapArray(d.objs.MaskFilter, "mask_filter", filterSize*int(unsafe.Sizeof(arrayU32{})))
 	if err != nil {
-		_ = unix.Munmap(gens)
+		munmapArray(&gens)
 		return err
 	}
 	d.gensMem, d.filterMem = gens, filter
@@ -40,12 +38,8 @@ func (d *Datapath) mapFlowArrays() error {
 
 func (d *Datapath) unmapFlowArrays() {
 	d.gens, d.filter = nil, nil
-	for _, m := range []*[]byte{&d.gensMem, &d.filterMem} {
-		if *m != nil {
-			_ = unix.Munmap(*m)
-			*m = nil
-		}
-	}
+	munmapArray(&d.gensMem)
+	munmapArray(&d.filterMem)
 }
 
 // filterSize is mask_filter's length: FILTER_SLOTS per mask.

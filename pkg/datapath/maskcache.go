@@ -3,8 +3,6 @@ package datapath
 import (
 	"sync/atomic"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // The mask cache (bpf/lib/megaflow.h) remembers, per CPU and key, the
@@ -22,12 +20,7 @@ func (d *Datapath) mapMaskSeqs() error {
 	return err
 }
 
-func (d *Datapath) unmapMaskSeqs() {
-	if d.maskSeqs != nil {
-		_ = unix.Munmap(d.maskSeqs)
-		d.maskSeqs = nil
-	}
-}
+func (d *Datapath) unmapMaskSeqs() { munmapArray(&d.maskSeqs) }
 
 func (d *Datapath) maskSeq(i int) *uint64 {
 	return (*uint64)(unsafe.Pointer(&d.maskSeqs[i*8]))

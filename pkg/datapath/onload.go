@@ -52,10 +52,13 @@ func mmapArray(m *ebpf.Map, name string, size int) ([]byte, error) {
 	return mem, nil
 }
 
-func (d *Datapath) unmapOnloadSeqs() {
-	if d.seqs != nil {
-		_ = unix.Munmap(d.seqs)
-		d.seqs = nil
+func (d *Datapath) unmapOnloadSeqs() { munmapArray(&d.seqs) }
+
+// munmapArray undoes mmapArray (nothing if *mem is nil) and clears *mem.
+func munmapArray(mem *[]byte) {
+	if *mem != nil {
+		_ = unix.Munmap(*mem)
+		*mem = nil
 	}
 }
 
