@@ -121,8 +121,8 @@ static __always_inline int pass_run(struct __sk_buff *skb, struct pass *st, stru
 	}
 	if (!fe) {
 		fid = megaflow_lookup(key, cfg->n_masks, cfg->mask_cache);
-		if (fid != NO_FLOW)
-			fe = bpf_map_lookup_elem(&flows, &fid);
+		if (fid != NO_FLOW && flow_fetch(fid, &st->fe))
+			fe = &st->fe;
 		if (fe) {
 			count(CTR_MEGAFLOW_HIT);
 			/* Remember it in this CPU's slot; a colliding key is

@@ -45,12 +45,12 @@ int nagare_port_xdp(struct xdp_md *ctx)
 {
 	struct flow_key key = {};
 	struct parse_state ps = {};
-	const struct flow_entry *fe;
+	const struct flow_head *fh;
 	struct onload_seq *s;
 	struct port_info *port;
 	struct dp_config *cfg;
 	struct xsk_hdr *h;
-	__u32 ifindex = ctx->ingress_ifindex, zero = 0, fid, len, slot;
+	__u32 ifindex = ctx->ingress_ifindex, zero = 0, fid, gen, len, slot;
 	void *data, *data_end;
 	int ret;
 
@@ -72,11 +72,15 @@ int nagare_port_xdp(struct xdp_md *ctx)
 	fid = megaflow_lookup(&key, cfg->n_masks, cfg->mask_cache);
 	if (fid == NO_FLOW)
 		return XDP_PASS;
-	fe = bpf_map_lookup_elem(&flows, &fid);
-	if (!fe)
+	/* Only the head's flags and the generation: the actions are
+	 * userspace's to run (a torn read here only misplaces one packet,
+	 * whose cookie's generation the consumer checks). */
+	fh = bpf_map_lookup_elem(&flows, &fid);
+	gen = flow_gen(fid);
+	if (!fh || !gen)
 		return XDP_PASS;
 	s = onload_seq_of(fid);
-	if (!s || (!(fe->flags & FLOW_ONLOAD) && !onload_pending(s)))
+	if (!s || (!(fh->flags & FLOW_ONLOAD) && !onload_pending(s)))
 		return XDP_PASS;
 
 	count(CTR_MEGAFLOW_HIT);
@@ -86,7 +90,7 @@ int nagare_port_xdp(struct xdp_md *ctx)
 	h = (void *)(long)ctx->data;
 	if ((void *)(h + 1) > (void *)(long)ctx->data_end)
 		return drop_xdp(ifindex, DROP_ONLOAD_RING_FULL);
-	h->cookie = (__u64)fe->gen << 32 | fid;
+	h->cookie = (__u64)gen << 32 | fid;
 	h->in_port = key.in_port;
 	h->len = len;
 	h->seq = __sync_fetch_and_add(&s->enq, 1) + 1;

@@ -174,6 +174,30 @@ struct flow_entry {
 	struct action actions[MAX_ACTIONS];
 };
 
+/* An installed flow's entry is kept in two parts (flow_fetch in
+ * megaflow.h puts them together): its head — a flow_entry's first
+ * FLOW_INLINE_ACTIONS actions — in the flows array at the flow id, and,
+ * for a longer list, the rest in flow_tails under the same id. The array
+ * is BPF_F_MMAPABLE: userspace writes a head with stores into its mapping
+ * (pkg/datapath/flowarrays.go), not a system call, and it costs memory
+ * from the start (128 bytes a flow id), where a hash map's element is
+ * allocated by the kernel at each insert — which was the larger part of
+ * an install (docs/lab.md, issue 19). */
+#define FLOW_INLINE_ACTIONS 5
+
+struct flow_head {
+	__u32 gen;        /* as flow_gens says while the head is whole */
+	__u16 n_actions;
+	__u16 flags;      /* FLOW_* */
+	struct action actions[FLOW_INLINE_ACTIONS];
+};
+
+struct flow_tail {
+	__u32 gen;        /* the head's generation it belongs to */
+	__u32 pad;
+	struct action actions[MAX_ACTIONS - FLOW_INLINE_ACTIONS];
+};
+
 struct flow_stats {
 	__u64 packets;
 	__u64 bytes;
@@ -258,12 +282,20 @@ struct {
 } megaflows SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DEFAULT_MAX_FLOWS);
+	__uint(map_flags, BPF_F_MMAPABLE); /* written by userspace's stores (pkg/datapath/flowarrays.go) */
+	__type(key, __u32);
+	__type(value, struct flow_head);
+} flows SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, DEFAULT_MAX_FLOWS);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);
-	__type(value, struct flow_entry);
-} flows SEC(".maps");
+	__type(value, struct flow_tail);
+} flow_tails SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -181,9 +181,45 @@ struct {
 /* flow_gen is flow id fid's generation now (0: dead or out of range). */
 static __always_inline __u32 flow_gen(__u32 fid)
 {
-	__u32 *g = bpf_map_lookup_elem(&flow_gens, &fid);
+	volatile __u32 *g = bpf_map_lookup_elem(&flow_gens, &fid);
 
 	return g ? *g : 0;
+}
+
+/* flow_fetch copies flow fid's entry, head and tail, into *out and
+ * returns 1, or 0 when fid is dead or was rewritten under the copy.
+ * Userspace writes a head in place (an array element, not a swapped hash
+ * element), so the generation is the entry's sequence lock: a writer
+ * zeroes flow_gens[fid] before it touches the head or the tail and stores
+ * the new generation (never one used before) after; a copy that read the
+ * same non-zero generation before and after is whole. A reader that loses
+ * the race misses, and the slow path has the packet. (x86 reorders
+ * neither loads with loads nor stores with stores; the barrier keeps the
+ * compiler from moving the second read up. A weaker CPU would need real
+ * barriers here and in the writer.) Global, so verified once. */
+__noinline int flow_fetch(__u32 fid, struct flow_entry *out)
+{
+	const struct flow_head *h;
+	const struct flow_tail *t;
+	__u32 gen;
+
+	if (!out)
+		return 0;
+	gen = flow_gen(fid);
+	if (!gen)
+		return 0;
+	h = bpf_map_lookup_elem(&flows, &fid);
+	if (!h)
+		return 0;
+	__builtin_memcpy(out, h, sizeof(*h));
+	if (out->n_actions > FLOW_INLINE_ACTIONS) {
+		t = bpf_map_lookup_elem(&flow_tails, &fid);
+		if (!t || t->gen != gen)
+			return 0;
+		__builtin_memcpy(&out->actions[FLOW_INLINE_ACTIONS], t->actions, sizeof(t->actions));
+	}
+	asm volatile("" ::: "memory");
+	return out->gen == gen && flow_gen(fid) == gen;
 }
 
 /* mask_probe looks key up under mask slot idx: the filter first, then

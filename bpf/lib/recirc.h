@@ -58,6 +58,7 @@ struct pass {
 	struct parse_state ps;
 	__u32 pad;
 	struct recirc_carry carry; /* nagare_recirc's, off its stack */
+	struct flow_entry fe;      /* the flow this pass found (flow_fetch's copy) */
 };
 
 struct {

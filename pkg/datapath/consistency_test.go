@@ -3,6 +3,7 @@ package datapath
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -42,9 +43,12 @@ func (t *testDP) checkMaps(step int) {
 		if int(in.id) >= len(d.byID) || d.byID[in.id] != in {
 			tb.Fatalf("step %d: flow %d missing from byID", step, in.id)
 		}
-		var entry = make([]byte, flowEntrySize)
-		if err := d.objs.Flows.Lookup(in.id, &entry); err != nil {
+		entry, err := kernelEntry(d, in.id)
+		if err != nil {
 			tb.Fatalf("step %d: actions of flow %d: %v", step, in.id, err)
+		}
+		if _, raw, _ := decodeEntry(entry); (len(raw) > inlineActions) != in.tail {
+			tb.Fatalf("step %d: flow %d has %d actions in the kernel, tail %v here", step, in.id, len(raw), in.tail)
 		}
 		var gen uint32
 		if err := d.objs.FlowGens.Lookup(in.id, &gen); err != nil || gen != in.gen || binary.NativeEndian.Uint32(entry) != in.gen {
@@ -169,3 +173,26 @@ func TestBatchOpsKeepMapsConsistent(t *testing.T) {
 }
 
 func errorsIsNoFlow(err error) bool { return errors.Is(err, ErrNoFlow) }
+
+// kernelEntry reads flow id's whole entry as the kernel has it: its head
+// through the flows map (not this process's mapping of it, so a store at
+// the wrong offset shows) and its tail, when the list is long.
+func kernelEntry(d *Datapath, id uint32) ([]byte, error) {
+	head := make([]byte, flowHeadSize)
+	if err := d.objs.Flows.Lookup(id, &head); err != nil {
+		return nil, err
+	}
+	var e flowEntryBytes
+	copy(e[:], head)
+	if long(&e) {
+		var t flowTailBytes
+		if err := d.objs.FlowTails.Lookup(id, &t); err != nil {
+			return nil, fmt.Errorf("tail: %w", err)
+		}
+		if binary.NativeEndian.Uint32(t[:]) != binary.NativeEndian.Uint32(head) {
+			return nil, fmt.Errorf("tail of generation %d under a head of %d", binary.NativeEndian.Uint32(t[:]), binary.NativeEndian.Uint32(head))
+		}
+		copy(e[flowHeadSize:], t[8:])
+	}
+	return e[:], nil
+}

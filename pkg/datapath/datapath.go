@@ -36,7 +36,9 @@ const (
 	upcallTiny      = 128      // packets up to this size go in a tiny ring record
 	upcallSmall     = 256      // packets up to this size go in a small ring record
 	portArray       = 65536    // ifindexes below this use the ports array
-	layoutV1        = 1        // dp_config.layout written by this code
+	// fastPathLayout is the dp_config.layout this code writes. 1: flows a
+	// hash map of whole entries; 2: flows an array of heads, flow_tails.
+	fastPathLayout  = 2
 	DefaultMaxFlows = 262144
 )
 
@@ -143,6 +145,9 @@ type Datapath struct {
 	// (flowarrays.go), mem their mappings.
 	gens, filter       []arrayU32
 	gensMem, filterMem []byte
+	// heads is the mmapped flows array: each flow id's flow_head.
+	heads    []flowHead
+	headsMem []byte
 
 	// migrated is set when Open took over pins another build made
 	// (migrate.go).
@@ -175,6 +180,7 @@ type installed struct {
 	filter  uint32     // filter slot index raised for this flow
 	idx     int        // its index in the DeleteBatch under way
 	onload  bool       // placement: packets executed in userspace (onload.go)
+	tail    bool       // its list is long: the rest is in flow_tails
 	next    *installed // in d.flows: the next flow whose megaflow key has the same hash
 }
 
@@ -251,7 +257,7 @@ func (d *Datapath) load() error {
 	if err != nil {
 		return err
 	}
-	for _, name := range []string{"megaflows", "flows", "flow_gens", "stats", "onload_seqs"} {
+	for _, name := range []string{"megaflows", "flows", "flow_tails", "flow_gens", "stats", "onload_seqs"} {
 		spec.Maps[name].MaxEntries = uint32(d.cfg.MaxFlows)
 	}
 	spec.Maps["conntrack"].MaxEntries = uint32(2 * d.cfg.ConntrackMax) // an entry per direction

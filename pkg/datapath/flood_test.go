@@ -120,8 +120,8 @@ func TestOutputSetsAreReused(t *testing.T) {
 	for in := range d.flows.all() {
 		id = in.id
 	}
-	entry := make([]byte, flowEntrySize)
-	if err := d.objs.Flows.Lookup(id, &entry); err != nil {
+	entry, err := kernelEntry(d.Datapath, id)
+	if err != nil {
 		t.Fatal(err)
 	}
 	_, raw, _ := decodeEntry(entry)

@@ -100,19 +100,25 @@ func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 		p.in = nil
 	}
 
-	// Order matters for packets arriving meanwhile: actions first, then the
-	// filter, then the megaflow that makes them reachable. (A free id's
-	// stats are zero: Delete zeroes them when it frees the id.)
-	keys, entries := sc.keys[:0], sc.entries[:0]
-	defer func() { sc.keys, sc.entries = keys[:0], entries[:0] }()
+	// Order matters for packets arriving meanwhile: the entry first (a
+	// long list's tail, then the head: a copy into the mapped flows array
+	// while the id's generation is still 0), then the generation and the
+	// filter count (stores), then the megaflow that makes them reachable.
+	// (A free id's stats are zero: Delete zeroes them when it frees the
+	// id.)
+	keys, tails, at := sc.keys[:0], sc.tails[:0], sc.at[:0]
+	defer func() { sc.keys, sc.tails, sc.at = keys[:0], tails[:0], at[:0] }()
 	for i := range b {
-		keys = append(keys, b[i].in.id)
-		entries = append(entries, b[i].entry)
+		if b[i].in.tail {
+			keys, tails, at = append(keys, b[i].in.id), append(tails, tailOf(&b[i].entry)), append(at, i)
+		}
 	}
-	batchPut(d.objs.Flows, keys, entries, func(i int, err error) { fail(&b[i], stageClaimed, err) })
-	b = live(b)
-	// Generations and filter counts: stores into their mapped arrays.
+	if len(keys) > 0 {
+		batchPut(d.objs.FlowTails, keys, tails, func(i int, err error) { fail(&b[at[i]], stageClaimed, err) })
+		b = live(b)
+	}
 	for i := range b {
+		d.putHead(b[i].in.id, &b[i].entry)
 		d.setGen(b[i].in.id, b[i].in.gen)
 		d.addFilter(b[i].in.filter, 1)
 	}
@@ -141,7 +147,8 @@ func (d *Datapath) InstallBatch(fs []flow.Flow, ids []uint32, errs []error) {
 type batchScratch struct {
 	pending []pendingFlow
 	keys    []uint32
-	entries []flowEntryBytes
+	tails   []flowTailBytes
+	at      []int // the pending flow of each tail
 	mids    []megaflowID
 }
 
@@ -159,8 +166,7 @@ type flowEntryBytes [flowEntrySize]byte
 // Stages of an install, for undoing one that failed part way.
 const (
 	stageClaimed = iota // id, mask reference, d.flows entry
-	stageActions        // flows map written
-	stageFilter         // generation written, filter count raised
+	stageFilter         // entry written (a tail inserted), generation set, filter count raised
 )
 
 // claim checks and compiles f and reserves what it needs (id, mask slot,
@@ -203,7 +209,8 @@ func (d *Datapath) claim(f flow.Flow, entry *flowEntryBytes, mid *megaflowID) (*
 		d.releaseMask(slot, false)
 		return nil, fmt.Errorf("datapath: %w (%d flows)", ErrFlowLimit, d.cfg.MaxFlows)
 	}
-	in := &installed{id: id, gen: d.nextGen(), slot: slot, key: f.Key, actions: f.Actions, sets: setsOf(raw), onload: f.Onload}
+	in := &installed{id: id, gen: d.nextGen(), slot: slot, key: f.Key, actions: f.Actions, sets: setsOf(raw), onload: f.Onload,
+		tail: len(raw) > inlineActions}
 	in.filter = uint32(slot)<<filterBits | filterHash(&kw, &ms.mw, ms.words)
 	putEntry(entry[:], in.gen, raw, f.Onload)
 	d.track(*mid, in)
@@ -215,9 +222,9 @@ func (d *Datapath) unclaim(in *installed, stage int) {
 	if stage >= stageFilter {
 		d.addFilter(in.filter, -1)
 		d.setGen(in.id, 0)
-	}
-	if stage >= stageActions {
-		_ = d.objs.Flows.Delete(in.id)
+		if in.tail {
+			_ = d.objs.FlowTails.Delete(in.id)
+		}
 	}
 	d.freeID(in.id)
 	d.untrack(makeMegaflowID(in.slot, &in.key), in)
@@ -289,9 +296,9 @@ func eachBatch(n int, call func(off int) (int, error), failed func(i int, err er
 
 // Modify replaces the actions (and the placement, f.Onload) of an
 // installed megaflow in place. Packets see the old or the new list, never
-// a mix (a hash map update swaps the whole element). The flow gets a new
-// generation, which retires the copies of its old actions in the
-// exact-match cache.
+// a mix: its generation is 0 while the entry is rewritten (a packet that
+// comes meanwhile misses, and the slow path has it), then a new one, which
+// also retires the copies of the old actions in the exact-match cache.
 func (d *Datapath) Modify(f flow.Flow) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -308,12 +315,25 @@ func (d *Datapath) Modify(f flow.Flow) error {
 		return err
 	}
 	gen := d.nextGen()
-	if err := d.objs.Flows.Update(in.id, encodeEntry(gen, raw, f.Onload), ebpf.UpdateExist); err != nil {
-		return fmt.Errorf("datapath: modifying %s: %w", f, err)
+	var entry flowEntryBytes
+	putEntry(entry[:], gen, raw, f.Onload)
+	tail := long(&entry)
+	d.setGen(in.id, 0)
+	if tail {
+		if err := d.objs.FlowTails.Update(in.id, tailOf(&entry), ebpf.UpdateAny); err != nil {
+			// A failed update leaves the tail as it was, and the head
+			// is untouched: the old entry is whole again.
+			d.setGen(in.id, in.gen)
+			return fmt.Errorf("datapath: modifying %s: %w", f, err)
+		}
 	}
+	d.putHead(in.id, &entry)
 	d.retire(in)
 	d.setGen(in.id, gen)
-	in.gen, in.actions, in.sets, in.onload = gen, f.Actions, setsOf(raw), f.Onload
+	if in.tail && !tail {
+		_ = d.objs.FlowTails.Delete(in.id)
+	}
+	in.gen, in.actions, in.sets, in.onload, in.tail = gen, f.Actions, setsOf(raw), f.Onload, tail
 	return nil
 }
 
@@ -385,7 +405,16 @@ func (d *Datapath) deleteBatch(fs []flow.Flow, errs []error, final []Stats) {
 		gone = append(gone, in.id)
 	}
 	if len(gone) > 0 {
-		_, _ = d.objs.Flows.BatchDelete(gone, nil)
+		// A head stays as it is: generation 0 keeps packets off it.
+		var tails []uint32
+		for _, in := range ins {
+			if in != nil && in.tail {
+				tails = append(tails, in.id)
+			}
+		}
+		if len(tails) > 0 {
+			_, _ = d.objs.FlowTails.BatchDelete(tails, nil)
+		}
 		_, _ = d.objs.Stats.BatchUpdate(gone, make([]nagareFlowStats, len(gone)*d.ncpu), nil)
 	}
 	for _, in := range ins {

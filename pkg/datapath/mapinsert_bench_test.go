@@ -9,16 +9,21 @@ import (
 	"testing"
 	"time"
 
+	"unsafe"
+
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
 // BenchmarkMapInsert is what an install costs in the kernel, per element,
-// for the two hash maps every new flow goes into (flows: flow id → entry;
-// megaflows: megaflow key → flow id) as they are shipped (hash maps
-// without preallocation: the kernel allocates each element as it is
-// inserted), and as they could be: preallocated hash maps, or, for flows,
-// an array. Batches of 64 (BPF_MAP_UPDATE_BATCH), as the upcall handler
+// for the maps every new flow goes into: megaflows (megaflow key → flow
+// id) as shipped (a hash map without preallocation: the kernel allocates
+// each element as it is inserted) or preallocated, and flows (flow id →
+// entry) as layout 1 had it (such a hash map), preallocated, as an array
+// written with BPF_MAP_UPDATE_BATCH, and as shipped since layout 2 (an
+// array of heads, stores into its mapping: flows-heads-mmapped; a list
+// longer than a head adds an insert into flow_tails, a hash map like the
+// first cell's). Batches of 64 (BPF_MAP_UPDATE_BATCH), as the upcall handler
 // writes them; each cell gets fresh keys, deleted untimed after each
 // round, and the cells' batches are interleaved round after round so a
 // change in the machine's load falls on each alike. Besides ns/op (the
@@ -78,9 +83,28 @@ func BenchmarkMapInsert(b *testing.B) {
 		cells = append(cells, &cell{name: name, m: m, put: put, del: del, emptyMB: float64(memlock(b, m)) / (1 << 20)})
 	}
 	entrySize, mfSize := uint32(flowEntrySize), uint32(len(megaflowID{}))
-	add("flows-hash-noprealloc", ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: entrySize, Flags: unix.BPF_F_NO_PREALLOC}, putFlows, delFlows) // shipped
+	add("flows-hash-noprealloc", ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: entrySize, Flags: unix.BPF_F_NO_PREALLOC}, putFlows, delFlows) // layout 1
 	add("flows-hash-prealloc", ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: entrySize}, putFlows, delFlows)
 	add("flows-array", ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: entrySize}, putFlows, func(*ebpf.Map, uint32) {})
+	// Shipped since layout 2: heads copied into the mapped array (a
+	// flow whose list needs a tail also goes into a hash map like the
+	// first cell's).
+	var heads []flowHead
+	putHeads := func(m *ebpf.Map, base uint32) error {
+		if heads == nil {
+			mem, err := mmapArray(m, "flows", DefaultMaxFlows*flowHeadSize)
+			if err != nil {
+				return err
+			}
+			b.Cleanup(func() { munmapArray(&mem) })
+			heads = unsafe.Slice((*flowHead)(unsafe.Pointer(&mem[0])), DefaultMaxFlows)
+		}
+		for i := range entries {
+			copy(heads[base+uint32(i)][:], entries[i][:flowHeadSize])
+		}
+		return nil
+	}
+	add("flows-heads-mmapped", ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: flowHeadSize, Flags: unix.BPF_F_MMAPABLE}, putHeads, func(*ebpf.Map, uint32) {})
 	add("megaflows-hash-noprealloc", ebpf.MapSpec{Type: ebpf.Hash, KeySize: mfSize, ValueSize: 4, Flags: unix.BPF_F_NO_PREALLOC}, putMF, delMF) // shipped
 	add("megaflows-hash-prealloc", ebpf.MapSpec{Type: ebpf.Hash, KeySize: mfSize, ValueSize: 4}, putMF, delMF)
 

@@ -56,7 +56,7 @@ const (
 // dpLayout and ctLayoutVersion are the layouts this build writes; tests
 // raise them to make an older build's pins honestly.
 var (
-	dpLayout        uint32 = layoutV1
+	dpLayout        uint32 = fastPathLayout
 	ctLayoutVersion uint32 = ctLayout
 )
 
@@ -97,7 +97,7 @@ func (d *Datapath) Migration() string {
 
 // flowCacheMaps are the megaflow cache: carried over only within one
 // fast-path layout (their keys and actions are the flow-key layout).
-var flowCacheMaps = map[string]bool{"megaflows": true, "flows": true, "stats": true, "flow_gens": true,
+var flowCacheMaps = map[string]bool{"megaflows": true, "flows": true, "flow_tails": true, "stats": true, "flow_gens": true,
 	"masks": true, "mask_filter": true, "output_sets": true, "config": true}
 
 // ctMaps are covered by ct_settings.layout.
@@ -475,9 +475,9 @@ func (m *migration) lost(name string) {
 	m.dropped[name]++
 }
 
-// idKeyed maps are keyed by megaflow id: ids at or beyond the new
-// MaxFlows are not carried over (nor the megaflows that name them).
-var idKeyed = map[string]bool{"flows": true}
+// idKeyed maps are keyed by flow id: ids at or beyond the new MaxFlows
+// are not carried over (nor the megaflows that name them).
+var idKeyed = map[string]bool{"flows": true, "flow_tails": true}
 
 // mapsByName indexes bpf2go's maps struct by the maps' ELF names.
 func mapsByName(objs *nagareMaps) map[string]*ebpf.Map {

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -122,7 +123,7 @@ func TestMigrateAcrossLayouts(t *testing.T) {
 	// as if the old process were still exiting.
 
 	// Conntrack layout 2, no converter: refused, nothing moved.
-	setLayouts(t, layoutV1, ctLayout+1)
+	setLayouts(t, fastPathLayout, ctLayout+1)
 	if _, err := Open(cfg); err == nil || !strings.Contains(err.Error(), "no converter from layout 1") {
 		t.Fatalf("conntrack layout 2 without a converter: err %v", err)
 	}
@@ -155,11 +156,11 @@ func TestMigrateAcrossLayouts(t *testing.T) {
 	portsRun(t, d2)
 	d2.Close()
 
-	// Fast-path layout 2: the megaflow cache is dropped, the ports stay.
-	setLayouts(t, layoutV1+1, ctLayout+1)
+	// The next fast-path layout: the megaflow cache is dropped, the ports stay.
+	setLayouts(t, fastPathLayout+1, ctLayout+1)
 	d3, err := Open(cfg)
 	if err != nil {
-		t.Fatalf("fast-path layout 2: %v", err)
+		t.Fatalf("fast-path layout %d: %v", fastPathLayout+1, err)
 	}
 	t.Log(d3.Migration())
 	if !strings.Contains(d3.Migration(), "megaflow cache dropped") || len(d3.Flows()) != 0 || len(d3.Ports()) != 3 {
@@ -167,18 +168,18 @@ func TestMigrateAcrossLayouts(t *testing.T) {
 	}
 	portsRun(t, d3)
 	var c nagareDpConfig
-	if err := d3.objs.Config.Lookup(uint32(0), &c); err != nil || c.Layout != layoutV1+1 {
+	if err := d3.objs.Config.Lookup(uint32(0), &c); err != nil || c.Layout != fastPathLayout+1 {
 		t.Fatalf("config after migration: layout %d, %v", c.Layout, err)
 	}
 	newProg, _ := d3.objs.NagarePortIngress.Info()
 	newID, _ := newProg.ID()
 	d3.Close()
 
-	// Downgrade: the first build meets layout 2 pins.
-	setLayouts(t, layoutV1, ctLayout)
+	// Downgrade: this build meets the next one's pins.
+	setLayouts(t, fastPathLayout, ctLayout)
 	_, err = Open(cfg)
-	if err == nil || !strings.Contains(err.Error(), "newer build (fast-path layout 2, conntrack layout 2)") ||
-		!strings.Contains(err.Error(), "writes layouts 1 and 1") {
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("newer build (fast-path layout %d, conntrack layout %d)", fastPathLayout+1, ctLayout+1)) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("writes layouts %d and %d", fastPathLayout, ctLayout)) {
 		t.Fatalf("downgrade: err %v, want a refusal naming both layouts", err)
 	}
 	t.Log(err)
@@ -188,7 +189,7 @@ func TestMigrateAcrossLayouts(t *testing.T) {
 		}
 	}
 	// Clean up as the newer build.
-	setLayouts(t, layoutV1+1, ctLayout+1)
+	setLayouts(t, fastPathLayout+1, ctLayout+1)
 	d4, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -183,14 +183,17 @@ func (d *Datapath) restore() error {
 			stray = append(stray, mk)
 			continue
 		}
-		var entry = make([]byte, flowEntrySize)
-		if err := d.objs.Flows.Lookup(id, &entry); err != nil {
-			if errors.Is(err, ebpf.ErrKeyNotExist) {
-				continue
-			}
+		entry, err := d.entryOf(id)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return err
 		}
-		gen, raw, onload := decodeEntry(entry)
+		gen, raw, onload := decodeEntry(entry[:])
+		if err != nil || gen == 0 || d.gens[id].load() != gen {
+			// Its entry is not whole (a previous process stopped while
+			// it wrote or deleted it): upcalls install it again.
+			stray = append(stray, mk)
+			continue
+		}
 		slot := int(binary.NativeEndian.Uint32(mk[:]))
 		if slot >= MaxMasks || !d.maskValid(slot) {
 			continue
@@ -199,7 +202,8 @@ func (d *Datapath) restore() error {
 		if err := key.UnmarshalBinary(mk[8:]); err != nil {
 			return err
 		}
-		in := &installed{id: id, gen: gen, slot: slot, key: key, actions: d.decodeActions(raw), sets: setsOf(raw), onload: onload}
+		in := &installed{id: id, gen: gen, slot: slot, key: key, actions: d.decodeActions(raw), sets: setsOf(raw), onload: onload,
+			tail: len(raw) > inlineActions}
 		kw := key.Words()
 		in.filter = uint32(slot)<<filterBits | filterHash(&kw, &d.masks[slot].mw, d.masks[slot].words)
 		d.track(mk, in)
