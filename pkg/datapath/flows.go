@@ -70,8 +70,10 @@ func (d *Datapath) Install(f flow.Flow) (uint32, error) {
 	return id[0], err[0]
 }
 
-// InstallBatch installs many megaflows with one map update call per map
-// (four in all) instead of four per flow: what lets the slow path set up
+// InstallBatch installs many megaflows with one system call for the batch
+// (BPF_MAP_UPDATE_BATCH into megaflows; a second into flow_tails when a
+// flow's list is longer than a head; the heads, generations and filter
+// counts are stores into mapped arrays): what lets the slow path set up
 // flows faster than one syscall round trip each. ids[i] and errs[i] (both
 // len(fs) long) get the outcome of fs[i], as Install would report it. A
 // flow that repeats an earlier one of the batch fails with ErrFlowExists.
