@@ -3,7 +3,6 @@ package datapath
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -184,15 +183,8 @@ func kernelEntry(d *Datapath, id uint32) ([]byte, error) {
 	}
 	var e flowEntryBytes
 	copy(e[:], head)
-	if long(&e) {
-		var t flowTailBytes
-		if err := d.objs.FlowTails.Lookup(id, &t); err != nil {
-			return nil, fmt.Errorf("tail: %w", err)
-		}
-		if binary.NativeEndian.Uint32(t[:]) != binary.NativeEndian.Uint32(head) {
-			return nil, fmt.Errorf("tail of generation %d under a head of %d", binary.NativeEndian.Uint32(t[:]), binary.NativeEndian.Uint32(head))
-		}
-		copy(e[flowHeadSize:], t[8:])
+	if err := d.addTail(id, &e); err != nil {
+		return nil, err
 	}
 	return e[:], nil
 }

@@ -23,7 +23,6 @@ import (
 // An array map's elements are 8 bytes apart whatever their value size
 // (the kernel rounds elem_size up to 8): a u32 value is the low half of
 // each 8-byte element (bpfel, little-endian).
-
 //
 // flows, the heads of the flows' entries (bpf/lib/maps.h, struct
 // flow_head: the generation, the action count and flags, the first
@@ -112,18 +111,26 @@ func (d *Datapath) putHead(id uint32, entry *flowEntryBytes) {
 func (d *Datapath) entryOf(id uint32) (flowEntryBytes, error) {
 	var e flowEntryBytes
 	copy(e[:flowHeadSize], d.heads[id][:])
-	if long(&e) {
-		var t flowTailBytes
-		if err := d.objs.FlowTails.Lookup(id, &t); err != nil {
-			return e, fmt.Errorf("datapath: reading the tail of flow %d: %w", id, err)
-		}
-		if !bytes.Equal(t[:4], e[:4]) {
-			return e, fmt.Errorf("datapath: flow %d: tail of generation %d under a head of %d: %w", id,
-				binary.NativeEndian.Uint32(t[:]), binary.NativeEndian.Uint32(e[:]), ebpf.ErrKeyNotExist)
-		}
-		copy(e[flowHeadSize:], t[8:])
+	return e, d.addTail(id, &e)
+}
+
+// addTail completes e, an entry holding flow id's head, with the tail in
+// flow_tails when the list is long. A tail of another generation than the
+// head's is reported as missing (ebpf.ErrKeyNotExist).
+func (d *Datapath) addTail(id uint32, e *flowEntryBytes) error {
+	if !long(e) {
+		return nil
 	}
-	return e, nil
+	var t flowTailBytes
+	if err := d.objs.FlowTails.Lookup(id, &t); err != nil {
+		return fmt.Errorf("datapath: reading the tail of flow %d: %w", id, err)
+	}
+	if !bytes.Equal(t[:4], e[:4]) {
+		return fmt.Errorf("datapath: flow %d: tail of generation %d under a head of %d: %w", id,
+			binary.NativeEndian.Uint32(t[:]), binary.NativeEndian.Uint32(e[:]), ebpf.ErrKeyNotExist)
+	}
+	copy(e[flowHeadSize:], t[8:])
+	return nil
 }
 
 // filterSize is mask_filter's length: FILTER_SLOTS per mask.
