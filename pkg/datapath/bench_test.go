@@ -3,6 +3,7 @@ package datapath
 import (
 	"flag"
 	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -240,6 +241,33 @@ func BenchmarkCTRecirc(b *testing.B) {
 		installMasks(b, d, 1, key)
 		benchRun(b, d, pkt, tcActRedirect)
 	})
+	// The agent's one pass for plain pod-to-pod traffic
+	// (pkg/agent/pipeline/conntrack_onepass.go): the connection committed
+	// (with nat, which finds nothing to translate) and routed in the same
+	// pass. Its packets alternate directions: "orig" costs one conntrack
+	// lookup, "reply" two. The MAC rewrites of the routed hop alone beside
+	// them (dec_ttl would expire the repeated skb).
+	macs := []flow.Action{flow.SetEthSrc{MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}}, flow.SetEthDst{MAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}}}
+	b.Run("plain-flow-routed", func(b *testing.B) {
+		d := newTestDP(b)
+		d.put(flow.Flow{Key: flow.Key{InPort: portIn}, Mask: flow.Mask{InPort: 0xffffffff, RecircID: 0xffffffff},
+			Actions: append(append([]flow.Action(nil), macs...), flow.Output{Port: portOut})})
+		benchRun(b, d, pkt, tcActRedirect)
+	})
+	reply := udpPkt(b, "10.0.0.2", "10.0.0.1", 2000, 1000, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789")
+	for _, dir := range []struct {
+		name string
+		pkt  []byte
+	}{{"orig", pkt}, {"reply", reply}} {
+		b.Run("ct-one-pass-"+dir.name, func(b *testing.B) {
+			d := newTestDP(b)
+			d.put(flow.Flow{Key: flow.Key{InPort: portIn}, Mask: flow.Mask{InPort: 0xffffffff, RecircID: 0xffffffff},
+				Actions: append([]flow.Action{flow.CT{Zone: 1, Flags: flow.CTCommit, NAT: &flow.NAT{}}}, append(append([]flow.Action(nil), macs...), flow.Output{Port: portOut})...)})
+			d.run(pkt, "lo")   // commits
+			d.run(reply, "lo") // a reply: established
+			benchRun(b, d, dir.pkt, tcActRedirect)
+		})
+	}
 	// BPF_PROG_RUN repeats on one skb, so a translated packet would come
 	// round translated: the DNAT case's second pass writes the original
 	// destination back (two set_field rewrites more than the NAT itself).

@@ -149,6 +149,7 @@ func (d *Datapath) restore() error {
 	}
 
 	// Masks.
+	var valid [MaxMasks]bool
 	for slot := uint32(0); slot < MaxMasks; slot++ {
 		var m nagareMfMask
 		if err := d.objs.Masks.Lookup(slot, &m); err != nil {
@@ -166,6 +167,7 @@ func (d *Datapath) restore() error {
 		d.masks[slot].setMask(mask)
 		d.masks[slot].words = m.Words // as the fast path has it
 		d.nMasks = max(d.nMasks, slot+1)
+		valid[slot] = true
 	}
 
 	// Megaflows and their entries.
@@ -195,7 +197,12 @@ func (d *Datapath) restore() error {
 			continue
 		}
 		slot := int(binary.NativeEndian.Uint32(mk[:]))
-		if slot >= MaxMasks || !d.maskValid(slot) {
+		if slot >= MaxMasks || !valid[slot] {
+			// A previous process stopped between invalidating its
+			// mask and deleting it. Kept, it would match again once
+			// the slot holds a mask, naming whatever flow reuses
+			// its id (the id is freed below).
+			stray = append(stray, mk)
 			continue
 		}
 		var key flow.Key
@@ -239,9 +246,4 @@ func (d *Datapath) restore() error {
 		}
 	}
 	return nil
-}
-
-func (d *Datapath) maskValid(slot int) bool {
-	var m nagareMfMask
-	return d.objs.Masks.Lookup(uint32(slot), &m) == nil && m.Valid != 0
 }
