@@ -104,7 +104,11 @@ func runAgent(args []string, stdout, _ io.Writer) error {
 		fmt.Fprintf(w, "IPAM: %d of %d addresses in use; %d pods; %d remote nodes; %d Services (%d problems%s)\n",
 			st.IPAM.Used, st.IPAM.Total, len(st.Pods), len(st.Remotes), len(st.Services), len(st.ServiceProblems), pending)
 		for _, m := range st.Masquerade {
-			fmt.Fprintf(w, "masquerade: %s\n", m)
+			what := "masquerade"
+			if strings.HasSuffix(m, "notrack") {
+				what = "untracked"
+			}
+			fmt.Fprintf(w, "%s: %s\n", what, m)
 		}
 		if st.NodePorts != "" {
 			fmt.Fprintf(w, "into the switch: %s\n", st.NodePorts)

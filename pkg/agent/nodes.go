@@ -200,7 +200,7 @@ func (a *Agent) ensureMasquerade() error {
 	}
 	a.mu.Lock()
 	cfg := snat.Config{NetNS: a.nodeNetns(), PodCIDR: a.node.PodCIDR, PodNetwork: a.podNetworkLocked(),
-		ExternalInterface: ext, Gateway: a.cfg.Gateway}
+		ExternalInterface: ext, Gateway: a.cfg.Gateway, Tunnel: a.node.Underlay, TunnelPort: a.cfg.Cluster.VXLANPort}
 	a.mu.Unlock()
 	ensure := snat.Ensure
 	if a.masq != nil {

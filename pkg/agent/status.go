@@ -39,7 +39,7 @@ type Status struct {
 	Pods        []PodStatus           `json:"pods"`
 	Remotes     []RemoteState         `json:"remotes"`
 	Tables      []pipeline.TableCount `json:"tables,omitempty"`
-	Masquerade  []string              `json:"masquerade,omitempty"`
+	Masquerade  []string              `json:"masquerade,omitempty"` // the node's nftables rules of the agent (package snat): masquerade, the tunnel's notrack
 	// NodePorts says what the nagare-nodeport table steers into the switch.
 	NodePorts string     `json:"nodePorts,omitempty"`
 	Mode      string     `json:"mode"`          // host or dpu

@@ -1,26 +1,51 @@
-// Package snat keeps the node's masquerade for pod traffic leaving the
-// cluster, in nftables, in a table of the agent's own ("ip nagare") so it
-// never touches anyone else's rules:
+// Package snat keeps the node's netfilter rules of the agent's own, in a
+// table of its own ("ip nagare") so it never touches anyone else's: the
+// masquerade for pod traffic leaving the cluster, and the tunnel's
+// exemption from connection tracking:
 //
 //	table ip nagare {
 //	  chain postrouting {
 //	    type nat hook postrouting priority srcnat;
 //	    oifname "ext0" ip saddr 10.77.1.0/24 ip daddr != 10.77.0.0/16 counter masquerade
 //	  }
+//	  chain tunnel-in {
+//	    type filter hook prerouting priority raw;
+//	    ip daddr 192.168.99.1 meta l4proto udp th dport 4789 counter notrack
+//	  }
+//	  chain tunnel-out {
+//	    type filter hook output priority raw;
+//	    ip saddr 192.168.99.1 meta l4proto udp th dport 4789 counter notrack
+//	  }
 //	}
 //
+// Why notrack: a nat chain turns the node's connection tracker on for
+// every packet of its namespace, the tunnel's too. A VXLAN packet's
+// source port is a hash of its inner flow and its reply comes from
+// another, so each inner flow leaves an entry per direction that never
+// sees a reply (UNREPLIED, taking room in the node's table), and every
+// tunnel packet pays a lookup on the way out and on the way in, for
+// nothing: the tunnel is never translated. OpenShift SDN, Calico and
+// Cilium exempt their overlays the same way. Only the node's own tunnel
+// endpoint is matched: a pod's UDP to another host's port 4789 is
+// forwarded, not the node's, and is still tracked and masqueraded. A host
+// firewall that matches "ct state new" for the tunnel port must match
+// "ct state untracked" as well (docs/agent.md).
+//
 // Ensure replaces the table's whole content in one netlink batch (add the
-// table, delete it, add it again with its chain and rule), so the kernel
+// table, delete it, add it again with its chains and rules), so the kernel
 // applies it atomically: no packet sees an empty chain, and a second Ensure
-// leaves exactly one rule. It speaks netlink (github.com/google/nftables):
-// no nft binary is needed on the node or in the agent's image.
+// leaves exactly one rule per chain. It speaks netlink
+// (github.com/google/nftables): no nft binary is needed on the node or in
+// the agent's image.
 package snat
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -31,7 +56,11 @@ import (
 // TableName is the agent's nftables table (family ip).
 const TableName = "nagare"
 
-const chainName = "postrouting"
+const (
+	chainName      = "postrouting"
+	chainTunnelIn  = "tunnel-in"
+	chainTunnelOut = "tunnel-out"
+)
 
 // Config says what to masquerade.
 type Config struct {
@@ -45,6 +74,12 @@ type Config struct {
 	// interface but Gateway).
 	ExternalInterface string
 	Gateway           string
+	// Tunnel is the node's tunnel endpoint (its underlay address) and
+	// TunnelPort the tunnel's UDP port: their packets are not tracked.
+	// Either unset, or an IPv6 endpoint (the table is family ip): no
+	// tunnel chains.
+	Tunnel     netip.Addr
+	TunnelPort uint16
 }
 
 func conn(ns string) (*nftables.Conn, func(), error) { return inns.Nftables(ns) }
@@ -66,6 +101,17 @@ func Ensure(cfg Config) error {
 	ch := c.AddChain(&nftables.Chain{Name: chainName, Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
 	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: masquerade(cfg)})
+	if cfg.Tunnel.Is4() && cfg.TunnelPort != 0 {
+		for _, tc := range []struct {
+			name   string
+			hook   *nftables.ChainHook
+			offset uint32
+		}{{chainTunnelIn, nftables.ChainHookPrerouting, 16}, {chainTunnelOut, nftables.ChainHookOutput, 12}} {
+			ch := c.AddChain(&nftables.Chain{Name: tc.name, Table: t, Type: nftables.ChainTypeFilter,
+				Hooknum: tc.hook, Priority: nftables.ChainPriorityRaw})
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: notrack(tc.offset, cfg.Tunnel, cfg.TunnelPort)})
+		}
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("snat: nftables: %w", err)
 	}
@@ -90,6 +136,19 @@ func masquerade(cfg Config) []expr.Any {
 		exprs = append(exprs, prefixMatch(16, p, expr.CmpOpNeq)...)
 	}
 	return append(exprs, &expr.Counter{}, &expr.Masq{})
+}
+
+// notrack is a tunnel chain's rule: the node's endpoint at offset (12
+// source: what the node sends, 16 destination: what it receives), UDP to
+// the tunnel's port.
+func notrack(offset uint32, addr netip.Addr, port uint16) []expr.Any {
+	exprs := prefixMatch(offset, netip.PrefixFrom(addr, 32), expr.CmpOpEq)
+	return append(exprs,
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
+		&expr.Counter{}, &expr.Notrack{})
 }
 
 func ifname(name string, op expr.CmpOp) []expr.Any {
@@ -141,8 +200,9 @@ func find(c *nftables.Conn) (*nftables.Table, error) {
 	return nil, nil
 }
 
-// Describe prints the table's rules in nft's words, with their counters
-// (for nagarectl agent and tests). No table: no lines.
+// Describe prints the table's rules in nft's words with their counters,
+// the masquerade first, then the tunnel's (for nagarectl agent and
+// tests). No table: no lines.
 func Describe(ns string) ([]string, error) {
 	c, done, err := conn(ns)
 	if err != nil {
@@ -153,13 +213,22 @@ func Describe(ns string) ([]string, error) {
 	if err != nil || t == nil {
 		return nil, err
 	}
-	rules, err := c.GetRules(t, &nftables.Chain{Name: chainName, Table: t})
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, r := range rules {
-		out = append(out, describe(r.Exprs))
+	for _, name := range []string{chainName, chainTunnelIn, chainTunnelOut} {
+		if !slices.ContainsFunc(chains, func(ch *nftables.Chain) bool { return ch.Table.Name == TableName && ch.Name == name }) {
+			continue
+		}
+		rules, err := c.GetRules(t, &nftables.Chain{Name: name, Table: t})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rules {
+			out = append(out, describe(r.Exprs))
+		}
 	}
 	return out, nil
 }
@@ -171,11 +240,13 @@ func describe(es []expr.Any) string {
 	for _, e := range es {
 		switch x := e.(type) {
 		case *expr.Meta:
-			if x.Key == expr.MetaKeyOIFNAME {
-				field = "oifname"
-			}
+			field = map[expr.MetaKey]string{expr.MetaKeyOIFNAME: "oifname", expr.MetaKeyL4PROTO: "meta l4proto"}[x.Key]
 		case *expr.Payload:
-			field = map[uint32]string{12: "ip saddr", 16: "ip daddr"}[x.Offset]
+			if x.Base == expr.PayloadBaseTransportHeader {
+				field = map[uint32]string{0: "th sport", 2: "th dport"}[x.Offset]
+			} else {
+				field = map[uint32]string{12: "ip saddr", 16: "ip daddr"}[x.Offset]
+			}
 			mask = nil
 		case *expr.Bitwise:
 			mask = x.Mask
@@ -193,12 +264,26 @@ func describe(es []expr.Any) string {
 				if len(mask) == 4 {
 					bits, _ = net.IPMask(mask).Size()
 				}
-				fmt.Fprintf(&b, "%s %s%s ", field, op, netip.PrefixFrom(a, bits))
+				if bits == 32 {
+					fmt.Fprintf(&b, "%s %s%s ", field, op, a)
+				} else {
+					fmt.Fprintf(&b, "%s %s%s ", field, op, netip.PrefixFrom(a, bits))
+				}
+			case "meta l4proto":
+				if len(x.Data) == 1 {
+					fmt.Fprintf(&b, "meta l4proto %s%s ", op, map[byte]string{unix.IPPROTO_UDP: "udp", unix.IPPROTO_TCP: "tcp"}[x.Data[0]])
+				}
+			case "th sport", "th dport":
+				if len(x.Data) == 2 {
+					fmt.Fprintf(&b, "%s %s%d ", field, op, binary.BigEndian.Uint16(x.Data))
+				}
 			}
 		case *expr.Counter:
 			fmt.Fprintf(&b, "counter packets %d bytes %d ", x.Packets, x.Bytes)
 		case *expr.Masq:
 			b.WriteString("masquerade")
+		case *expr.Notrack:
+			b.WriteString("notrack")
 		}
 	}
 	return string(bytes.TrimSpace(b.Bytes()))
