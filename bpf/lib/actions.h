@@ -362,6 +362,11 @@ __noinline int run_rare(struct __sk_buff *skb, struct parse_state *ps, struct fl
 	case ACT_SET_ETH_DST:
 		err = bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_dest), a->mac, 6, 0);
 		break;
+	case ACT_SET_ETH_ADDRS:
+		/* A routed hop's two rewrites (pkg/datapath compileActions
+		 * folds them): one helper call instead of two. */
+		err = bpf_skb_store_bytes(skb, 0, a->ip6, 12, 0);
+		break;
 	case ACT_SET_IPV4_SRC:
 		err = set_ipv4_addr(skb, ps, proto, offsetof(struct iphdr, saddr), a->arg32);
 		break;

@@ -119,6 +119,7 @@ enum action_type {
 	ACT_CT_CLEAR = 35,
 	ACT_RECIRC = 36,      /* arg32 = recirc_id: look the packet up again (recirc.h); last in a list */
 	ACT_HASH = 37,        /* arg32 = basis: key.dp_hash = hash of the 5-tuple */
+	ACT_SET_ETH_ADDRS = 38, /* ip6 bytes 0..11 = destination, source: both MACs in one store */
 	ACT__MAX,
 };
 

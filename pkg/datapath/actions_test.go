@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -399,5 +400,50 @@ func TestUnknownPortIsRefused(t *testing.T) {
 	acts[len(acts)-1] = flow.Output{Port: portOut}
 	if err := d.Put(inPortFlow(acts...)); !errors.Is(err, ErrTooManyActs) {
 		t.Fatalf("flow with %d actions: %v, want %v", len(acts), err, ErrTooManyActs)
+	}
+}
+
+// TestRoutedHopMACsInOneSlot: a routed hop's two MAC rewrites, in either
+// order, take one slot (one store in the fast path), rewrite both, and
+// decode back in the flow's order (what a restarted switch reads).
+func TestRoutedHopMACsInOneSlot(t *testing.T) {
+	d := newTestDP(t)
+	src := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x5a}
+	dst := net.HardwareAddr{0x02, 0, 0, 0, 0, 0xda}
+	pkt := udpPkt(t, "10.0.0.1", "10.0.0.2", 5001, 5002, "abc")
+	for _, acts := range [][]flow.Action{
+		{flow.SetEthSrc{MAC: src}, flow.SetEthDst{MAC: dst}, flow.DecTTL{}, flow.Output{Port: portOut}},
+		{flow.SetEthDst{MAC: dst}, flow.SetEthSrc{MAC: src}, flow.Output{Port: portOut}},
+		{flow.SetEthSrc{MAC: src}, flow.SetEthSrc{MAC: src}, flow.SetEthDst{MAC: dst}, flow.Output{Port: portOut}},
+	} {
+		d.mu.Lock()
+		raw, err := d.compileActions(acts)
+		var back []flow.Action
+		if err == nil {
+			back = d.decodeActions(raw)
+		}
+		d.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(raw) != len(acts)-1 {
+			t.Errorf("%v: %d slots, want %d (the pair in one)", acts, len(raw), len(acts)-1)
+		}
+		if fmt.Sprint(back) != fmt.Sprint(acts) {
+			t.Errorf("decoded %v, want %v", back, acts)
+		}
+		if err := d.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		d.put(inPortFlow(acts...))
+		r := d.run(pkt, "lo")
+		if r.verdict != tcActRedirect {
+			t.Fatalf("%v: verdict %d, drops %v", acts, r.verdict, d.drops())
+		}
+		e := decode(t, r.out).Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+		if !bytes.Equal(e.SrcMAC, src) || !bytes.Equal(e.DstMAC, dst) {
+			t.Errorf("%v: eth %v > %v, want %v > %v", acts, e.SrcMAC, e.DstMAC, src, dst)
+		}
+		checksumsOK(t, r.out)
 	}
 }

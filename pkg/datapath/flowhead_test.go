@@ -84,15 +84,8 @@ func TestLongListKeepsItsTail(t *testing.T) {
 	want("after a Modify back to 16 actions", out1)
 
 	// A restart reads it back whole.
-	cfg := d.cfg
-	if err := d.Close(); err != nil {
-		t.Fatal(err)
-	}
-	d2, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Datapath = d2
+	d.restart(t)
+	d2 := d.Datapath
 	got := d2.Flows()
 	if len(got) != 1 || fmt.Sprint(got[0].Actions) != fmt.Sprint(f.Actions) {
 		t.Fatalf("after a restart: %v, want %v", got, f.Actions)

@@ -104,6 +104,21 @@ type testDP struct {
 // newTestDP opens a fresh traced instance in testNS with lo as port 1.
 func newTestDP(tb testing.TB) *testDP { return newTestDPWith(tb, nil) }
 
+// restart closes the userspace side and opens the instance again from its
+// pins, as a restarted switch does.
+func (t *testDP) restart(tb testing.TB) {
+	tb.Helper()
+	cfg := t.cfg
+	if err := t.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	d2, err := Open(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	t.Datapath = d2
+}
+
 // newTestDPWith is newTestDP with changes to the instance's Config.
 func newTestDPWith(tb testing.TB, change func(*Config)) *testDP {
 	tb.Helper()

@@ -246,15 +246,8 @@ func TestRestoreDropsMegaflowsUnderInvalidMasks(t *testing.T) {
 			}
 		}
 	}
-	cfg := d.cfg
-	if err := d.Close(); err != nil {
-		t.Fatal(err)
-	}
-	d2, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Datapath = d2
+	d.restart(t)
+	d2 := d.Datapath
 	var mk megaflowID
 	var id uint32
 	n := 0
