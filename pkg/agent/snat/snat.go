@@ -62,7 +62,8 @@ const (
 	chainTunnelOut = "tunnel-out"
 )
 
-// Config says what to masquerade.
+// Config says what to masquerade and which tunnel endpoint to leave
+// untracked.
 type Config struct {
 	NetNS   string       // network namespace path ("" = the current one)
 	PodCIDR netip.Prefix // this node's pods
