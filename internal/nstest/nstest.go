@@ -342,17 +342,25 @@ func UDPPeer(t testing.TB, from, to NS, addr string) string {
 	return ""
 }
 
+// ReadFile reads path from a thread in namespace n (what /proc/net and
+// /proc/sys/net show depends on the reader's namespace).
+func (n NS) ReadFile(t testing.TB, path string) []byte {
+	t.Helper()
+	var b []byte
+	var err error
+	n.In(t, func() { b, err = os.ReadFile(path) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // SNMP reads counter name of protocol proto ("Tcp", "Udp", "Ip", ...) in
 // namespace n's /proc/net/snmp (nstat's TcpInCsumErrors is "Tcp",
 // "InCsumErrors").
 func SNMP(t testing.TB, n NS, proto, name string) int {
 	t.Helper()
-	var b []byte
-	var err error
-	n.In(t, func() { b, err = os.ReadFile("/proc/thread-self/net/snmp") })
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := n.ReadFile(t, "/proc/thread-self/net/snmp")
 	var names []string
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)

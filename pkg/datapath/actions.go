@@ -299,31 +299,30 @@ func foldEthRewrites(in []rawAction) []rawAction {
 	out := in[:0]
 	for i := 0; i < len(in); i++ {
 		r := in[i]
-		if i+1 < len(in) {
-			n := in[i+1]
-			src, dst := -1, -1
-			switch {
-			case r[0] == actSetEthSrc && n[0] == actSetEthDst:
-				src, dst = i, i+1
-			case r[0] == actSetEthDst && n[0] == actSetEthSrc:
-				src, dst = i+1, i
+		if i+1 < len(in) && ethPair(r[0], in[i+1][0]) {
+			src, dst := r, in[i+1]
+			var b rawAction
+			b[0] = actSetEthBoth
+			if r[0] == actSetEthSrc {
+				b[1] = ethSrcFirst
+			} else {
+				src, dst = dst, src
 			}
-			if src >= 0 {
-				var b rawAction
-				b[0] = actSetEthBoth
-				if src < dst {
-					b[1] = ethSrcFirst
-				}
-				copy(b[8:14], in[dst][8:14])
-				copy(b[14:20], in[src][8:14])
-				out = append(out, b)
-				i++
-				continue
-			}
+			copy(b[8:14], dst[8:14])
+			copy(b[14:20], src[8:14])
+			out = append(out, b)
+			i++
+			continue
 		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// ethPair says whether a and b are a source and a destination MAC
+// rewrite, in either order.
+func ethPair(a, b byte) bool {
+	return a == actSetEthSrc && b == actSetEthDst || a == actSetEthDst && b == actSetEthSrc
 }
 
 func putIP(r *rawAction, a netip.Addr, op4, op6 byte) error {
@@ -340,6 +339,11 @@ func putIP(r *rawAction, a netip.Addr, op4, op6 byte) error {
 		return fmt.Errorf("datapath: bad address %v", a)
 	}
 	return nil
+}
+
+// macAt is a copy of the MAC at offset off of r.
+func macAt(r rawAction, off int) net.HardwareAddr {
+	return net.HardwareAddr(append([]byte(nil), r[off:off+6]...))
 }
 
 // decodeActions is the inverse of compileActions (for dumps of flows a
@@ -359,12 +363,12 @@ func (d *Datapath) decodeActions(raw []rawAction) []flow.Action {
 		case actLocal:
 			out = append(out, flow.Local{})
 		case actSetEthSrc:
-			out = append(out, flow.SetEthSrc{MAC: net.HardwareAddr(append([]byte(nil), r[8:14]...))})
+			out = append(out, flow.SetEthSrc{MAC: macAt(r, 8)})
 		case actSetEthDst:
-			out = append(out, flow.SetEthDst{MAC: net.HardwareAddr(append([]byte(nil), r[8:14]...))})
+			out = append(out, flow.SetEthDst{MAC: macAt(r, 8)})
 		case actSetEthBoth:
-			dst := flow.SetEthDst{MAC: net.HardwareAddr(append([]byte(nil), r[8:14]...))}
-			src := flow.SetEthSrc{MAC: net.HardwareAddr(append([]byte(nil), r[14:20]...))}
+			dst := flow.SetEthDst{MAC: macAt(r, 8)}
+			src := flow.SetEthSrc{MAC: macAt(r, 14)}
 			if r[1]&ethSrcFirst != 0 {
 				out = append(out, src, dst)
 			} else {
@@ -396,7 +400,7 @@ func (d *Datapath) decodeActions(raw []rawAction) []flow.Action {
 		case actSetNDTgt:
 			out = append(out, flow.SetNDTarget{Addr: netip.AddrFrom16([16]byte(r[8:24]))})
 		case actSetNDLL:
-			out = append(out, flow.SetNDLL{MAC: net.HardwareAddr(append([]byte(nil), r[8:14]...))})
+			out = append(out, flow.SetNDLL{MAC: macAt(r, 8)})
 		case actPushMPLS:
 			out = append(out, flow.PushMPLS{EthType: binary.BigEndian.Uint16(r[2:]), LSE: binary.BigEndian.Uint32(r[4:])})
 		case actPopMPLS:

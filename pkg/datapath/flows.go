@@ -319,7 +319,7 @@ func (d *Datapath) Modify(f flow.Flow) error {
 	gen := d.nextGen()
 	var entry flowEntryBytes
 	putEntry(entry[:], gen, raw, f.Onload)
-	tail := long(&entry)
+	tail := len(raw) > inlineActions
 	d.setGen(in.id, 0)
 	if tail {
 		if err := d.objs.FlowTails.Update(in.id, tailOf(&entry), ebpf.UpdateAny); err != nil {

@@ -2,7 +2,6 @@ package snat
 
 import (
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,12 +79,7 @@ func TestTunnelIsNotTracked(t *testing.T) {
 	peer.IP(t, "addr", "add", "192.168.77.2/24", "dev", "ul0")
 	count := func() int {
 		t.Helper()
-		var b []byte
-		var err error
-		node.In(t, func() { b, err = os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_count") })
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := node.ReadFile(t, "/proc/sys/net/netfilter/nf_conntrack_count")
 		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
 		if err != nil {
 			t.Fatal(err)
