@@ -184,10 +184,11 @@ static __always_inline int recirculate(struct __sk_buff *skb, __u32 mode, __u32 
 SEC("tc")
 int nagare_port_ingress(struct __sk_buff *skb)
 {
+	struct native_tunnel *nt = NULL;
 	struct port_info *port;
 	struct dp_config *cfg;
 	struct pass *st;
-	__u32 ifindex = skb->ifindex, zero = 0;
+	__u32 ifindex = skb->ifindex, zero = 0, ofport, flags = 0;
 	int ret;
 
 	if (skb->mark == NAGARE_MARK_BYPASS) {
@@ -195,8 +196,17 @@ int nagare_port_ingress(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 	port = port_lookup(ifindex);
-	if (!port)
-		return TC_ACT_OK; /* not a switch port (being added or removed) */
+	if (port) {
+		ofport = port->ofport;
+		flags = port->flags;
+	} else {
+		/* Not a switch port (being added or removed), or the underlay
+		 * of a tunnel whose VXLAN the fast path does (tunnel.h). */
+		nt = bpf_map_lookup_elem(&native_tunnels, &ifindex);
+		if (!nt || nt->underlay != ifindex)
+			return TC_ACT_OK;
+		ofport = nt->ofport;
+	}
 	cfg = bpf_map_lookup_elem(&config, &zero);
 	st = pass_of(MODE_PATH);
 	if (!cfg || !st)
@@ -205,8 +215,14 @@ int nagare_port_ingress(struct __sk_buff *skb)
 
 	__builtin_memset(&st->key, 0, sizeof(st->key));
 	__builtin_memset(&st->ps, 0, sizeof(st->ps));
-	st->key.in_port = port->ofport;
-	if (port->flags & PORT_TUNNEL) {
+	st->key.in_port = ofport;
+	if (nt) {
+		ret = tunnel_recv(skb, &st->key, nt->local, nt->port);
+		if (ret > 0)
+			return TC_ACT_OK;
+		if (ret < 0)
+			return drop(-ret);
+	} else if (flags & PORT_TUNNEL) {
 		ret = tunnel_key(skb, &st->key);
 		if (ret < 0)
 			return drop(-ret);
@@ -214,7 +230,7 @@ int nagare_port_ingress(struct __sk_buff *skb)
 	ret = parse_packet(skb, &st->key, &st->ps);
 	if (ret < 0)
 		return drop(-ret);
-	ret = pass_run(skb, st, cfg, port->flags, MODE_PATH, 1);
+	ret = pass_run(skb, st, cfg, flags, MODE_PATH, 1);
 	if (ret == TC_ACT_RECIRC)
 		return recirculate(skb, MODE_PATH, 1);
 	return ret;

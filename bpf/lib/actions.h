@@ -27,6 +27,7 @@
 #include "meter.h"
 #include "pbb.h"
 #include "recirc.h"
+#include "tunnel.h"
 
 enum exec_mode { MODE_PATH = 0, MODE_EXECUTE = 1 };
 
@@ -300,8 +301,11 @@ __noinline int set_tunnel(struct __sk_buff *skb, struct parse_state *ps, const s
 	 * device takes DF only from the key (drivers/net/vxlan ignores its
 	 * own df setting then). Without it an oversized outer packet is
 	 * fragmented on the way, or dropped by a router that will not, and
-	 * no ICMP frag-needed ever tells the pod (docs/agent.md#mtu). */
-	return bpf_skb_set_tunnel_key(skb, &tk, sizeof(tk), BPF_F_DONT_FRAGMENT);
+	 * no ICMP frag-needed ever tells the pod (docs/agent.md#mtu).
+	 * No UDP checksum, as OVS's csum=false and tunnel_xmit (tunnel.h):
+	 * the inner packet has its own, and the receiving fast path takes
+	 * a checksummed packet only when a NIC has verified it. */
+	return bpf_skb_set_tunnel_key(skb, &tk, sizeof(tk), BPF_F_DONT_FRAGMENT | BPF_F_ZERO_CSUM_TX);
 }
 
 /* output_set sends a copy of the packet, as it is now, to every port of
@@ -558,10 +562,21 @@ __noinline int run_actions(struct __sk_buff *skb, const struct flow_entry *fe,
 					drop(DROP_REDIRECT);
 				break;
 			}
-			if (a->flags & OUT_PEER)
+			if (a->flags & OUT_PEER) {
 				ps->verdict = bpf_redirect_peer(a->arg32, 0);
-			else
+			} else if (a->flags & OUT_TUNNEL) {
+				int r = tunnel_xmit(skb, a->arg32);
+
+				if (r < 0)
+					return drop(-r);
+				if (r == 1) {
+					count(CTR_TUNNEL_KERNEL);
+					r = bpf_redirect(a->arg32, 0);
+				}
+				ps->verdict = r;
+			} else {
 				ps->verdict = bpf_redirect(a->arg32, (a->flags & OUT_INGRESS) ? BPF_F_INGRESS : 0);
+			}
 			if (ps->verdict != TC_ACT_REDIRECT)
 				return drop(DROP_REDIRECT);
 			break;

@@ -4,6 +4,8 @@
  *   ports        [ifindex] → {OpenFlow port, flags}     which devices are ours
  *   ports_big    ifindex → ... for ifindex >= PORT_ARRAY (long-lived hosts)
  *   config       [0] → {n_masks, emc on/off, ...}       knobs userspace flips
+ *   native_tunnels tunnel or underlay ifindex → {port, devices, address,
+ *                UDP port}: tunnels whose VXLAN the fast path does (tunnel.h)
  *   masks        [mask id] → {mask, word bitmap, valid}  the tuple-space masks
  *   mask_filter  [mask id * FILTER_SLOTS + h] → count    "may a flow under this
  *                mask match a key hashing to h?" — lets a probe skip the hash
@@ -126,6 +128,7 @@ enum action_type {
 #define OUT_PEER (1 << 0)    /* redirect_peer: into the netns of the veth's peer */
 #define OUT_INGRESS (1 << 1) /* deliver as if received on the device */
 #define OUT_LAST (1 << 2)    /* the final output: redirect instead of clone */
+#define OUT_TUNNEL (1 << 3)  /* to an external-mode tunnel device: tunnel_xmit may encapsulate here (tunnel.h) */
 
 #define TUN_TOS_INHERIT (1 << 0) /* outer ToS = inner ToS (VS-extend FCF) */
 
@@ -225,6 +228,9 @@ enum counter {
 	CTR_MASK_CACHE_HIT = 7, /* megaflow hits found under the mask cache's slot (megaflow.h) */
 	CTR_ONLOAD = 10,      /* packets of onloaded flows handed to userspace */
 	CTR_ONLOAD_GSO = 11,  /* packets of onloaded flows run here: too big for the ring (over ONLOAD_GSO) */
+	CTR_TUNNEL_ENCAP = 12, /* packets the fast path put into VXLAN itself and sent on the underlay (tunnel.h) */
+	CTR_TUNNEL_DECAP = 13, /* VXLAN packets the fast path took off the underlay and decapsulated (tunnel.h) */
+	CTR_TUNNEL_KERNEL = 14, /* tunnel outputs left to the tunnel device (tunnel_xmit's reasons) */
 	CTR__MAX = 16,
 };
 
@@ -251,6 +257,25 @@ struct {
 	__type(key, __u32);
 	__type(value, struct dp_config);
 } config SEC(".maps");
+
+/* A tunnel device whose VXLAN the fast path does itself (tunnel.h): one
+ * value under two keys, the tunnel device's ifindex (transmit: an output
+ * to it) and the underlay's (receive: the underlay's ingress hook). */
+struct native_tunnel {
+	__u32 ofport;   /* the tunnel device's port: decapsulated packets arrive on it */
+	__u32 tunnel;   /* the tunnel device's ifindex */
+	__u32 underlay; /* the underlay device's ifindex */
+	__be32 local;   /* this node's outer address */
+	__be16 port;    /* the VXLAN UDP port */
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct native_tunnel);
+} native_tunnels SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -65,6 +65,7 @@ const (
 	outPeer    = 1 << 0
 	outIngress = 1 << 1
 	outLast    = 1 << 2
+	outTunnel  = 1 << 3 // OUT_TUNNEL: to a tunnel device, which the fast path may do itself (tunnel.go)
 
 	tunTOSInherit = 1 << 0
 )
@@ -125,8 +126,11 @@ func (d *Datapath) compileActions(acts []flow.Action) ([]rawAction, error) {
 				return nil, fmt.Errorf("datapath: output to %w %d", ErrUnknownPort, a.Port)
 			}
 			r[0] = actOutput
-			if p.Kind == PortPod {
+			switch p.Kind {
+			case PortPod:
 				r[1] |= outPeer
+			case PortTunnel:
+				r[1] |= outTunnel
 			}
 			binary.NativeEndian.PutUint32(r[4:], uint32(p.Ifindex))
 		case flow.Local:

@@ -198,6 +198,9 @@ func (d *Datapath) DetachPort(ofport uint32) error {
 
 func (d *Datapath) detach(p *Port) error {
 	var errs []error
+	if t, ok := d.nativeTunnel(p); ok {
+		errs = append(errs, d.clearNativeTunnel(p, t))
+	}
 	if l, err := link.LoadPinnedLink(d.linkPin(p.Ifindex), nil); err == nil {
 		errs = append(errs, l.Unpin(), l.Close())
 	} else if !errors.Is(err, os.ErrNotExist) {

@@ -142,6 +142,9 @@ func (d *Datapath) restore() error {
 			return fmt.Errorf("removing vanished port %d (ifindex %d): %w", d.vanished[i].OFPort, d.vanished[i].Ifindex, err)
 		}
 	}
+	if err := d.restoreNativeTunnels(); err != nil {
+		return fmt.Errorf("native tunnels: %w", err)
+	}
 
 	// Output sets, before the flows that refer to them.
 	if err := d.restoreOutputSets(); err != nil {
