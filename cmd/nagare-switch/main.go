@@ -102,6 +102,7 @@ func run(args []string) error {
 	fs.Var(&ports, "port", "attach IFNAME at start, optionally as IFNAME=N (repeatable)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&cfg.DisableMegaflows, "disable-megaflows", false, "cache exact flows only (one per packet key), for flow-setup benchmarks")
+	fs.BoolVar(&cfg.KernelTunnel, "kernel-tunnel", false, "leave VXLAN to the tunnel devices (the node's stack and netfilter see tunnel packets) instead of the fast path")
 	fs.Var(&steerDevs, "steer-dev", "attach VS-extend receive steering (XDP) to this device (repeatable)")
 	fs.Func("steer-threshold", "VS-extend: a CPU at or above this load (percent) is not chosen (default 50)", func(v string) error {
 		n, err := strconv.ParseUint(v, 10, 8)

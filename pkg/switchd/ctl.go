@@ -307,6 +307,7 @@ func (s *Switch) show() ([]string, any, error) {
 		fmt.Sprintf("mac table: %d entries (max %d, %d per port), learned %d, moved %d, aged %d, evicted: port over budget %d, table full %d (of another port's %d)",
 			ms.Entries, ms.Max, ms.PerPort, ms.Learned, ms.Moved, ms.Aged, ms.EvictedPort, ms.EvictedFull, ms.EvictedVictims),
 	}
+	lines = append(lines, tunnelLine(s.dp.NativeTunnels(), c))
 	if cs, err := s.dp.ConntrackStats(); err == nil {
 		lines = append(lines, fmt.Sprintf("conntrack: %d connections (holds %d, a port may commit %s), %d recirculation states (%d recovered from cached first passes)",
 			cs.Conns, cs.Max, limitString(int(cs.PortMax)), s.pl.RecircStates(), s.stats.recircRecovered.Load()))
@@ -344,6 +345,22 @@ func (s *Switch) show() ([]string, any, error) {
 	data := map[string]any{"counters": c, "revalidator": rv, "mac_table": ms, "cached_flows": s.cache.len(), "installed": st.installed.Load(), "masks": s.dp.NumMasks(),
 		"placement": s.placementStats(), "drops": dropNames(drops), "ports": ports, "connections": conns}
 	return lines, data, nil
+}
+
+// tunnelLine says which tunnels the fast path does itself and how many
+// packets took which way.
+func tunnelLine(nts []datapath.NativeTunnel, c map[string]uint64) string {
+	var where []string
+	for _, nt := range nts {
+		where = append(where, fmt.Sprintf("port %d on %s (%s, UDP %d)", nt.OFPort, nt.Underlay, nt.Local, nt.UDPPort))
+	}
+	sort.Strings(where)
+	native := "none (VXLAN by the tunnel devices)"
+	if len(where) > 0 {
+		native = strings.Join(where, ", ")
+	}
+	return fmt.Sprintf("tunnels in the fast path: %s; encapsulated %d, decapsulated %d, left to the device %d",
+		native, c["tunnel-encap"], c["tunnel-decap"], c["tunnel-kernel"])
 }
 
 func dropNames(d map[datapath.DropReason]uint64) map[string]uint64 {

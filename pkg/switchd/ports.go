@@ -101,6 +101,13 @@ func (t *portTable) restore() error {
 	for _, p := range t.s.dp.Vanished() {
 		t.s.log.Warn("port removed: its device went while the switch was down", "port", p.OFPort, "ifindex", p.Ifindex)
 	}
+	if t.s.cfg.KernelTunnel {
+		for _, nt := range t.s.dp.NativeTunnels() {
+			if err := t.s.dp.ClearNativeTunnel(nt.OFPort); err != nil {
+				return fmt.Errorf("giving tunnel port %d back to its device: %w", nt.OFPort, err)
+			}
+		}
+	}
 	for _, dp := range t.s.dp.Ports() {
 		p := &port{no: dp.OFPort, name: dp.Name, kind: dp.Kind, ifindex: dp.Ifindex, added: time.Now()}
 		_ = t.withNetlink(func(h *netlink.Handle) error {
@@ -222,6 +229,9 @@ func (t *portTable) Add(spec PortSpec) (*port, error) {
 			carrier = &port{no: n, name: spec.Name, kind: datapath.PortTunnel, ifindex: p.ifindex, hwaddr: p.hwaddr, state: p.state, added: time.Now()}
 			t.ports[n] = carrier
 		}
+		if !t.s.cfg.KernelTunnel && spec.Tunnel.Local.Is4() {
+			t.nativeTunnel(carrier, spec.Tunnel.Local)
+		}
 		p.carrier = carrier.no
 		p.name = fmt.Sprintf("%s-%s", spec.Name, spec.Tunnel.Remote)
 	} else if _, err := t.s.dp.AttachPort(spec.Name, no, p.kind); err != nil {
@@ -237,6 +247,53 @@ func (t *portTable) Add(spec PortSpec) (*port, error) {
 	t.s.pinPort(p, true)
 	t.s.portReport(p, openflow.VSXPortAdd)
 	return p, nil
+}
+
+// nativeTunnel lets the fast path do the VXLAN of tunnel device carrier
+// (datapath.SetNativeTunnel) on the device that holds local, unless it
+// does already. A tunnel it cannot take stays with its device, which
+// works, only slower: the reason is logged.
+func (t *portTable) nativeTunnel(carrier *port, local netip.Addr) {
+	for _, nt := range t.s.dp.NativeTunnels() {
+		if nt.OFPort == carrier.no {
+			return
+		}
+	}
+	nt := datapath.NativeTunnel{OFPort: carrier.no, Local: local}
+	err := t.withNetlink(func(h *netlink.Handle) error {
+		l, err := h.LinkByIndex(carrier.ifindex)
+		if err != nil {
+			return err
+		}
+		vx, ok := l.(*netlink.Vxlan)
+		if !ok || !vx.FlowBased {
+			return fmt.Errorf("%s is not an external-mode VXLAN device", l.Attrs().Name)
+		}
+		nt.UDPPort = uint16(vx.Port)
+		addrs, err := h.AddrList(nil, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok && ip == local {
+				ul, err := h.LinkByIndex(a.LinkIndex)
+				if err != nil {
+					return err
+				}
+				nt.Underlay = ul.Attrs().Name
+				return nil
+			}
+		}
+		return fmt.Errorf("no device holds the local address %s", local)
+	})
+	if err == nil {
+		err = t.s.dp.SetNativeTunnel(nt)
+	}
+	if err != nil {
+		t.s.log.Warn("tunnel left to its device", "port", carrier.name, "local", local, "err", err)
+		return
+	}
+	t.s.log.Info("tunnel in the fast path", "port", carrier.name, "underlay", nt.Underlay, "local", local, "udp-port", nt.UDPPort)
 }
 
 func (t *portTable) carrierOf(ifindex int) *port {

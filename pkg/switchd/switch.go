@@ -90,6 +90,12 @@ type Config struct {
 	SteerDevices []string
 	Steering     steering.Config
 	SteerPeriod  time.Duration // Core Table load sampling period; default 1s
+	// KernelTunnel leaves every tunnel's VXLAN to its device, so that the
+	// node's IP stack (netfilter included) sees the tunnel's packets.
+	// Otherwise the fast path encapsulates and decapsulates itself
+	// (datapath.NativeTunnel) for tunnel endpoints that name their local
+	// address, on the device that holds it (docs/switch.md, "Tunnels").
+	KernelTunnel bool
 	// MetricsAddr serves Prometheus /metrics over TCP ("127.0.0.1:9475");
 	// empty: none.
 	MetricsAddr string

@@ -56,6 +56,13 @@ func TestTunnelEndpointPacketIn(t *testing.T) {
 	if ep == nil || ep.Remote != "192.168.77.2" || ep.Local != "192.168.77.1" || ep.Device != "nvx0" || ep.Kind != "tunnel" {
 		t.Fatalf("list-ports: endpoint %d: %+v (all: %+v)", endpoint, ep, ports)
 	}
+	// The endpoint names its local address: the fast path does the
+	// tunnel's VXLAN on the device that holds it. The remote's classic
+	// device sends UDP checksums, which a veth leaves unverified: its
+	// packets take nvx0's driver on the way in, as before.
+	if nts := ts.dp.NativeTunnels(); len(nts) != 1 || nts[0].Underlay != "u1" || nts[0].UDPPort != 4789 {
+		t.Fatalf("native tunnels %+v, want nvx0 on u1, port 4789", nts)
+	}
 	c := dialController(t, ts.Sock)
 	ts.ofctl("add-flow", "priority=10,udp,actions=controller")
 	var conn net.Conn

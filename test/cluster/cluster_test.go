@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -65,6 +66,16 @@ func TestTwoNodesThreePods(t *testing.T) {
 				if a != b {
 					nstest.TCPTransfer(t, podNS(b), podNS(a), fmt.Sprintf("%s:%d", b.IP, 7000+i*10+j), 256<<10)
 				}
+			}
+		}
+	})
+	t.Run("tunnel-in-fast-path", func(t *testing.T) {
+		// The pairs across nodes went through VXLAN the switches did
+		// themselves (datapath.NativeTunnel), both ways.
+		for _, n := range c.Nodes {
+			c := switchCounters(t, n)
+			if c["tunnel-encap"] == 0 || c["tunnel-decap"] == 0 {
+				t.Errorf("%s: fast-path counters %v: the tunnel was left to the VXLAN device", n.Config.Name, c)
 			}
 		}
 	})
@@ -133,6 +144,22 @@ func TestTwoNodesThreePods(t *testing.T) {
 	if err := pods[0].Del(ctx); err != nil {
 		t.Errorf("second DEL: %v", err)
 	}
+}
+
+// switchCounters are the fast path's event counters of n's switch.
+func switchCounters(t *testing.T, n *nscluster.Node) map[string]uint64 {
+	t.Helper()
+	resp, err := switchd.Call(ctxT(t, 10*time.Second), n.SwitchSocket(), switchd.CtlRequest{Cmd: "show"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var show struct {
+		Counters map[string]uint64 `json:"counters"`
+	}
+	if err := json.Unmarshal(resp.Data, &show); err != nil {
+		t.Fatal(err)
+	}
+	return show.Counters
 }
 
 // nodeState is what pods add to a node and DEL must take away again.
