@@ -23,7 +23,7 @@
  *
  * What either leaves alone goes the kernel's way, which stays in place:
  * packets that are not IP (ARP), carry a VLAN tag in their metadata, or
- * do not fit the underlay (the driver answers with the
+ * do not fit the underlay or the path (a PMTU exception) (the driver answers with the
  * PMTU ICMP, docs/agent.md#mtu); and on receipt anything unusual (IP
  * options, fragments, a UDP checksum nobody has verified, VXLAN flags beyond the
  * VNI's, an outer CE mark to fold into the inner header). Both ends
@@ -97,12 +97,19 @@ static __always_inline __u8 ecn_encap(__u8 outer, __u8 inner)
  * unlike bpf_fib_lookup it does not need the node to forward. */
 __noinline int tunnel_xmit(struct __sk_buff *skb, __u32 dev)
 {
-	struct bpf_tunnel_key tk = {};
+	/* The tunnel key is read before the FIB is asked: one stack slot for
+	 * both keeps this frame, run_actions' and the entry program's within
+	 * the verifier's 512 bytes. */
+	union {
+		struct bpf_tunnel_key tk;
+		struct bpf_fib_lookup fib;
+	} u = {};
 	struct vxlan_frame h = {};
 	struct native_tunnel *nt;
-	__u32 mtu = 0, len, hash, underlay;
-	__u8 inner_tos, b[2];
+	__u32 mtu = 0, len, hash, underlay, vni;
+	__u8 inner_tos, tos, ttl, b[2];
 	__be16 proto;
+	long rc;
 
 	if (!skb)
 		return 1;
@@ -113,17 +120,40 @@ __noinline int tunnel_xmit(struct __sk_buff *skb, __u32 dev)
 	proto = skb->protocol;
 	if ((proto != bpf_htons(ETH_P_IP) && proto != bpf_htons(ETH_P_IPV6)) || skb->vlan_present)
 		return 1;
-	if (bpf_skb_get_tunnel_key(skb, &tk, sizeof(tk), 0) < 0)
+	if (bpf_skb_get_tunnel_key(skb, &u.tk, sizeof(u.tk), 0) < 0)
 		return 1;
 	/* The helper reads a key the way a receiver sees one: on a key set
 	 * for transmit, "remote" is this end and "local" the far one. */
-	h.ip.saddr = tk.remote_ipv4 ? bpf_htonl(tk.remote_ipv4) : nt->local;
-	h.ip.daddr = bpf_htonl(tk.local_ipv4);
+	h.ip.saddr = u.tk.remote_ipv4 ? bpf_htonl(u.tk.remote_ipv4) : nt->local;
+	h.ip.daddr = bpf_htonl(u.tk.local_ipv4);
+	vni = u.tk.tunnel_id;
+	tos = u.tk.tunnel_tos;
+	ttl = u.tk.tunnel_ttl ? u.tk.tunnel_ttl : 64;
 	if (!h.ip.saddr || !h.ip.daddr)
 		return 1;
-	/* GSO packets are checked segment by segment. */
+	/* The underlay's MTU: GSO packets are checked segment by segment. */
 	if (bpf_check_mtu(skb, underlay, &mtu, TUNNEL_OVERHEAD, 0) != BPF_MTU_CHK_RET_SUCCESS)
 		return 1;
+	/* The path's MTU: asked about a 64 KiB packet, the FIB answers
+	 * FRAG_NEEDED with the route's MTU, a PMTU exception included (an
+	 * ICMP frag-needed a router on the underlay sent). Below the
+	 * underlay's, the driver takes the endpoint's packets: it answers the
+	 * pod with the ICMP that lowers its path MTU (docs/agent.md#mtu).
+	 * A node that does not forward (FWD_DISABLED: an agent's node always
+	 * does) is not told; its tunnel keeps to the underlay's MTU. */
+	__builtin_memset(&u, 0, sizeof(u));
+	u.fib.family = AF_INET;
+	u.fib.ifindex = underlay;
+	u.fib.ipv4_src = h.ip.saddr;
+	u.fib.ipv4_dst = h.ip.daddr;
+	u.fib.tot_len = 0xffff;
+	rc = bpf_fib_lookup(skb, &u.fib, sizeof(u.fib), BPF_FIB_LOOKUP_OUTPUT);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		if (u.fib.mtu_result < mtu)
+			return 1;
+	} else if (rc != BPF_FIB_LKUP_RET_FWD_DISABLED) {
+		return 1; /* no route, or a 64 KiB path: the driver's */
+	}
 	len = skb->len;
 	if (len < ETH_HLEN || len - ETH_HLEN + TUNNEL_OVERHEAD > 0xffff)
 		return 1;
@@ -135,17 +165,17 @@ __noinline int tunnel_xmit(struct __sk_buff *skb, __u32 dev)
 
 	h.ip.version = 4;
 	h.ip.ihl = 5;
-	h.ip.tos = ecn_encap(tk.tunnel_tos, inner_tos);
+	h.ip.tos = ecn_encap(tos, inner_tos);
 	h.ip.tot_len = bpf_htons(len - ETH_HLEN + TUNNEL_OVERHEAD);
 	h.ip.frag_off = bpf_htons(0x4000); /* DF, as set_tunnel asks of the driver */
-	h.ip.ttl = tk.tunnel_ttl ? tk.tunnel_ttl : 64;
+	h.ip.ttl = ttl;
 	h.ip.protocol = IPPROTO_UDP;
 	h.ip.check = ip_fold(&h);
 	h.udp.source = bpf_htons((__u16)((((__u64)hash * (TUNNEL_SPORT_MAX - TUNNEL_SPORT_MIN)) >> 32) + TUNNEL_SPORT_MIN));
 	h.udp.dest = nt->port;
 	h.udp.len = bpf_htons(len + sizeof(struct udphdr) + VXLAN_HLEN);
 	h.vx_flags = VXLAN_FLAGS_VNI;
-	h.vx_vni = bpf_htonl(tk.tunnel_id << 8);
+	h.vx_vni = bpf_htonl(vni << 8);
 
 	/* FIXED_GSO: the pods' MTU already leaves room for the outer headers
 	 * (docs/agent.md#mtu), so a GSO packet's segments stay as big. */
