@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"net/netip"
+	"os"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -202,4 +203,73 @@ func TestNativeVXLAN(t *testing.T) {
 	if c := n1.counters(t); c["tunnel-encap"] != before["tunnel-encap"] || c["tunnel-decap"] != before["tunnel-decap"] {
 		t.Errorf("n1 still does the tunnel after ClearNativeTunnel: %v → %v", before, c)
 	}
+}
+
+// TestNativeVXLANRestart: the native tunnel is pinned state like the
+// ports: a restarted process finds it, re-points the underlay's hook at
+// its program and keeps encapsulating; detaching the tunnel port gives
+// the underlay its hook back.
+func TestNativeVXLANRestart(t *testing.T) {
+	a, b, nodes := vxlanNodes(t)
+	n1, n2 := nodes[0], nodes[1]
+	n1.native(t)
+	n2.native(t)
+	nstest.UDPEcho(t, b, "10.2.0.2:7000")
+	if n := nstest.UDPRoundTrips(t, a, "10.2.0.2:7000", 20); n != 20 {
+		t.Fatalf("%d of 20 UDP round trips", n)
+	}
+	cfg := n1.d.cfg
+	if err := n1.d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// No process owns n1's instance: its pinned hooks keep forwarding.
+	if n := nstest.UDPRoundTrips(t, a, "10.2.0.2:7000", 20); n != 20 {
+		t.Fatalf("%d of 20 UDP round trips with n1's switch stopped", n)
+	}
+	d, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1.d = d
+	got := d.NativeTunnels()
+	if len(got) != 1 || got[0].OFPort != 10 || got[0].Underlay != "u1" {
+		t.Fatalf("after the restart NativeTunnels = %+v", got)
+	}
+	before := n1.counters(t)
+	if n := nstest.UDPRoundTrips(t, a, "10.2.0.2:7000", 20); n != 20 {
+		t.Fatalf("%d of 20 UDP round trips after the restart", n)
+	}
+	after := n1.counters(t)
+	if after["tunnel-encap"]-before["tunnel-encap"] < 20 || after["tunnel-decap"]-before["tunnel-decap"] < 20 {
+		t.Fatalf("after the restart n1 counters %v → %v: the tunnel is no longer native", before, after)
+	}
+
+	if err := d.DetachPort(10); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.NativeTunnels(); len(got) != 0 {
+		t.Fatalf("NativeTunnels after the tunnel port went: %+v", got)
+	}
+	var k uint32
+	var v nagareNativeTunnel
+	if it := d.objs.NativeTunnels.Iterate(); it.Next(&k, &v) {
+		t.Fatalf("native_tunnels still holds %d → %+v", k, v)
+	}
+	if _, err := os.Stat(d.linkPin(u1Index(t, n1))); !os.IsNotExist(err) {
+		t.Fatalf("the underlay's hook is still pinned: %v", err)
+	}
+}
+
+func u1Index(t *testing.T, nd *vxlanNode) int {
+	t.Helper()
+	var idx int
+	nd.ns.In(t, func() {
+		l, err := netlink.LinkByName(nd.underlay)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		idx = l.Attrs().Index
+	})
+	return idx
 }
