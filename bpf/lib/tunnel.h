@@ -23,11 +23,12 @@
  *
  * What either leaves alone goes the kernel's way, which stays in place:
  * packets that are not IP (ARP), carry a VLAN tag in their metadata, or
- * do not fit the underlay or the path (a PMTU exception) (the driver answers with the
- * PMTU ICMP, docs/agent.md#mtu); and on receipt anything unusual (IP
- * options, fragments, a UDP checksum nobody has verified, VXLAN flags beyond the
- * VNI's, an outer CE mark to fold into the inner header). Both ends
- * interoperate with the driver: one node may use either path.
+ * do not fit the underlay or the path (a PMTU exception: the driver
+ * answers the pod's PMTU, docs/agent.md#mtu); and on receipt GSO packets
+ * (tunnel_recv says why) and anything unusual (IP options, fragments, a
+ * UDP checksum nobody has verified, VXLAN flags beyond the VNI's, an
+ * outer CE mark to fold into the inner header). Both ends interoperate
+ * with the driver: one node may use either path.
  */
 #ifndef NAGARE_TUNNEL_H
 #define NAGARE_TUNNEL_H
@@ -204,6 +205,15 @@ __noinline int tunnel_recv(struct __sk_buff *skb, struct flow_key *key, __u32 lo
 	if (!skb || !key)
 		return 1;
 	if (skb->protocol != bpf_htons(ETH_P_IP) || skb->pkt_type != 0 /* PACKET_HOST */ || skb->vlan_present)
+		return 1;
+	/* A GSO packet (a sender's TSO segment, or GRO's work on a NIC) would
+	 * keep SKB_GSO_UDP_TUNNEL and skb->encapsulation after adjust_room's
+	 * decapsulation (this kernel has no flag that clears them; the
+	 * driver's iptunnel_pull_offloads does): harmless to a pod's TCP,
+	 * but a NIC that segments tunnels in hardware would take the TCP
+	 * header for the outer UDP one if the node forwarded it on (a
+	 * NodePort's reply). The driver takes those. */
+	if (skb->gso_size)
 		return 1;
 	if (bpf_skb_load_bytes(skb, 0, &h, sizeof(h)) < 0)
 		return 1;

@@ -133,9 +133,9 @@ func TestVXLANBetweenNodes(t *testing.T) {
 // TestNativeVXLAN: with the tunnel native on n1 only, n1's encapsulation
 // must be VXLAN the kernel's driver on n2 takes, and n2's driver's packets
 // must be what n1's decapsulation takes (interoperation both ways, on
-// real veths, GSO included: the TCP stream); then with both native, the
-// VXLAN devices see almost nothing (ARP, first packets before the next
-// hop is resolved).
+// real veths, GSO included: the TCP streams); with both native the VXLAN
+// devices carry no datagram, and on receipt only the GSO packets, which
+// tunnel_recv leaves to the driver.
 func TestNativeVXLAN(t *testing.T) {
 	a, b, nodes := vxlanNodes(t)
 	n1, n2 := nodes[0], nodes[1]
@@ -152,29 +152,25 @@ func TestNativeVXLAN(t *testing.T) {
 	if n := nstest.UDPRoundTrips(t, a, "10.2.0.2:7000", 50); n != 50 {
 		t.Fatalf("%d of 50 UDP round trips", n)
 	}
-	nstest.TCPTransfer(t, b, a, "10.2.0.2:7001", 16<<20) // n1 encapsulates, n2's driver decapsulates
-	nstest.TCPTransfer(t, a, b, "10.2.0.1:7002", 16<<20) // n2's driver encapsulates, n1 decapsulates
 	c1 := n1.counters(t)
 	if c1["tunnel-encap"] < 50 || c1["tunnel-decap"] < 50 {
 		t.Fatalf("n1 counters %v: the fast path did not do the tunnel", c1)
 	}
 	after1, after2 := n1.devStats(t, "vx0"), n2.devStats(t, "vx0")
-	if d := after1.TxPackets - vx1.TxPackets; d > 5 {
-		t.Errorf("n1's VXLAN device sent %d packets with the tunnel native", d)
-	}
-	if d := after1.RxPackets - vx1.RxPackets; d > 5 {
-		t.Errorf("n1's VXLAN device received %d packets with the tunnel native", d)
+	if d := after1.TxPackets + after1.RxPackets - vx1.TxPackets - vx1.RxPackets; d > 5 {
+		t.Errorf("n1's VXLAN device carried %d packets with the tunnel native", d)
 	}
 	if d := after2.RxPackets - vx2.RxPackets; d < 50 {
 		t.Errorf("n2's VXLAN device received %d packets: n1's encapsulation did not reach its driver", d)
 	}
+	nstest.TCPTransfer(t, b, a, "10.2.0.2:7001", 16<<20) // n1 encapsulates GSO packets, n2's driver decapsulates
+	nstest.TCPTransfer(t, a, b, "10.2.0.1:7002", 16<<20) // n2's driver encapsulates, n1 decapsulates the ACKs, its driver the GSO data
 
 	n2.native(t)
-	vx1, vx2 = after1, n2.devStats(t, "vx0")
+	vx1, vx2 = n1.devStats(t, "vx0"), n2.devStats(t, "vx0")
 	if n := nstest.UDPRoundTrips(t, b, "10.2.0.1:7000", 50); n != 50 {
 		t.Fatalf("%d of 50 UDP round trips, both native", n)
 	}
-	nstest.TCPTransfer(t, a, b, "10.2.0.1:7003", 16<<20)
 	for _, nd := range []*vxlanNode{n1, n2} {
 		st := nd.devStats(t, "vx0")
 		before := vx1
@@ -184,6 +180,15 @@ func TestNativeVXLAN(t *testing.T) {
 		if d := st.TxPackets + st.RxPackets - before.TxPackets - before.RxPackets; d > 5 {
 			t.Errorf("%s: the VXLAN device carried %d packets with both ends native", nd.ns.Name, d)
 		}
+	}
+	vx1 = n1.devStats(t, "vx0")
+	nstest.TCPTransfer(t, a, b, "10.2.0.1:7003", 16<<20)
+	st := n1.devStats(t, "vx0")
+	if st.TxPackets-vx1.TxPackets > 5 {
+		t.Errorf("n1's VXLAN device sent %d packets with both ends native", st.TxPackets-vx1.TxPackets)
+	}
+	if st.RxPackets == vx1.RxPackets {
+		t.Errorf("n1's VXLAN device received none of the TCP stream's GSO packets: decapsulated in the fast path, they keep SKB_GSO_UDP_TUNNEL")
 	}
 	if drops, _ := n1.d.Drops(); len(drops) != 0 {
 		t.Errorf("n1 drops %v", drops)
