@@ -94,7 +94,7 @@ static __always_inline void trace_reset(void)
  * it finds; a miss is an upcall. Every pass of a packet runs it: the first
  * (from a port, or from userspace) and each recirculation (recirc.h). */
 static __always_inline int pass_run(struct __sk_buff *skb, struct pass *st, struct dp_config *cfg,
-				    __u32 port_flags, int mode, int first)
+				    __u32 port_flags, int mode, int first, int gso_decap)
 {
 	struct flow_key *key = &st->key;
 	const struct flow_entry *fe = NULL;
@@ -161,6 +161,14 @@ static __always_inline int pass_run(struct __sk_buff *skb, struct pass *st, stru
 		return TC_ACT_SHOT;
 	}
 
+	/* A GSO packet tunnel_recv decapsulated goes on only into pods;
+	 * any other flow's copy goes back to the VXLAN driver as it came
+	 * (tunnel.h), which clears its tunnel GSO state. */
+	if (gso_decap && !gso_safe(fe)) {
+		int r = tunnel_undo(skb);
+
+		return r < 0 ? drop(-r) : TC_ACT_OK;
+	}
 	update_stats(fid, skb->len, key->tcp_flags);
 	/* On a PORT_XDP port, XDP saw this packet first and left it to the
 	 * fast path. Only first passes are onloaded: the onload ring's
@@ -189,7 +197,7 @@ int nagare_port_ingress(struct __sk_buff *skb)
 	struct dp_config *cfg;
 	struct pass *st;
 	__u32 ifindex = skb->ifindex, zero = 0, ofport, flags = 0;
-	int ret;
+	int ret, gso_decap = 0;
 
 	if (skb->mark == NAGARE_MARK_BYPASS) {
 		skb->mark = 0;
@@ -218,10 +226,11 @@ int nagare_port_ingress(struct __sk_buff *skb)
 	st->key.in_port = ofport;
 	if (nt) {
 		ret = tunnel_recv(skb, &st->key, nt->local, nt->port);
-		if (ret > 0)
+		if (ret == 1)
 			return TC_ACT_OK;
 		if (ret < 0)
 			return drop(-ret);
+		gso_decap = ret == 2;
 	} else if (flags & PORT_TUNNEL) {
 		ret = tunnel_key(skb, &st->key);
 		if (ret < 0)
@@ -230,7 +239,7 @@ int nagare_port_ingress(struct __sk_buff *skb)
 	ret = parse_packet(skb, &st->key, &st->ps);
 	if (ret < 0)
 		return drop(-ret);
-	ret = pass_run(skb, st, cfg, flags, MODE_PATH, 1);
+	ret = pass_run(skb, st, cfg, flags, MODE_PATH, 1, gso_decap);
 	if (ret == TC_ACT_RECIRC)
 		return recirculate(skb, MODE_PATH, 1);
 	return ret;
@@ -265,7 +274,7 @@ int nagare_recirc(struct __sk_buff *skb)
 			return drop(-ret);
 		recirc_restore(&st->key, &st->carry);
 	}
-	ret = pass_run(skb, st, cfg, 0, mode, 0);
+	ret = pass_run(skb, st, cfg, 0, mode, 0, 0);
 	if (ret == TC_ACT_RECIRC)
 		return recirculate(skb, mode, depth + 1);
 	return mode == MODE_EXECUTE ? TC_ACT_SHOT : ret;

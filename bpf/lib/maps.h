@@ -231,6 +231,7 @@ enum counter {
 	CTR_TUNNEL_ENCAP = 12, /* packets the fast path put into VXLAN itself and sent on the underlay (tunnel.h) */
 	CTR_TUNNEL_DECAP = 13, /* VXLAN packets the fast path took off the underlay and decapsulated (tunnel.h) */
 	CTR_TUNNEL_KERNEL = 14, /* tunnel outputs left to the tunnel device (tunnel_xmit's reasons) */
+	CTR_TUNNEL_UNDO = 15, /* decapsulated GSO packets given back to the VXLAN driver (tunnel_undo) */
 	CTR__MAX = 16,
 };
 

@@ -25,7 +25,8 @@
  * packets that are not IP (ARP), carry a VLAN tag in their metadata, or
  * do not fit the underlay or the path (a PMTU exception: the driver
  * answers the pod's PMTU, docs/agent.md#mtu); and on receipt GSO packets
- * (tunnel_recv says why) and anything unusual (IP options, fragments, a
+ * whose flow does more than deliver into pods (tunnel_recv says why) and
+ * anything unusual (IP options, fragments, a
  * UDP checksum nobody has verified, VXLAN flags beyond the VNI's, an
  * outer CE mark to fold into the inner header). Both ends interoperate
  * with the driver: one node may use either path.
@@ -60,6 +61,19 @@ struct vxlan_frame {
 } __attribute__((packed));
 
 _Static_assert(sizeof(struct vxlan_frame) == ETH_HLEN + TUNNEL_OVERHEAD, "vxlan_frame");
+
+/* The outer headers of the GSO packet this CPU has just decapsulated
+ * (tunnel_recv), for tunnel_undo. */
+struct tunnel_saved_hdrs {
+	__u8 b[sizeof(struct vxlan_frame)];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tunnel_saved_hdrs);
+} tunnel_saved SEC(".maps");
 
 /* ip_fold is the ones' complement sum of f's outer IPv4 header (no
  * options), folded: 0 for a header with a correct checksum, the checksum
@@ -195,26 +209,19 @@ __noinline int tunnel_xmit(struct __sk_buff *skb, __u32 dev)
 /* tunnel_recv decapsulates a VXLAN packet for this node (outer
  * destination local, UDP port port) arriving on the underlay and fills
  * the key's tunnel fields as the driver's metadata would. Returns 0
- * (decapsulated), 1 (not one to take: the stack gets it as it is) or a
- * negative drop reason. */
+ * (decapsulated), 2 (decapsulated, GSO: see below), 1 (not one to take:
+ * the stack gets it as it is) or a negative drop reason. */
 __noinline int tunnel_recv(struct __sk_buff *skb, struct flow_key *key, __u32 local, __u32 port)
 {
 	struct vxlan_frame h;
 	__u64 flags;
+	int gso = 0;
 
 	if (!skb || !key)
 		return 1;
 	if (skb->protocol != bpf_htons(ETH_P_IP) || skb->pkt_type != 0 /* PACKET_HOST */ || skb->vlan_present)
 		return 1;
-	/* A GSO packet (a sender's TSO segment, or GRO's work on a NIC) would
-	 * keep SKB_GSO_UDP_TUNNEL and skb->encapsulation after adjust_room's
-	 * decapsulation (this kernel has no flag that clears them; the
-	 * driver's iptunnel_pull_offloads does): harmless to a pod's TCP,
-	 * but a NIC that segments tunnels in hardware would take the TCP
-	 * header for the outer UDP one if the node forwarded it on (a
-	 * NodePort's reply). The driver takes those. */
-	if (skb->gso_size)
-		return 1;
+
 	if (bpf_skb_load_bytes(skb, 0, &h, sizeof(h)) < 0)
 		return 1;
 	if (h.ip.version != 4 || h.ip.ihl != 5 || h.ip.protocol != IPPROTO_UDP ||
@@ -235,6 +242,28 @@ __noinline int tunnel_recv(struct __sk_buff *skb, struct flow_key *key, __u32 lo
 		flags = BPF_F_ADJ_ROOM_DECAP_L3_IPV6;
 	else
 		return 1; /* ARP and the rest: skb->protocol must change, which adjust_room cannot do */
+	/* A GSO packet (a sender's TSO segment, or GRO's work on a NIC)
+	 * keeps SKB_GSO_UDP_TUNNEL and skb->encapsulation through
+	 * adjust_room's decapsulation (this kernel has no flag that clears
+	 * them; the driver's iptunnel_pull_offloads does). A pod's TCP does
+	 * not mind; a NIC that segments tunnels in hardware would take the
+	 * TCP header for the outer UDP one if the node forwarded the packet
+	 * on (a NodePort's reply). So its outer headers are kept, and a
+	 * flow that does anything but deliver into pods gets the packet back
+	 * as it came (tunnel_undo), for the driver. Inner IPv4 only: undoing
+	 * cannot set skb->protocol back from IPv6. */
+	if (skb->gso_size) {
+		__u32 zero = 0;
+		struct tunnel_saved_hdrs *saved;
+
+		if (flags != BPF_F_ADJ_ROOM_DECAP_L3_IPV4)
+			return 1;
+		saved = bpf_map_lookup_elem(&tunnel_saved, &zero);
+		if (!saved)
+			return 1;
+		__builtin_memcpy(saved, &h, sizeof(h));
+		gso = 2;
+	}
 
 	key->tun_id = bpf_ntohl(h.vx_vni) >> 8;
 	key->tun_src = h.ip.saddr;
@@ -248,6 +277,54 @@ __noinline int tunnel_recv(struct __sk_buff *skb, struct flow_key *key, __u32 lo
 	    bpf_skb_adjust_room(skb, -TUNNEL_OVERHEAD, BPF_ADJ_ROOM_MAC, flags | BPF_F_ADJ_ROOM_FIXED_GSO) < 0)
 		return -DROP_TUNNEL_KEY;
 	count(CTR_TUNNEL_DECAP);
+	return gso;
+}
+
+/* gso_safe: does flow fe only deliver into pods (redirect_peer, which
+ * hands the packet to the pod's stack as it is)? Then a GSO packet
+ * tunnel_recv decapsulated may follow it. */
+__noinline int gso_safe(const struct flow_entry *fe)
+{
+	int peer = 0;
+	__u32 i;
+
+	if (!fe)
+		return 0;
+	for (i = 0; i < MAX_ACTIONS; i++) {
+		const struct action *a = &fe->actions[i];
+
+		if (i >= fe->n_actions)
+			break;
+		switch (a->type) {
+		case ACT_OUTPUT:
+			if (!(a->flags & OUT_PEER))
+				return 0;
+			peer = 1;
+			break;
+		case ACT_OUTPUT_SET:
+		case ACT_LOCAL:
+		case ACT_RECIRC:
+		case ACT_USERSPACE:
+			return 0;
+		}
+	}
+	return peer;
+}
+
+/* tunnel_undo puts back the outer headers tunnel_recv took off a GSO
+ * packet and lets it go up the stack to the VXLAN driver, which will
+ * hand it to the switch again on the tunnel device. */
+__noinline int tunnel_undo(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct tunnel_saved_hdrs *saved = bpf_map_lookup_elem(&tunnel_saved, &zero);
+
+	if (!skb || !saved)
+		return -DROP_TUNNEL_KEY;
+	if (bpf_skb_adjust_room(skb, TUNNEL_OVERHEAD, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_FIXED_GSO) < 0 ||
+	    bpf_skb_store_bytes(skb, 0, saved, sizeof(*saved), 0) < 0)
+		return -DROP_TUNNEL_KEY;
+	count(CTR_TUNNEL_UNDO);
 	return 0;
 }
 
