@@ -359,8 +359,8 @@ func tunnelLine(nts []datapath.NativeTunnel, c map[string]uint64) string {
 	if len(where) > 0 {
 		native = strings.Join(where, ", ")
 	}
-	return fmt.Sprintf("tunnels in the fast path: %s; encapsulated %d, decapsulated %d, left to the device %d",
-		native, c["tunnel-encap"], c["tunnel-decap"], c["tunnel-kernel"])
+	return fmt.Sprintf("tunnels in the fast path: %s; encapsulated %d, decapsulated %d, left to the device %d, GSO packets given back to it %d",
+		native, c["tunnel-encap"], c["tunnel-decap"], c["tunnel-kernel"], c["tunnel-undo"])
 }
 
 func dropNames(d map[datapath.DropReason]uint64) map[string]uint64 {
