@@ -153,41 +153,50 @@ func (d *Datapath) detachUnderlay(ifindex int) error {
 }
 
 // restoreNativeTunnels re-points the underlays' hooks at this build's
-// program and drops the entries of devices that went while no process
-// owned the instance; callers hold d.mu (restore).
+// program and drops both entries of a tunnel whose port or underlay went
+// while no process owned the instance; callers hold d.mu (restore).
 func (d *Datapath) restoreNativeTunnels() error {
-	var k uint32
-	var v nagareNativeTunnel
-	var stale []uint32
-	var underlays []int
+	type entry struct {
+		key uint32
+		v   nagareNativeTunnel
+	}
+	var entries []entry
+	var e entry
 	it := d.objs.NativeTunnels.Iterate()
-	for it.Next(&k, &v) {
-		p, ok := d.ports[v.Ofport]
-		switch {
-		case !ok || p.Kind != PortTunnel || uint32(p.Ifindex) != v.Tunnel:
-			stale = append(stale, k)
-		case k == v.Underlay:
-			underlays = append(underlays, int(k))
-		}
+	for it.Next(&e.key, &e.v) {
+		entries = append(entries, e)
 	}
 	if err := it.Err(); err != nil {
 		return err
 	}
+	keep := map[uint32]bool{} // by underlay ifindex
 	err := d.inNetns(func() error {
-		for _, u := range underlays {
-			if _, err := net.InterfaceByIndex(u); err != nil {
-				stale = append(stale, uint32(u))
+		for _, e := range entries {
+			if e.key != e.v.Underlay {
 				continue
 			}
-			if err := d.attachProgram(u, PortUplink); err != nil {
+			p, ok := d.ports[e.v.Ofport]
+			if !ok || p.Kind != PortTunnel || uint32(p.Ifindex) != e.v.Tunnel {
+				continue
+			}
+			if _, err := net.InterfaceByIndex(int(e.key)); err != nil {
+				continue
+			}
+			if err := d.attachProgram(int(e.key), PortUplink); err != nil {
 				return err
 			}
+			keep[e.key] = true
 		}
 		return nil
 	})
-	for _, k := range stale {
-		_ = d.objs.NativeTunnels.Delete(k)
-		_ = d.detachUnderlay(int(k))
+	for _, e := range entries {
+		if keep[e.v.Underlay] {
+			continue
+		}
+		_ = d.objs.NativeTunnels.Delete(e.key)
+		if e.key == e.v.Underlay {
+			_ = d.detachUnderlay(int(e.key))
+		}
 	}
 	return err
 }

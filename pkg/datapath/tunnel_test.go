@@ -57,20 +57,22 @@ func vxlanNodes(t *testing.T) (a, b nstest.NS, nodes []*vxlanNode) {
 			flow.SetTunnel{VNI: 5001, Remote: netip.MustParseAddr(nd.remote), Local: netip.MustParseAddr(nd.local)},
 			flow.Output{Port: 10},
 		}}
-		in := flow.Flow{
-			Key:     flow.Key{InPort: 10, TunID: 5001, TunFlags: flow.TunPresent},
-			Mask:    flow.Mask{InPort: 0xffffffff, TunID: 0xffffffff, TunFlags: 0xff},
-			Actions: []flow.Action{flow.Output{Port: 1}},
-		}
-		in.Key.TunSrc = netip.MustParseAddr(nd.remote).As4()
-		in.Mask.TunSrc = [4]byte{0xff, 0xff, 0xff, 0xff}
-		for _, f := range []flow.Flow{out, in} {
+		for _, f := range []flow.Flow{out, nd.fromTunnel()} {
 			if err := d.Put(f); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	return a, b, nodes
+}
+
+// fromTunnel is nd's flow for VNI 5001 from its remote: to port 1.
+func (nd *vxlanNode) fromTunnel() flow.Flow {
+	return flow.Flow{
+		Key:     flow.Key{InPort: 10, TunID: 5001, TunFlags: flow.TunPresent, TunSrc: netip.MustParseAddr(nd.remote).As4()},
+		Mask:    flow.Mask{InPort: 0xffffffff, TunID: 0xffffffff, TunFlags: 0xff, TunSrc: [4]byte{0xff, 0xff, 0xff, 0xff}},
+		Actions: []flow.Action{flow.Output{Port: 1}},
+	}
 }
 
 func (nd *vxlanNode) native(t *testing.T) {
@@ -80,19 +82,22 @@ func (nd *vxlanNode) native(t *testing.T) {
 	}
 }
 
+// link is device dev of nd's namespace.
+func (nd *vxlanNode) link(t *testing.T, dev string) netlink.Link {
+	t.Helper()
+	var l netlink.Link
+	var err error
+	nd.ns.In(t, func() { l, err = netlink.LinkByName(dev) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // devStats are the kernel's counters of a device in nd's namespace.
 func (nd *vxlanNode) devStats(t *testing.T, dev string) netlink.LinkStatistics {
 	t.Helper()
-	var st netlink.LinkStatistics
-	nd.ns.In(t, func() {
-		l, err := netlink.LinkByName(dev)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		st = *l.Attrs().Statistics
-	})
-	return st
+	return *nd.link(t, dev).Attrs().Statistics
 }
 
 func (nd *vxlanNode) counters(t *testing.T) map[string]uint64 {
@@ -255,23 +260,34 @@ func TestNativeVXLANRestart(t *testing.T) {
 	if it := d.objs.NativeTunnels.Iterate(); it.Next(&k, &v) {
 		t.Fatalf("native_tunnels still holds %d → %+v", k, v)
 	}
-	if _, err := os.Stat(d.linkPin(u1Index(t, n1))); !os.IsNotExist(err) {
+	u1 := n1.link(t, "u1").Attrs().Index
+	if _, err := os.Stat(d.linkPin(u1)); !os.IsNotExist(err) {
 		t.Fatalf("the underlay's hook is still pinned: %v", err)
 	}
-}
 
-func u1Index(t *testing.T, nd *vxlanNode) int {
-	t.Helper()
-	var idx int
-	nd.ns.In(t, func() {
-		l, err := netlink.LinkByName(nd.underlay)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		idx = l.Attrs().Index
-	})
-	return idx
+	// An underlay that goes while no process owns the instance takes its
+	// tunnel's entries with it at the next Open.
+	if _, err := d.AttachPort("vx0", 10, PortTunnel); err != nil {
+		t.Fatal(err)
+	}
+	n1.native(t)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n1.ns.IP(t, "link", "del", "u1")
+	if d, err = Open(cfg); err != nil {
+		t.Fatal(err)
+	}
+	n1.d = d
+	if got := d.NativeTunnels(); len(got) != 0 {
+		t.Fatalf("NativeTunnels with the underlay gone: %+v", got)
+	}
+	if it := d.objs.NativeTunnels.Iterate(); it.Next(&k, &v) {
+		t.Fatalf("with the underlay gone native_tunnels still holds %d → %+v", k, v)
+	}
+	if _, err := os.Stat(d.linkPin(u1)); !os.IsNotExist(err) {
+		t.Fatalf("the gone underlay's hook is still pinned: %v", err)
+	}
 }
 
 // TestNativeVXLANGSONotIntoPod: a decapsulated GSO packet keeps its
@@ -285,14 +301,7 @@ func TestNativeVXLANGSONotIntoPod(t *testing.T) {
 	if _, err := n2.d.AttachPort("vb", 1, PortInternal); err != nil {
 		t.Fatal(err)
 	}
-	in := flow.Flow{
-		Key:     flow.Key{InPort: 10, TunID: 5001, TunFlags: flow.TunPresent},
-		Mask:    flow.Mask{InPort: 0xffffffff, TunID: 0xffffffff, TunFlags: 0xff},
-		Actions: []flow.Action{flow.Output{Port: 1}},
-	}
-	in.Key.TunSrc = netip.MustParseAddr(n2.remote).As4()
-	in.Mask.TunSrc = [4]byte{0xff, 0xff, 0xff, 0xff}
-	if err := n2.d.Modify(in); err != nil {
+	if err := n2.d.Modify(n2.fromTunnel()); err != nil {
 		t.Fatal(err)
 	}
 	n1.native(t)
