@@ -146,19 +146,25 @@ func TestTwoNodesThreePods(t *testing.T) {
 	}
 }
 
-// switchCounters are the fast path's event counters of n's switch.
-func switchCounters(t *testing.T, n *nscluster.Node) map[string]uint64 {
+// switchShow decodes the data of n's switch's show into v.
+func switchShow(ctx context.Context, t *testing.T, n *nscluster.Node, v any) {
 	t.Helper()
-	resp, err := switchd.Call(ctxT(t, 10*time.Second), n.SwitchSocket(), switchd.CtlRequest{Cmd: "show"})
+	resp, err := switchd.Call(ctx, n.SwitchSocket(), switchd.CtlRequest{Cmd: "show"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := json.Unmarshal(resp.Data, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// switchCounters are the fast path's event counters of n's switch.
+func switchCounters(t *testing.T, n *nscluster.Node) map[string]uint64 {
+	t.Helper()
 	var show struct {
 		Counters map[string]uint64 `json:"counters"`
 	}
-	if err := json.Unmarshal(resp.Data, &show); err != nil {
-		t.Fatal(err)
-	}
+	switchShow(ctxT(t, 10*time.Second), t, n, &show)
 	return show.Counters
 }
 

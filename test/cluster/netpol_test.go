@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"testing"
 	"time"
@@ -116,16 +115,10 @@ func portPolicyDrops(ctx context.Context, t *testing.T, n *nscluster.Node, ip st
 			port = p.OFPort
 		}
 	}
-	resp, err := switchd.Call(ctx, n.SwitchSocket(), switchd.CtlRequest{Cmd: "show"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var show struct {
 		Ports []switchd.PortReport `json:"ports"`
 	}
-	if err := json.Unmarshal(resp.Data, &show); err != nil {
-		t.Fatal(err)
-	}
+	switchShow(ctx, t, n, &show)
 	for _, p := range show.Ports {
 		if p.OFPort == port {
 			return p.Drops["policy"]
