@@ -146,7 +146,9 @@ __noinline int tunnel_xmit(struct __sk_buff *skb, __u32 dev)
 	ttl = u.tk.tunnel_ttl ? u.tk.tunnel_ttl : 64;
 	if (!h.ip.saddr || !h.ip.daddr)
 		return 1;
-	/* The underlay's MTU: GSO packets are checked segment by segment. */
+	/* The underlay's MTU. A GSO packet's segments are checked without
+	 * the overhead (the helper applies len_diff to skb->len only); the
+	 * pods' MTU leaves room for it (docs/agent.md#mtu). */
 	if (bpf_check_mtu(skb, underlay, &mtu, TUNNEL_OVERHEAD, 0) != BPF_MTU_CHK_RET_SUCCESS)
 		return 1;
 	/* The path's MTU: asked about a 64 KiB packet, the FIB answers
