@@ -12,7 +12,9 @@
  *   nagare_recirc        the passes after the first (tail call, lib/recirc.h)
  *
  * One packet's way: port lookup → parse → exact-match cache → megaflow
- * search → stats → actions; a miss goes to userspace on the upcall ring,
+ * search → stats → actions; a packet of an established connection whose
+ * walk is known goes the connection's shortcut instead (lib/shortcut.h);
+ * a miss goes to userspace on the upcall ring,
  * a packet of an onloaded flow on the onload ring (lib/onload.h). A
  * recirc action ends the pass and starts the next one (lib/recirc.h).
  * Everything the fast path does is decided by userspace: it replays flows,
@@ -90,6 +92,9 @@ static __always_inline void trace_reset(void)
 		t->n = 0;
 }
 
+/* After update_stats, flow_alive and trace_reset, which it uses. */
+#include "lib/shortcut.h"
+
 /* pass_run looks st->key up (EMC, then megaflow search) and runs what
  * it finds; a miss is an upcall. Every pass of a packet runs it: the first
  * (from a port, or from userspace) and each recirculation (recirc.h). */
@@ -100,6 +105,7 @@ static __always_inline int pass_run(struct __sk_buff *skb, struct pass *st, stru
 	const struct flow_entry *fe = NULL;
 	struct emc_entry *emc_slot = NULL;
 	__u32 fid = NO_FLOW, emc_idx = 0, emc_tag = 0, *tag = NULL;
+	int ret;
 
 	if (cfg->emc) {
 		__u64 h = key_hash(key);
@@ -176,7 +182,10 @@ static __always_inline int pass_run(struct __sk_buff *skb, struct pass *st, stru
 	if (first && mode == MODE_PATH && !(port_flags & PORT_XDP) &&
 	    onload_packet(skb, key, fe, fid) != ONLOAD_NO)
 		return TC_ACT_SHOT; /* userspace sends it on, or dropped and counted */
-	return run_list(skb, fe, &st->ps, key, mode);
+	ret = run_list(skb, fe, &st->ps, key, mode);
+	if (first && mode == MODE_PATH && ret == TC_ACT_REDIRECT && cfg->emc && !(port_flags & (PORT_TUNNEL | PORT_XDP)))
+		shortcut_learn(skb, key, fe, fid, cfg->emc);
+	return ret;
 }
 
 /* recirculate hands the packet to nagare_recirc for its next pass. */
@@ -216,8 +225,15 @@ int nagare_port_ingress(struct __sk_buff *skb)
 		ofport = nt->ofport;
 	}
 	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
+		return TC_ACT_OK;
+	if (port && cfg->emc && !(flags & (PORT_TUNNEL | PORT_XDP))) {
+		ret = shortcut_run(skb, ofport);
+		if (ret >= 0)
+			return ret;
+	}
 	st = pass_of(MODE_PATH);
-	if (!cfg || !st)
+	if (!st)
 		return TC_ACT_OK;
 	trace_reset();
 

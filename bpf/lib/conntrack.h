@@ -208,6 +208,37 @@ struct {
 	__type(value, struct ct_port);
 } ct_ports SEC(".maps");
 
+/* The tracker's epoch: [0] moves (atomically) whenever the fast path
+ * closes or deletes a connection, [1] whenever userspace deletes entries
+ * or changes the timeouts (pkg/datapath bumpCTEpoch, one writer). A
+ * connection's shortcut (shortcut.h) that checked its entry in this
+ * coarse-clock tick, at this epoch, knows the entry is as it saw it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} ct_epoch SEC(".maps");
+
+static __always_inline void ct_epoch_bump(void)
+{
+	__u32 zero = 0;
+	__u64 *e = bpf_map_lookup_elem(&ct_epoch, &zero);
+
+	if (e)
+		__sync_fetch_and_add(e, 1);
+}
+
+/* ct_epoch_now: both halves in one number; both only grow, so any bump
+ * changes it. */
+static __always_inline __u64 ct_epoch_now(void)
+{
+	__u32 zero = 0, one = 1;
+	__u64 *a = bpf_map_lookup_elem(&ct_epoch, &zero), *b = bpf_map_lookup_elem(&ct_epoch, &one);
+
+	return (a ? READ_ONCE(*a) : 0) + (b ? READ_ONCE(*b) : 0);
+}
+
 /* ct_release stops connection c counting against its port's budget, once
  * however many CPUs close or delete it at the same moment: a closed TCP
  * connection (its TIME_WAIT keeps the entry 120 s) or a deleted one. */
@@ -334,10 +365,13 @@ static __always_inline __u32 ct_tcp_update(struct ct_entry *c, int reply, __u16 
 {
 	int fin_orig, fin_reply;
 
-	if (f & TH_RST)
+	if (f & TH_RST) {
 		__sync_fetch_and_or(&c->close_word, CT_CW_RST);
-	else if ((f & TH_FIN) && !(c->close_word & CT_CW_FIN(reply)))
+		ct_epoch_bump();
+	} else if ((f & TH_FIN) && !(c->close_word & CT_CW_FIN(reply))) {
 		__sync_fetch_and_or(&c->close_word, CT_CW_FIN(reply));
+		ct_epoch_bump();
+	}
 	if (c->close_word & CT_CW_RST) {
 		c->tcp_state = TCP_CT_CLOSE;
 		ct_release(c);
@@ -446,6 +480,7 @@ static __always_inline void ct_free(struct ct_scratch *s)
 		ct_release(e);
 	bpf_map_delete_elem(&conntrack, &s->conn.peer);
 	bpf_map_delete_elem(&conntrack, &s->orig);
+	ct_epoch_bump();
 }
 
 enum ct_tuple_ret { TUPLE_OK = 0, TUPLE_INV = 1, TUPLE_RELATED = 2 };

@@ -226,6 +226,8 @@ enum counter {
 	CTR_MASK_PROBES = 5,  /* hash map lookups done by the megaflow search */
 	CTR_EMC_INSERT = 6,   /* exact-match cache entries written */
 	CTR_MASK_CACHE_HIT = 7, /* megaflow hits found under the mask cache's slot (megaflow.h) */
+	CTR_SHORTCUT_HIT = 8, /* packets sent on by their connection's shortcut (shortcut.h) */
+	CTR_SHORTCUT_LEARN = 9, /* shortcuts written */
 	CTR_ONLOAD = 10,      /* packets of onloaded flows handed to userspace */
 	CTR_ONLOAD_GSO = 11,  /* packets of onloaded flows run here: too big for the ring (over ONLOAD_GSO) */
 	CTR_TUNNEL_ENCAP = 12, /* packets the fast path put into VXLAN itself and sent on the underlay (tunnel.h) */

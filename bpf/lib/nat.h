@@ -64,6 +64,7 @@ static __always_inline int ct_reap(const struct ct_tuple *t, __u64 now, int take
 		ct_release(e);
 		bpf_map_delete_elem(&conntrack, &e->peer);
 		bpf_map_delete_elem(&conntrack, t);
+		ct_epoch_bump();
 		return 1;
 	}
 	c = bpf_map_lookup_elem(&conntrack, &e->peer);
@@ -75,6 +76,7 @@ static __always_inline int ct_reap(const struct ct_tuple *t, __u64 now, int take
 		bpf_map_delete_elem(&conntrack, &e->peer);
 	}
 	bpf_map_delete_elem(&conntrack, t);
+	ct_epoch_bump();
 	return 1;
 }
 

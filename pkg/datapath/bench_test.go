@@ -255,18 +255,24 @@ func BenchmarkCTRecirc(b *testing.B) {
 		benchRun(b, d, pkt, tcActRedirect)
 	})
 	reply := udpPkt(b, "10.0.0.2", "10.0.0.1", 2000, 1000, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789")
+	// Each with the connection's shortcut (bpf/lib/shortcut.h), and
+	// without (the walk: parse, exact-match cache, actions, ct).
 	for _, dir := range []struct {
 		name string
 		pkt  []byte
 	}{{"orig", pkt}, {"reply", reply}} {
-		b.Run("ct-one-pass-"+dir.name, func(b *testing.B) {
-			d := newTestDP(b)
-			d.put(flow.Flow{Key: flow.Key{InPort: portIn}, Mask: flow.Mask{InPort: 0xffffffff, RecircID: 0xffffffff},
-				Actions: append([]flow.Action{flow.CT{Zone: 1, Flags: flow.CTCommit, NAT: &flow.NAT{}}}, append(append([]flow.Action(nil), macs...), flow.Output{Port: portOut})...)})
-			d.run(pkt, "lo")   // commits
-			d.run(reply, "lo") // a reply: established
-			benchRun(b, d, dir.pkt, tcActRedirect)
-		})
+		for _, sc := range []string{"", "-walk"} {
+			b.Run("ct-one-pass-"+dir.name+sc, func(b *testing.B) {
+				d := newTestDPWith(b, func(c *Config) { c.NoShortcuts = sc != "" })
+				d.put(flow.Flow{Key: flow.Key{InPort: portIn}, Mask: flow.Mask{InPort: 0xffffffff, RecircID: 0xffffffff},
+					Actions: append([]flow.Action{flow.CT{Zone: 1, Flags: flow.CTCommit, NAT: &flow.NAT{}}}, append(append([]flow.Action(nil), macs...), flow.Output{Port: portOut})...)})
+				d.run(pkt, "lo")   // commits
+				d.run(reply, "lo") // a reply: established
+				before := d.counters()["shortcut-hit"]
+				benchRun(b, d, dir.pkt, tcActRedirect)
+				b.ReportMetric(float64(d.counters()["shortcut-hit"]-before)/float64(b.N), "shortcuts/pkt")
+			})
+		}
 	}
 	// BPF_PROG_RUN repeats on one skb, so a translated packet would come
 	// round translated: the DNAT case's second pass writes the original

@@ -221,7 +221,26 @@ func (d *Datapath) SetConntrackTimeouts(t ConntrackTimeouts) error {
 		return err
 	}
 	c.Timeout = t.seconds()
-	return d.objs.CtSettings.Put(uint32(0), c)
+	if err := d.objs.CtSettings.Put(uint32(0), c); err != nil {
+		return err
+	}
+	// A shortcut refreshes a deadline once a tick (bpf/lib/shortcut.h):
+	// the next packet takes the new timeout.
+	return d.bumpCTEpoch()
+}
+
+// bumpCTEpoch tells the connections' shortcuts that userspace changed
+// the tracker's entries or timeouts: each checks its connection again at
+// its next packet (ct_epoch in bpf/lib/conntrack.h; userspace owns the
+// second word, the fast path the first).
+func (d *Datapath) bumpCTEpoch() error {
+	d.ctEpochMu.Lock()
+	defer d.ctEpochMu.Unlock()
+	var v uint64
+	if err := d.objs.CtEpoch.Lookup(uint32(1), &v); err != nil {
+		return err
+	}
+	return d.objs.CtEpoch.Put(uint32(1), v+1)
 }
 
 // SetConntrackPortMax sets how many live connections one ingress port may
@@ -554,6 +573,11 @@ func (d *Datapath) deleteConns(sel func(k *ctKey, v *ctValue, conns int) bool) (
 	}
 	for r := range replies {
 		dead = append(dead, r) // its connection went before it
+	}
+	if len(dead) > 0 {
+		// After the deletes, whatever else returns: a connection's
+		// shortcut then checks its entry again (bumpCTEpoch).
+		defer func() { _ = d.bumpCTEpoch() }()
 	}
 	for len(dead) > 0 {
 		b := dead[:min(ctBatch, len(dead))]

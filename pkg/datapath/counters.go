@@ -82,6 +82,7 @@ const (
 
 // counterNames lists enum counter in bpf/lib/maps.h.
 var counterNames = []string{0: "emc-hit", 1: "megaflow-hit", 2: "miss", 3: "upcall", 4: "executed", 5: "mask-probe", 6: "emc-insert", 7: "mask-cache-hit",
+	8: "shortcut-hit", 9: "shortcut-learn",
 	10: "onload", 11: "onload-gso", 12: "tunnel-encap", 13: "tunnel-decap", 14: "tunnel-kernel", 15: "tunnel-undo"}
 
 // Drops returns the non-zero drop counters, summed over CPUs.

@@ -96,6 +96,10 @@ type Config struct {
 	ConntrackPortMax int
 	// ConntrackTimeouts: zero fields are nf_conntrack's defaults.
 	ConntrackTimeouts ConntrackTimeouts
+	// NoShortcuts keeps every packet on the walk (parse, caches,
+	// actions): established connections take no shortcut
+	// (bpf/lib/shortcut.h). For benchmarks that compare the two.
+	NoShortcuts bool
 }
 
 // DefaultEMCInsertInvProb is Open vSwitch's default.
@@ -141,6 +145,8 @@ type Datapath struct {
 
 	// maskSeqs is the mmapped mask_seqs array (maskcache.go).
 	maskSeqs []byte
+	// ctEpochMu makes bumpCTEpoch the one writer of its word.
+	ctEpochMu sync.Mutex
 	// gens and filter are the mmapped flow_gens and mask_filter arrays
 	// (flowarrays.go), mem their mappings.
 	gens, filter       []arrayU32
@@ -279,6 +285,11 @@ func (d *Datapath) load() error {
 			return err
 		}
 	}
+	if d.cfg.NoShortcuts {
+		if err := spec.Variables["shortcuts_off"].Set(uint32(1)); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(filepath.Join(d.dir, "links"), 0o700); err != nil {
 		return err
 	}
@@ -360,12 +371,13 @@ func replaceResizedRing(dir, name string, size uint32) error {
 // recirculated packet would drop until the swap.
 //
 // The caches in front of the megaflow search (the exact-match cache, its
-// tags, the mask cache) are also each process's own: they hold nothing a
-// packet needs (a miss searches), the old process's programs keep theirs
-// until the swap, and their layout may then change from one release to
-// the next without making the pinned instance incompatible.
+// tags, the mask cache, the connections' shortcuts) are also each
+// process's own: they hold nothing a packet needs (a miss searches), the
+// old process's programs keep theirs until the swap, and their layout may
+// then change from one release to the next without making the pinned
+// instance incompatible.
 var unpinned = map[string]bool{"out_traces": true, ".rodata": true, ".bss": true, ".data": true,
-	"emc": true, "emc_tags": true, "mask_cache": true}
+	"emc": true, "emc_tags": true, "mask_cache": true, "shortcuts": true}
 
 // Close releases this process's handles. Pinned maps and port attachments
 // stay: traffic keeps flowing through the installed flows.

@@ -112,7 +112,7 @@ var requiredMaps = map[string]bool{"ports": true, "ports_big": true, "conntrack"
 // onload and mask-cache sequence numbers, the controller-action limits.
 var notMigrated = map[string]bool{"exec_actions": true, "passes": true, "mf_scratch": true, "ct_scratch": true,
 	"upcall_wake": true, "onload_seqs": true, "mask_seqs": true, "action_meters": true, "recirc_progs": true,
-	"ct_settings": true, "upcalls": true, "onload": true, "tunnel_saved": true}
+	"ct_settings": true, "upcalls": true, "onload": true, "tunnel_saved": true, "ct_epoch": true}
 
 // ownedByProcess are map types whose entries are kernel objects a process
 // made (sockets, programs, CPU and device queues) or a ring: the new

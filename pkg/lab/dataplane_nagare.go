@@ -306,6 +306,12 @@ func (p *nagarePlane) Teardown(ctx context.Context, t *Topology) error {
 			b, _ := json.Marshal(st)
 			t.Sh.logf("# nagare-agent %s status: %s", n.Config.Name, b)
 		}
+		// The switch's counters too (which way packets went: shortcut,
+		// caches, upcalls); none to ask in DPU mode, where it listens on
+		// the DPU's link instead.
+		if r, err := switchd.Call(ctx, n.SwitchSocket(), switchd.CtlRequest{Cmd: "show"}); err == nil {
+			t.Sh.logf("# nagare-switch %s show:\n#   %s", n.Config.Name, strings.Join(r.Lines, "\n#   "))
+		}
 	}
 	return nil
 }

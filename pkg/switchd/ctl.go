@@ -294,8 +294,8 @@ func (s *Switch) show() ([]string, any, error) {
 	lines := []string{
 		fmt.Sprintf("bridge %s: dpid %016x, fail mode %s, %d ports, %d cached flows (limit %d), %d masks",
 			s.cfg.Bridge, s.cfg.DatapathID, s.cfg.FailMode, len(s.ports.list()), s.cache.len(), s.cfg.FlowLimit, s.dp.NumMasks()),
-		fmt.Sprintf("fast path: emc hits %d, megaflow hits %d, misses %d, upcalls %d, packets run through actions by BPF_PROG_RUN %d",
-			c["emc-hit"], c["megaflow-hit"], c["miss"], c["upcall"], c["executed"]),
+		fmt.Sprintf("fast path: connection shortcuts %d (learnt %d), emc hits %d, megaflow hits %d, misses %d, upcalls %d, packets run through actions by BPF_PROG_RUN %d",
+			c["shortcut-hit"], c["shortcut-learn"], c["emc-hit"], c["megaflow-hit"], c["miss"], c["upcall"], c["executed"]),
 		fmt.Sprintf("slow path: upcalls %d (miss %d, action %d), installed %d, install errors %d, flow limit hits %d, executed %d, execute errors %d, GSO packets segmented %d, too big to execute %d, translation errors %d, packet-ins %d, malformed upcalls %d, misses repeating their batch's key (translated once) %d",
 			st.upcalls.Load(), st.misses.Load(), st.actionUpcalls.Load(), st.installed.Load(), st.installErrs.Load(), st.limited.Load(),
 			st.executed.Load(), st.execErrs.Load(), st.segmented.Load(), st.truncated.Load(), st.xlateErrs.Load(), st.packetIns.Load(), st.badUpcalls.Load(),
