@@ -109,6 +109,17 @@ struct {
 	__type(value, struct shortcut);
 } shortcuts SEC(".maps");
 
+/* The devices whose packets have made a shortcut: the others' (a switch
+ * with no tracked traffic, a port of untracked flows) skip the lookup and
+ * pay one load. By ifindex, as ports (maps.h); past PORT_ARRAY every
+ * device looks. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PORT_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+} shortcut_ports SEC(".maps");
+
 #define SC_ACK bpf_htons(TH_ACK)
 #define SC_PSH_ACK bpf_htons(TH_ACK | TH_PSH)
 
@@ -179,6 +190,12 @@ __noinline int shortcut_run(struct __sk_buff *skb, __u32 in_port)
 
 	if (shortcuts_off || !skb || skb->vlan_present)
 		return -1;
+	if (skb->ifindex < PORT_ARRAY) {
+		__u32 i = skb->ifindex, *on = bpf_map_lookup_elem(&shortcut_ports, &i);
+
+		if (!on || !*on)
+			return -1;
+	}
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
 	ip = data + sizeof(struct ethhdr);
@@ -330,8 +347,15 @@ __noinline int shortcut_learn(struct __sk_buff *skb, const struct flow_key *key,
 	k.tos = key->nw_tos;
 	k.ttl = key->nw_ttl;
 	k.tcp_flags = key->tcp_flags;
-	if (!bpf_map_update_elem(&shortcuts, &k, &sc, BPF_ANY))
+	if (!bpf_map_update_elem(&shortcuts, &k, &sc, BPF_ANY)) {
 		count(CTR_SHORTCUT_LEARN);
+		if (k.ifindex < PORT_ARRAY) {
+			__u32 *on = bpf_map_lookup_elem(&shortcut_ports, &k.ifindex);
+
+			if (on && !*on)
+				*on = 1;
+		}
+	}
 	return 0;
 }
 

@@ -377,7 +377,7 @@ func replaceResizedRing(dir, name string, size uint32) error {
 // then change from one release to the next without making the pinned
 // instance incompatible.
 var unpinned = map[string]bool{"out_traces": true, ".rodata": true, ".bss": true, ".data": true,
-	"emc": true, "emc_tags": true, "mask_cache": true, "shortcuts": true}
+	"emc": true, "emc_tags": true, "mask_cache": true, "shortcuts": true, "shortcut_ports": true}
 
 // Close releases this process's handles. Pinned maps and port attachments
 // stay: traffic keeps flowing through the installed flows.
