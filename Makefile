@@ -138,7 +138,7 @@ test-short: generate
 # bench prints the fast path's BPF_PROG_RUN numbers (ns per packet).
 bench: deps generate
 	$(GO) test -run '^$$' -bench FastPath -benchtime 2000000x ./pkg/datapath/
-	$(GO) test -run '^$$' -bench MegaflowSearch -benchtime 300000x ./pkg/datapath/
+	$(GO) test -run '^$$' -bench 'MegaflowSearch|CTRecirc/ct-one' -benchtime 300000x ./pkg/datapath/
 	$(GO) test -run '^$$' -bench Dump -benchtime 3x ./pkg/datapath/
 	$(GO) test -run '^$$' -bench MapInsert -benchtime 64000x ./pkg/datapath/
 	$(GO) test -run '^$$' -bench Revalidation -benchtime 3x ./pkg/switchd/
@@ -156,7 +156,7 @@ perf: deps build
 	@mkdir -p $(PERF_OUT)
 	$(BIN)/nagarectl lab run fastpath --out $(PERF_OUT)/fastpath
 	$(BIN)/nagarectl lab run flow-setup --out $(PERF_OUT)/flow-setup
-	$(GO) test -run '^$$' -bench MegaflowSearch -benchtime 300000x ./pkg/datapath/ > $(PERF_OUT)/bench-datapath.txt; s=$$?; cat $(PERF_OUT)/bench-datapath.txt; exit $$s
+	$(GO) test -run '^$$' -bench 'MegaflowSearch|CTRecirc/ct-one' -benchtime 300000x ./pkg/datapath/ > $(PERF_OUT)/bench-datapath.txt; s=$$?; cat $(PERF_OUT)/bench-datapath.txt; exit $$s
 	$(GO) test -run '^$$' -bench FlowSetup -benchtime 100000x -count 3 ./pkg/switchd/ > $(PERF_OUT)/bench-switchd.txt; s=$$?; cat $(PERF_OUT)/bench-switchd.txt; exit $$s
 	cat $(PERF_OUT)/bench-datapath.txt $(PERF_OUT)/bench-switchd.txt > $(PERF_OUT)/bench.txt
 	$(BIN)/nagarectl lab perf $(PERF_OUT) > $(PERF_OUT)/perf.md; s=$$?; cat $(PERF_OUT)/perf.md; exit $$s

@@ -64,6 +64,10 @@ var PerfFigures = []PerfFigure{
 	{Name: "bench MegaflowSearch walk 1 mask min-ns/op", Bench: "BenchmarkMegaflowSearch/walk-1-masks", Metric: "min-ns/op"},
 	{Name: "bench MegaflowSearch walk 64 masks min-ns/op", Bench: "BenchmarkMegaflowSearch/walk-64-masks", Metric: "min-ns/op"},
 	{Name: "bench MegaflowSearch cache 64 masks min-ns/op", Bench: "BenchmarkMegaflowSearch/cache-64-masks", Metric: "min-ns/op"},
+	{Name: "bench one pass, orig, shortcut min-ns/op", Bench: "BenchmarkCTRecirc/ct-one-pass-orig", Metric: "min-ns/op"},
+	{Name: "bench one pass, orig, walk min-ns/op", Bench: "BenchmarkCTRecirc/ct-one-pass-orig-walk", Metric: "min-ns/op"},
+	{Name: "bench one pass, reply, shortcut min-ns/op", Bench: "BenchmarkCTRecirc/ct-one-pass-reply", Metric: "min-ns/op"},
+	{Name: "bench one pass, reply, walk min-ns/op", Bench: "BenchmarkCTRecirc/ct-one-pass-reply-walk", Metric: "min-ns/op"},
 }
 
 // ReadQuotedFigures reads the figures table: the rows of a Markdown table
