@@ -2,10 +2,8 @@ package datapath
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"slices"
@@ -15,6 +13,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/nagare-net/nagare/internal/nstest"
 	"github.com/nagare-net/nagare/pkg/flow"
 )
 
@@ -309,43 +308,7 @@ func TestShortcutOnVeth(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var l net.Listener
-	var err error
-	b.In(t, func() { l, err = net.Listen("tcp4", "10.1.0.2:7001") })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	got := make(chan [32]byte, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			close(got)
-			return
-		}
-		defer c.Close()
-		h := sha256.New()
-		_, _ = io.Copy(h, c)
-		got <- [32]byte(h.Sum(nil))
-	}()
-	var c net.Conn
-	a.In(t, func() { c, err = net.DialTimeout("tcp4", "10.1.0.2:7001", 5*time.Second) })
-	if err != nil {
-		t.Fatalf("connect: %v; drops %v", err, mustDrops(t, d))
-	}
-	data := bytes.Repeat([]byte("nagare shortcut "), (16<<20)/16)
-	if _, err := c.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	select {
-	case sum, ok := <-got:
-		if !ok || sum != sha256.Sum256(data) {
-			t.Fatalf("the stream arrived damaged or not at all; drops %v", mustDrops(t, d))
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("transfer timed out; drops %v", mustDrops(t, d))
-	}
+	nstest.TCPTransfer(t, b, a, "10.1.0.2:7001", 16<<20)
 	cnt, err := d.Counters()
 	if err != nil {
 		t.Fatal(err)
