@@ -52,7 +52,9 @@ __noinline int tunnel_key(struct __sk_buff *skb, struct flow_key *key)
 	return 0;
 }
 
-static __always_inline void update_stats(__u32 fid, __u32 len, __be16 tcp_flags)
+/* update_stats_at counts a packet of flow fid at now
+ * (bpf_ktime_get_coarse_ns()). */
+static __always_inline void update_stats_at(__u32 fid, __u32 len, __be16 tcp_flags, __u64 now)
 {
 	struct flow_stats *st = bpf_map_lookup_elem(&stats, &fid);
 
@@ -60,8 +62,13 @@ static __always_inline void update_stats(__u32 fid, __u32 len, __be16 tcp_flags)
 		return;
 	st->packets++;
 	st->bytes += len;
-	st->used = bpf_ktime_get_coarse_ns();
+	st->used = now;
 	st->tcp_flags |= bpf_ntohs(tcp_flags);
+}
+
+static __always_inline void update_stats(__u32 fid, __u32 len, __be16 tcp_flags)
+{
+	update_stats_at(fid, len, tcp_flags, bpf_ktime_get_coarse_ns());
 }
 
 static __always_inline struct port_info *port_lookup(__u32 ifindex)

@@ -41,16 +41,24 @@
  * deleted by the fast path (ct_free, ct_reap) or by userspace, new
  * timeouts — moves the tracker's epoch (ct_epoch, conntrack.h), which
  * the shortcut stores with the tick of its last check. So most packets
- * cost one hash lookup (the shortcut's) where the walk costs the key's
+ * cost one slot of an array (the shortcut's) where the walk costs the key's
  * hash, the exact-match cache and one or two of the tracker's.
  *
- * The table is an LRU hash of its own, not pinned: each switch process
- * starts it empty. An entry is made only for an established connection
- * (at most two flag sets a direction), so its size follows the
- * connections the tracker's per-port budgets admit; a port with more than
- * the table holds evicts the least recently used, whose packets then take
- * the walk, as before there were shortcuts. Learning is paced like the
- * exact-match cache's inserts (dp_config.emc): off with it.
+ * The table is a cache with a block of slots per CPU in one plain array
+ * (shortcuts[cpu << SHORTCUT_BITS | slot], userspace sizes it by the
+ * possible CPUs, as emc_tags), direct-mapped by a hash of the key and not
+ * pinned: each switch process starts it empty. A CPU reads and writes
+ * only its own block, with bottom halves off, so an entry is never read
+ * half written, and the per-tick check's writes stay in this CPU's cache.
+ * Not a hash map: on this machine kind every call costs a return through
+ * the kernel's return thunk (Safe RET, spec_rstack_overflow), and a hash
+ * map lookup is three calls, where an array's is inlined: 50-60 ns of a
+ * packet's 190 (docs/lab.md, "Shortcuts without calls"). An entry is made
+ * only for an established connection (at most two flag sets a direction);
+ * a key that hashes to a taken slot evicts its entry, whose packets then
+ * take the walk, as before there were shortcuts, until one of them learns
+ * it back. Learning is paced like the exact-match cache's inserts
+ * (dp_config.emc): off with it.
  */
 #ifndef NAGARE_SHORTCUT_H
 #define NAGARE_SHORTCUT_H
@@ -59,7 +67,8 @@
 #include "conntrack.h"
 #include "actions.h"
 
-#define SHORTCUT_ENTRIES 65536
+#define SHORTCUT_BITS 13
+#define SHORTCUT_SLOTS (1 << SHORTCUT_BITS) /* per CPU, as the exact-match cache */
 
 /* Set at load (pkg/datapath Config.NoShortcuts): benchmarks measure the
  * walk beside the shortcut. */
@@ -85,6 +94,7 @@ struct shortcut_key {
 	__u8 pad;
 	__be16 tcp_flags; /* the 12 bits the flow key has */
 	__u16 pad2;
+	__u32 pad3;       /* 40 bytes: compared as five words */
 };
 
 struct shortcut {
@@ -102,12 +112,43 @@ struct shortcut {
 	__u64 epoch;
 };
 
+_Static_assert(sizeof(struct shortcut_key) == 40, "shortcut_key must be 5 words");
+
+/* A slot: ifindex 0 (no packet's) marks it empty. */
+struct shortcut_slot {
+	struct shortcut_key key;
+	struct shortcut sc;
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, SHORTCUT_ENTRIES);
-	__type(key, struct shortcut_key);
-	__type(value, struct shortcut);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SHORTCUT_SLOTS); /* × possible CPUs, set by userspace */
+	__type(key, __u32);
+	__type(value, struct shortcut_slot);
 } shortcuts SEC(".maps");
+
+/* shortcut_slot_of is this CPU's slot for key k: the key's five words,
+ * each times its own odd constant, summed and mixed; the top bits pick
+ * the slot. */
+static __always_inline struct shortcut_slot *shortcut_slot_of(const struct shortcut_key *k)
+{
+	const __u64 *w = (const __u64 *)k;
+	__u64 h = w[0] * 0x9E3779B97F4A7C15ull + w[1] * 0xC2B2AE3D27D4EB4Full + w[2] * 0x165667B19E3779F9ull +
+		  w[3] * 0xD6E8FEB86659FD93ull + w[4] * 0xFF51AFD7ED558CCDull;
+	__u32 at;
+
+	h ^= h >> 29;
+	h *= 0x94D049BB133111EBull;
+	at = bpf_get_smp_processor_id() << SHORTCUT_BITS | (__u32)(h >> (64 - SHORTCUT_BITS));
+	return bpf_map_lookup_elem(&shortcuts, &at);
+}
+
+static __always_inline int shortcut_key_equal(const struct shortcut_key *a, const struct shortcut_key *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+
+	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) | (x[4] ^ y[4]));
+}
 
 /* The devices whose packets have made a shortcut: the others' (a switch
  * with no tracked traffic, a port of untracked flows) skip the lookup and
@@ -179,9 +220,9 @@ static __always_inline int shortcut_ct(const struct shortcut_key *k, __u16 zone,
  * so verified once. */
 __noinline int shortcut_run(struct __sk_buff *skb, __u32 in_port)
 {
+	struct shortcut_slot *slot;
 	struct shortcut_key k;
 	struct shortcut *sc;
-	struct parse_state ps;
 	struct iphdr *ip;
 	void *data, *data_end;
 	__u64 now, epoch;
@@ -229,8 +270,11 @@ __noinline int shortcut_run(struct __sk_buff *skb, __u32 in_port)
 	k.tos = ip->tos;
 	k.ttl = ip->ttl;
 
-	sc = bpf_map_lookup_elem(&shortcuts, &k);
-	if (!sc || sc->in_port != in_port || !flow_alive(sc->fid, sc->gen) || !(sc->flags & SC_CT))
+	slot = shortcut_slot_of(&k);
+	if (!slot || !shortcut_key_equal(&slot->key, &k))
+		return -1;
+	sc = &slot->sc;
+	if (sc->in_port != in_port || !flow_alive(sc->fid, sc->gen) || !(sc->flags & SC_CT))
 		return -1;
 	/* In the tick the connection was last checked, with no connection
 	 * closed or deleted since (the epoch), the tracker's entry is as that
@@ -246,20 +290,25 @@ __noinline int shortcut_run(struct __sk_buff *skb, __u32 in_port)
 		sc->epoch = epoch;
 	}
 
-	/* From here on the packet is the shortcut's: what the walk would do. */
-	update_stats(sc->fid, skb->len, k.tcp_flags);
+	/* From here on the packet is the shortcut's: what the walk would do.
+	 * The rewrites are direct writes (no helper calls): the frame was
+	 * checked above, and an skb shared with a clone was made private at
+	 * the program's entry (the verifier's prologue for direct writes). */
+	update_stats_at(sc->fid, skb->len, k.tcp_flags, now);
 	count(CTR_SHORTCUT_HIT);
-	if ((sc->flags & SC_MACS) && bpf_skb_store_bytes(skb, 0, sc->macs, 12, 0) < 0)
-		return drop(DROP_REWRITE);
+	if (sc->flags & SC_MACS)
+		__builtin_memcpy(data, sc->macs, 12);
 	if (sc->flags & SC_DEC_TTL) {
-		__builtin_memset(&ps, 0, sizeof(ps));
-		ps.l3 = L3_IPV4;
-		ps.l3_off = sizeof(struct ethhdr);
-		ret = rewrite_ttl(skb, &ps, 1, 0);
-		if (ret > 0)
+		__u32 check;
+
+		if (ip->ttl <= 1)
 			return drop(DROP_TTL_EXCEEDED);
-		if (ret < 0)
-			return drop(DROP_REWRITE);
+		/* The header checksum as the kernel's ip_decrease_ttl: the TTL
+		 * is the high byte of its 16-bit word. */
+		check = ip->check;
+		check += bpf_htons(0x0100);
+		ip->check = (__u16)(check + (check >= 0xffff));
+		ip->ttl--;
 	}
 	trace_reset();
 	if (sc->flags & SC_PEER) {
@@ -284,6 +333,7 @@ __noinline int shortcut_learn(struct __sk_buff *skb, const struct flow_key *key,
 {
 	struct shortcut_key k = {};
 	struct shortcut sc = {};
+	struct shortcut_slot *slot;
 	const struct action *a;
 	__u32 n, i = 1;
 
@@ -347,14 +397,17 @@ __noinline int shortcut_learn(struct __sk_buff *skb, const struct flow_key *key,
 	k.tos = key->nw_tos;
 	k.ttl = key->nw_ttl;
 	k.tcp_flags = key->tcp_flags;
-	if (!bpf_map_update_elem(&shortcuts, &k, &sc, BPF_ANY)) {
-		count(CTR_SHORTCUT_LEARN);
-		if (k.ifindex < PORT_ARRAY) {
-			__u32 *on = bpf_map_lookup_elem(&shortcut_ports, &k.ifindex);
+	slot = shortcut_slot_of(&k);
+	if (!slot)
+		return 0;
+	slot->key = k;
+	slot->sc = sc;
+	count(CTR_SHORTCUT_LEARN);
+	if (k.ifindex < PORT_ARRAY) {
+		__u32 *on = bpf_map_lookup_elem(&shortcut_ports, &k.ifindex);
 
-			if (on && !*on)
-				*on = 1;
-		}
+		if (on && !*on)
+			*on = 1;
 	}
 	return 0;
 }

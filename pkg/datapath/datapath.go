@@ -272,7 +272,7 @@ func (d *Datapath) load() error {
 	if err != nil {
 		return err
 	}
-	for _, name := range []string{"emc_tags", "mask_cache"} {
+	for _, name := range []string{"emc_tags", "mask_cache", "shortcuts"} {
 		spec.Maps[name].MaxEntries *= uint32(cpus)
 	}
 	for _, m := range spec.Maps {

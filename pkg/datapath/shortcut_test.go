@@ -142,6 +142,7 @@ func TestShortcutSameAsWalk(t *testing.T) {
 	}
 	for _, d := range []*testDP{with.testDP, without.testDP} {
 		onePass(d)
+		d.pinCPU(t) // shortcuts, as the exact-match cache, are per CPU
 	}
 	hits := func() uint64 { return with.counters()["shortcut-hit"] }
 	var took []string
@@ -225,6 +226,7 @@ func statsByFlow(t *testing.T, d *testDP) map[string]string {
 func TestShortcutRefreshesDeadline(t *testing.T) {
 	c := newCTTest(t, nil)
 	onePass(c.testDP)
+	c.pinCPU(t) // shortcuts are per CPU
 	cl, sv := "10.0.0.1", "10.0.0.2"
 	orig, reply := udpPkt(t, cl, sv, 1000, 2000, "x"), udpPkt(t, sv, cl, 2000, 1000, "x")
 	for _, p := range [][]byte{orig, reply, orig, reply} { // committed, replied, both learnt
