@@ -106,9 +106,11 @@ struct shortcut {
 	__u8 flags;        /* SC_* */
 	__u8 pad;
 	__u8 macs[12];
-	/* The coarse-clock tick and tracker epoch (ct_epoch_now) at which a
-	 * packet last checked and refreshed the connection (shortcut_ct). */
+	/* When a packet last checked and refreshed the connection
+	 * (shortcut_ct): the coarse clock (bpf_ktime_get_coarse_ns), its
+	 * tick (bpf_jiffies64) and the tracker's epoch (ct_epoch_now). */
 	__u64 checked;
+	__u64 checked_tick;
 	__u64 epoch;
 };
 
@@ -225,7 +227,7 @@ __noinline int shortcut_run(struct __sk_buff *skb, __u32 in_port)
 	struct shortcut *sc;
 	struct iphdr *ip;
 	void *data, *data_end;
-	__u64 now, epoch;
+	__u64 now, tick, epoch;
 	__u8 *l4;
 	int ret;
 
@@ -280,14 +282,27 @@ __noinline int shortcut_run(struct __sk_buff *skb, __u32 in_port)
 	 * closed or deleted since (the epoch), the tracker's entry is as that
 	 * check left it, deadline included (it moves once a tick): the walk's
 	 * ct would read it and write nothing. The epoch is read before the
-	 * check, so a close racing with it invalidates what it stores. */
-	now = bpf_ktime_get_coarse_ns();
+	 * check, so a close racing with it invalidates what it stores.
+	 *
+	 * The tick is jiffies, which the verifier inlines (a load), where
+	 * reading the coarse clock is a helper call, ~20 ns here: the clock
+	 * moves with jiffies, in the same tick handler (jiffies first, the
+	 * clock right after), so within one jiffy the clock read at the check
+	 * is the clock. (A check in the handler's instant between the two
+	 * keeps the previous tick's clock for this jiffy: the deadline it
+	 * writes, and the flow's last use, are then one tick early, as the
+	 * walk's would be for a packet in that instant.) */
+	tick = bpf_jiffies64();
 	epoch = ct_epoch_now();
-	if (sc->checked != now || sc->epoch != epoch) {
+	if (sc->checked_tick != tick || sc->epoch != epoch) {
+		now = bpf_ktime_get_coarse_ns();
 		if (shortcut_ct(&k, sc->zone, now) < 0)
 			return -1;
 		sc->checked = now;
+		sc->checked_tick = tick;
 		sc->epoch = epoch;
+	} else {
+		now = sc->checked;
 	}
 
 	/* From here on the packet is the shortcut's: what the walk would do.

@@ -269,4 +269,8 @@ type PortInfo struct {
 	Local   string `json:"local,omitempty"`
 	Carrier uint32 `json:"carrier,omitempty"` // a tunnel endpoint's device port
 	Device  string `json:"device,omitempty"`  // a tunnel endpoint's device
+	// Hook is how the fast path sits on the port's device: "tcx", or
+	// "clsact filter" for a pod port until pod attaches pause
+	// (pkg/datapath/hooks.go); empty for a port with no device of its own.
+	Hook string `json:"hook,omitempty"`
 }

@@ -15,9 +15,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -96,6 +96,10 @@ type Config struct {
 	ConntrackPortMax int
 	// ConntrackTimeouts: zero fields are nf_conntrack's defaults.
 	ConntrackTimeouts ConntrackTimeouts
+	// PodHookQuiet is how long pod port attaches must pause before pod
+	// ports move from their clsact filter to tcx (hooks.go). 0 means
+	// DefaultPodHookQuiet.
+	PodHookQuiet time.Duration
 	// NoShortcuts keeps every packet on the walk (parse, caches,
 	// actions): established connections take no shortcut
 	// (bpf/lib/shortcut.h). For benchmarks that compare the two.
@@ -145,6 +149,14 @@ type Datapath struct {
 
 	// maskSeqs is the mmapped mask_seqs array (maskcache.go).
 	maskSeqs []byte
+	// Pod ports waiting to move from their filter to tcx (hooks.go),
+	// under mu.
+	toTCX         map[int]bool // by ifindex
+	lastPodAttach time.Time
+	tcxTimer      *time.Timer
+	hooksClosed   bool
+	noTCX         bool  // the kernel has no tcx
+	hookErr       error // the last move that failed
 	// ctEpochMu makes bumpCTEpoch the one writer of its word.
 	ctEpochMu sync.Mutex
 	// gens and filter are the mmapped flow_gens and mask_filter arrays
@@ -382,6 +394,7 @@ var unpinned = map[string]bool{"out_traces": true, ".rodata": true, ".bss": true
 // Close releases this process's handles. Pinned maps and port attachments
 // stay: traffic keeps flowing through the installed flows.
 func (d *Datapath) Close() error {
+	d.closeHooks()
 	d.unmapOnloadSeqs()
 	d.unmapMaskSeqs()
 	d.unmapFlowArrays()
@@ -519,5 +532,3 @@ func isBPFFS(dir string) bool {
 func (d *Datapath) linkPin(ifindex int) string {
 	return filepath.Join(d.dir, "links", fmt.Sprintf("ifindex-%d", ifindex))
 }
-
-var _ = link.AttachTCX

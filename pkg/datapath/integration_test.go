@@ -16,10 +16,15 @@ import (
 
 // podPair builds node N with pods A (10.1.0.1) and B (10.1.0.2) attached to
 // a fast-path instance in N as ports 1 and 2.
-func podPair(t testing.TB) (n, a, b nstest.NS, d *Datapath) { return podPairQueues(t, 1) }
+func podPair(t testing.TB) (n, a, b nstest.NS, d *Datapath) { return podPairWith(t, 1, nil) }
 
 // podPairQueues is podPair with veths of that many queues each way.
 func podPairQueues(t testing.TB, queues int) (n, a, b nstest.NS, d *Datapath) {
+	return podPairWith(t, queues, nil)
+}
+
+// podPairWith is podPairQueues with the instance's Config changed.
+func podPairWith(t testing.TB, queues int, change func(*Config)) (n, a, b nstest.NS, d *Datapath) {
 	n, a, b = nstest.New(t, "node"), nstest.New(t, "a"), nstest.New(t, "b")
 	for _, v := range []struct {
 		pod  nstest.NS
@@ -35,7 +40,11 @@ func podPairQueues(t testing.TB, queues int) (n, a, b nstest.NS, d *Datapath) {
 	}
 	a.IP(t, "addr", "add", "10.1.0.1/24", "dev", "eth0")
 	b.IP(t, "addr", "add", "10.1.0.2/24", "dev", "eth0")
-	d, err := Open(Config{Name: n.Name, PinRoot: testPinDir, NetNS: n.Path, MaxFlows: 1024})
+	cfg := Config{Name: n.Name, PinRoot: testPinDir, NetNS: n.Path, MaxFlows: 1024}
+	if change != nil {
+		change(&cfg)
+	}
+	d, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,6 +65,9 @@ type Port struct {
 	Ifindex int
 	OFPort  uint32
 	Kind    PortKind
+	// Hook is how the program is attached: HookTCX, or HookFilter for a
+	// pod port until it moves to tcx (hooks.go).
+	Hook string
 }
 
 // AttachPort attaches the fast path at tcx ingress of device name and gives
@@ -93,57 +96,50 @@ func (d *Datapath) AttachPort(name string, ofport uint32, kind PortKind) (*Port,
 		if err := d.portMap(p.Ifindex).Put(uint32(p.Ifindex), info); err != nil {
 			return fmt.Errorf("datapath: attach %s: %w", name, err)
 		}
-		return d.attachProgram(p.Ifindex, kind)
+		p.Hook, err = d.attachProgram(p.Ifindex, kind)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	d.ports[ofport] = p
+	if p.Hook == HookFilter {
+		d.queueTCX(p.Ifindex)
+	}
 	return p, nil
 }
 
 // attachProgram attaches (or re-points) the ingress program on ifindex so
-// that the attachment outlives this process. Two hooks, by port kind:
+// that the attachment outlives this process, and says which hook it is
+// on. Two hooks, by port kind:
 //
-//   - pods: a cls_bpf filter (direct action) on the device's clsact qdisc.
-//     A tcx attach waits for RCU grace periods while it holds RTNL: 12 ms
-//     per device here (HZ=250), against 0.1 ms for a filter on a new
-//     clsact. Pods come and go with every CNI ADD, and a waiting RTNL also
-//     stalls every other ADD's netlink work; uplinks, tunnels and internal
-//     ports are few and long-lived.
+//   - pods: a cls_bpf filter (direct action) on the device's clsact
+//     qdisc, which the caller queues for tcx (hooks.go: a tcx attach
+//     waits for RCU grace periods under RTNL, 12 ms a device here, and
+//     pods come and go with every CNI ADD).
 //   - everything else: tcx, with the link pinned under the instance.
 //
 // A restart re-points either atomically (tcx link update, filter
 // replace): no packet sees a gap. A pinned tcx link wins over the kind, so
-// an instance attached by an older build keeps its hook.
-func (d *Datapath) attachProgram(ifindex int, kind PortKind) error {
+// a pod port moved to tcx keeps it (and loses a filter a move cut short
+// left behind).
+func (d *Datapath) attachProgram(ifindex int, kind PortKind) (string, error) {
+	pod := kind == PortPod || kind == PortRepresentor
 	pin := d.linkPin(ifindex)
 	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
 		defer l.Close()
 		if err := l.Update(d.objs.NagarePortIngress); err == nil {
-			return nil
+			if pod {
+				return HookTCX, filterDel(ifindex)
+			}
+			return HookTCX, nil
 		}
 		_ = l.Unpin()
 	}
-	if kind == PortPod || kind == PortRepresentor {
-		return d.attachFilter(ifindex)
+	if pod {
+		return HookFilter, d.attachFilter(ifindex)
 	}
-	l, err := link.AttachTCX(link.TCXOptions{
-		Interface: ifindex,
-		Program:   d.objs.NagarePortIngress,
-		Attach:    ebpf.AttachTCXIngress,
-	})
-	if err != nil {
-		if errors.Is(err, link.ErrNotSupported) {
-			return fmt.Errorf("datapath: tcx attach: %w (%w)", err, ErrNotSupported)
-		}
-		return fmt.Errorf("datapath: tcx attach to ifindex %d: %w", ifindex, err)
-	}
-	defer l.Close()
-	if err := l.Pin(pin); err != nil {
-		return fmt.Errorf("datapath: pin %s: %w", pin, err)
-	}
-	return nil
+	return HookTCX, d.attachTCX(ifindex)
 }
 
 // portFilter is the fast path's cls_bpf filter at clsact ingress of a pod
@@ -174,14 +170,7 @@ func (d *Datapath) attachFilter(ifindex int) error {
 // detachFilter removes the fast path's filter; a device or filter already
 // gone is fine.
 func (d *Datapath) detachFilter(ifindex int) error {
-	var err error
-	if ierr := d.inNetns(func() error { err = netlink.FilterDel(portFilter(ifindex, 0)); return nil }); ierr != nil {
-		return ierr
-	}
-	if err == nil || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) || errors.Is(err, unix.EINVAL) {
-		return nil
-	}
-	return fmt.Errorf("datapath: removing the tc filter of ifindex %d: %w", ifindex, err)
+	return d.inNetns(func() error { return filterDel(ifindex) })
 }
 
 // DetachPort removes port ofport from the fast path. Flows that output to
@@ -205,8 +194,10 @@ func (d *Datapath) detach(p *Port) error {
 		errs = append(errs, l.Unpin(), l.Close())
 	} else if !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
-	} else if p.Kind == PortPod || p.Kind == PortRepresentor {
-		errs = append(errs, d.detachFilter(p.Ifindex))
+	}
+	if p.Kind == PortPod || p.Kind == PortRepresentor {
+		errs = append(errs, d.detachFilter(p.Ifindex)) // none after a move to tcx: fine
+		delete(d.toTCX, p.Ifindex)
 	}
 	if p.Ifindex < portArray {
 		errs = append(errs, d.objs.Ports.Put(uint32(p.Ifindex), nagarePortInfo{}))

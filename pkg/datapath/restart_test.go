@@ -136,42 +136,125 @@ func attachedProgram(t *testing.T, d *Datapath, p Port) ebpf.ProgramID {
 	return id
 }
 
-// TestPodPortsUseClsact: pod ports are attached with a clsact filter (not
-// tcx, whose attach waits for RCU under RTNL), other kinds with a pinned
-// tcx link; detaching removes the filter.
-func TestPodPortsUseClsact(t *testing.T) {
-	n, _, _, d := podPair(t)
+// nagareFilters is the fast path's filters at clsact ingress of device
+// dev in namespace ns (tc's own view).
+func nagareFilters(t *testing.T, ns, dev string) int {
+	t.Helper()
+	out, err := exec.Command("tc", "-n", ns, "filter", "show", "dev", dev, "ingress").CombinedOutput()
+	if err != nil {
+		t.Fatalf("tc filter show: %v: %s", err, out)
+	}
+	return strings.Count(string(out), "nagare_port_ingress")
+}
+
+// TestPodPortsMoveToTCX: pod ports attach with a clsact filter (a CNI
+// ADD does not wait for tcx's RCU grace periods), other kinds with a
+// pinned tcx link. Once pod attaches pause, the pod ports move to tcx
+// (link pinned, filter gone) without losing a datagram of a ping-pong
+// running through them; a restart keeps them there; detaching removes
+// the hook a port has.
+func TestPodPortsMoveToTCX(t *testing.T) {
+	n, a, b, d := podPairWith(t, 1, func(c *Config) { c.PodHookQuiet = time.Hour })
 	n.IP(t, "link", "add", "up0", "type", "veth", "peer", "name", "up0p") // no dummy module here
 	up, err := d.AttachPort("up0", 3, PortUplink)
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := d.objs.NagarePortIngress.Info()
+	check := func(when string, d *Datapath, podHook string) {
+		t.Helper()
+		info, err := d.objs.NagarePortIngress.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		progID, _ := info.ID()
+		for _, p := range d.Ports() {
+			want := HookTCX
+			if p.Kind == PortPod {
+				want = podHook
+			}
+			_, pinErr := os.Stat(d.linkPin(p.Ifindex))
+			filters := nagareFilters(t, n.Name, p.Name)
+			if p.Hook != want || (want == HookTCX) != (pinErr == nil) || (want == HookFilter) != (filters == 1) || filters > 1 {
+				t.Errorf("%s: port %s (%v): hook %q, want %q; pinned tcx link: %v; nagare filters %d", when, p.Name, p.Kind, p.Hook, want, pinErr, filters)
+			}
+			if got := attachedProgram(t, d, p); got != progID {
+				t.Errorf("%s: port %s runs program %d, want %d", when, p.Name, got, progID)
+			}
+		}
+	}
+	check("attached", d, HookFilter)
+
+	// The pause: pod ports move while datagrams go to and fro.
+	crossConnect(t, d, 1, 2)
+	nstest.UDPEcho(t, b, "10.1.0.2:7000")
+	d.mu.Lock()
+	d.cfg.PodHookQuiet = time.Millisecond
+	d.tcxTimer.Reset(0)
+	d.mu.Unlock()
+	moved := func() bool {
+		for _, p := range d.Ports() {
+			if p.Hook != HookTCX {
+				return false
+			}
+		}
+		return true
+	}
+	sent, got := 0, 0
+	deadline := time.Now().Add(30 * time.Second)
+	for after := 0; after < 2; {
+		if moved() {
+			after++
+		} else if time.Now().After(deadline) {
+			t.Fatalf("pod ports still on their filters: %+v (hook error %v)", d.Ports(), d.HookError())
+		}
+		got += nstest.UDPRoundTrips(t, a, "10.1.0.2:7000", 100)
+		sent += 100
+	}
+	if got != sent {
+		t.Fatalf("%d of %d round trips while the pod ports moved to tcx", got, sent)
+	}
+	t.Logf("%d round trips, all back, while the pod ports moved", sent)
+	check("after the pause", d, HookTCX)
+	if err := d.HookError(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restart keeps them on tcx.
+	cfg := d.cfg
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	progID, _ := info.ID()
-	for _, p := range d.Ports() {
-		_, pinErr := os.Stat(d.linkPin(p.Ifindex))
-		if (p.Kind == PortPod) != (pinErr != nil) {
-			t.Errorf("port %s (%v): pinned tcx link: %v", p.Name, p.Kind, pinErr)
-		}
-		if got := attachedProgram(t, d, p); got != progID {
-			t.Errorf("port %s runs program %d, want %d", p.Name, got, progID)
+	t.Cleanup(func() { _ = d2.Destroy() })
+	check("restarted", d2, HookTCX)
+	if n := nstest.UDPRoundTrips(t, a, "10.1.0.2:7000", 20); n != 20 {
+		t.Fatalf("restarted: %d of 20 round trips", n)
+	}
+
+	var va Port
+	for _, p := range d2.Ports() {
+		if p.OFPort == 1 {
+			va = p
 		}
 	}
-	if err := d.DetachPort(1); err != nil {
+	if err := d2.DetachPort(1); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.DetachPort(up.OFPort); err != nil {
+	if err := d2.DetachPort(up.OFPort); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("tc", "-n", n.Name, "filter", "show", "dev", "va", "ingress").CombinedOutput()
-	if err != nil {
-		t.Fatalf("tc filter show: %v: %s", err, out)
+	for _, dev := range []string{"va", "up0"} {
+		if nagareFilters(t, n.Name, dev) != 0 {
+			t.Errorf("a filter left on detached %s", dev)
+		}
 	}
-	if strings.Contains(string(out), "nagare") {
-		t.Fatalf("filter left on a detached pod port:\n%s", out)
+	for _, ifx := range []int{up.Ifindex, va.Ifindex} {
+		if _, err := os.Stat(d2.linkPin(ifx)); !os.IsNotExist(err) {
+			t.Errorf("pinned tcx link of detached ifindex %d: %v", ifx, err)
+		}
 	}
 }
 

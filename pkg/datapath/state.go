@@ -127,7 +127,7 @@ func (d *Datapath) restore() error {
 				continue
 			}
 			p.Name = ifc.Name
-			if err := d.attachProgram(p.Ifindex, p.Kind); err != nil {
+			if p.Hook, err = d.attachProgram(p.Ifindex, p.Kind); err != nil {
 				return err
 			}
 			d.ports[p.OFPort] = p
@@ -136,6 +136,11 @@ func (d *Datapath) restore() error {
 	})
 	if err != nil {
 		return err
+	}
+	for _, p := range d.ports {
+		if p.Hook == HookFilter {
+			d.queueTCX(p.Ifindex)
+		}
 	}
 	for i := range d.vanished {
 		if err := d.detach(&d.vanished[i]); err != nil {

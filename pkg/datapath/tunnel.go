@@ -70,7 +70,7 @@ func (d *Datapath) SetNativeTunnel(t NativeTunnel) error {
 	if err := d.objs.NativeTunnels.Put(uint32(t.underlayIfindex), v); err != nil {
 		return fmt.Errorf("datapath: native tunnel: %w", err)
 	}
-	if err := d.inNetns(func() error { return d.attachProgram(t.underlayIfindex, PortUplink) }); err != nil {
+	if err := d.inNetns(func() error { _, err := d.attachProgram(t.underlayIfindex, PortUplink); return err }); err != nil {
 		_ = d.objs.NativeTunnels.Delete(uint32(t.underlayIfindex))
 		return err
 	}
@@ -182,7 +182,7 @@ func (d *Datapath) restoreNativeTunnels() error {
 			if _, err := net.InterfaceByIndex(int(e.key)); err != nil {
 				continue
 			}
-			if err := d.attachProgram(int(e.key), PortUplink); err != nil {
+			if _, err := d.attachProgram(int(e.key), PortUplink); err != nil {
 				return err
 			}
 			keep[e.key] = true

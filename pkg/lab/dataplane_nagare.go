@@ -13,6 +13,7 @@ import (
 
 	"github.com/nagare-net/nagare/pkg/agent"
 	"github.com/nagare-net/nagare/pkg/agent/config"
+	"github.com/nagare-net/nagare/pkg/datapath"
 	"github.com/nagare-net/nagare/pkg/nscluster"
 	"github.com/nagare-net/nagare/pkg/switchd"
 )
@@ -246,7 +247,55 @@ func (p *nagarePlane) Setup(ctx context.Context, t *Topology) error {
 		}
 		t.Sh.logf("#   → %s (MAC %s, host end %s)", pod.IP, pod.MAC, pod.HostIf)
 	}
-	return waitServicesProgrammed(ctx, c, 30*time.Second)
+	if err := waitServicesProgrammed(ctx, c, 30*time.Second); err != nil {
+		return err
+	}
+	for _, n := range c.Nodes {
+		if err := waitPodHooks(ctx, t, n.Config.Name, n.SwitchSocket(), 30*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitPodHooks waits until the switch serving socket has moved its pod
+// ports from their clsact filter to tcx, as a switch does a second after
+// pod attaches pause (pkg/datapath/hooks.go): the lab measures a cluster
+// whose pods have settled, not the first second after their ADD.
+func waitPodHooks(ctx context.Context, t *Topology, name, socket string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		r, err := switchd.Call(ctx, socket, switchd.CtlRequest{Cmd: "list-ports"})
+		if err != nil {
+			return fmt.Errorf("nagare-switch %s list-ports: %w", name, err)
+		}
+		var ports []switchd.PortInfo
+		if err := json.Unmarshal(r.Data, &ports); err != nil {
+			return fmt.Errorf("nagare-switch %s list-ports: %w", name, err)
+		}
+		var waiting []string
+		for _, p := range ports {
+			if p.Hook == datapath.HookFilter {
+				waiting = append(waiting, p.Name)
+			}
+		}
+		if len(waiting) == 0 {
+			t.Sh.logf("# nagare-switch %s: every pod port on tcx (moved from its clsact filter once attaches paused)", name)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			show := ""
+			if r, err := switchd.Call(ctx, socket, switchd.CtlRequest{Cmd: "show"}); err == nil {
+				show = ": " + strings.Join(r.Lines, "; ")
+			}
+			return fmt.Errorf("nagare-switch %s: pod ports %v still on their clsact filter after %v%s", name, waiting, limit, show)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // waitServicesProgrammed waits until every agent of c is connected to its

@@ -235,7 +235,10 @@ func (p *nagareSwitchPlane) start(ctx context.Context, t *Topology, sw *nagareSw
 			}
 		}
 	}
-	return p.program(ctx, t, sw, nil)
+	if err := p.program(ctx, t, sw, nil); err != nil {
+		return err
+	}
+	return waitPodHooks(ctx, t, sw.bridge, sw.socket(), 30*time.Second)
 }
 
 // ident is what names sw's switch (and, derived from it, its pins).

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -177,9 +179,16 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port
 		return a
 	}
 	args := []string{"ip", "netns", "exec", client.NS, "taskset", "-c", strconv.Itoa(cpu)}
+	var fullLog string // sockperf's round trips, for the quiet p50
 	switch m.Kind {
 	case KindRTT:
-		args = append(args, "sockperf", "ping-pong", "-i", ip, "-p", port, "-m", strconv.Itoa(m.Size), "-t", secs)
+		dir, err := os.MkdirTemp("", "nagare-lab-sockperf-")
+		if err != nil {
+			return Sample{}, err
+		}
+		defer os.RemoveAll(dir)
+		fullLog = filepath.Join(dir, "full-log.csv")
+		args = append(args, "sockperf", "ping-pong", "-i", ip, "-p", port, "-m", strconv.Itoa(m.Size), "-t", secs, "--full-log", fullLog)
 	case KindTCP, KindUDPPPS:
 		args = append(args, iperfArgs(ip, port)...)
 	case KindConnRate:
@@ -257,6 +266,15 @@ func (r *planeRun) runClient(ctx context.Context, tc test, client *Pod, ip, port
 	switch m.Kind {
 	case KindRTT:
 		v, err := ParseSockperf(output)
+		if err != nil {
+			return smp, err
+		}
+		f, err := os.Open(fullLog)
+		if err != nil {
+			return smp, fmt.Errorf("sockperf full log: %w", err)
+		}
+		v.P50QuietUs, v.QuietSlices, err = QuietP50(f)
+		f.Close()
 		if err != nil {
 			return smp, err
 		}

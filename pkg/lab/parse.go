@@ -1,8 +1,11 @@
 package lab
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,6 +24,13 @@ type RTTResult struct {
 	P99Us  float64 `json:"rtt_p99_us"`
 	P999Us float64 `json:"rtt_p99_9_us"`
 	MaxUs  float64 `json:"rtt_max_us"`
+	// P50QuietUs is the least p50 over the run's half-second slices
+	// (QuietP50): the data plane's own cost on a machine whose latency
+	// moves in and out of slower periods of its own (docs/lab.md,
+	// "Quiet p50"). 0 when the run had no full slice.
+	P50QuietUs float64 `json:"rtt_p50_quiet_us,omitempty"`
+	// QuietSlices is the number of slices P50QuietUs is the least of.
+	QuietSlices int `json:"quiet_slices,omitempty"`
 	// TransPerSec is completed round trips per second in the valid
 	// (post-warm-up) window; one request is outstanding at a time.
 	TransPerSec  float64 `json:"trans_per_s"`
@@ -96,6 +106,80 @@ func ParseSockperf(out string) (RTTResult, error) {
 		return r, fmt.Errorf("sockperf: no observations")
 	}
 	return r, nil
+}
+
+// QuietSlice is the length of the slices QuietP50 splits a run into, and
+// minSliceObs the round trips a slice needs to count (a run's last slice
+// is cut short).
+const (
+	QuietSlice  = 0.5 // seconds
+	minSliceObs = 1000
+)
+
+// QuietP50 reads sockperf's --full-log (after a header line "packet,
+// txTime(sec), rxTime(sec), latency(usec)", one line per round trip of
+// the valid window: number, send time, receive time, one-way latency),
+// splits the round trips into slices of QuietSlice by send time and
+// returns the least of the slices' p50 RTTs (2 × one-way, as everywhere
+// here) and the number of slices.
+//
+// Why: on the machines this lab runs on, a ping-pong's latency moves
+// between a fast and a slow level by the second, whatever runs (a bare
+// veth pair's p50 was 15.0–15.9 µs in some seconds of one client's run
+// and 18.4–19.9 in others). A test's p50 then says as much about the
+// share of slow seconds it met as about the data plane. Each slice's p50
+// rests on thousands of round trips, so the quietest slice's is the data
+// plane's cost in the machine's fast level, comparable between planes
+// measured minutes apart.
+func QuietP50(r io.Reader) (float64, int, error) {
+	sc := bufio.NewScanner(r)
+	var (
+		started bool
+		t0      float64
+		slices  = map[int][]float64{}
+	)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if !started {
+			started = strings.HasPrefix(line, "packet,")
+			continue
+		}
+		f := strings.Split(line, ",")
+		if len(f) != 4 {
+			if strings.HasPrefix(line, "---") {
+				break
+			}
+			continue
+		}
+		tx, err1 := strconv.ParseFloat(strings.TrimSpace(f[1]), 64)
+		lat, err2 := strconv.ParseFloat(strings.TrimSpace(f[3]), 64)
+		if err1 != nil || err2 != nil {
+			return 0, 0, fmt.Errorf("sockperf full log: bad line %q", line)
+		}
+		if len(slices) == 0 {
+			t0 = tx
+		}
+		k := int((tx - t0) / QuietSlice)
+		slices[k] = append(slices[k], 2*lat)
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, err
+	}
+	if !started {
+		return 0, 0, fmt.Errorf("sockperf full log: no header line")
+	}
+	best, n := math.Inf(1), 0
+	for _, v := range slices {
+		if len(v) < minSliceObs {
+			continue
+		}
+		n++
+		best = math.Min(best, percentile(v, 50))
+	}
+	if n == 0 {
+		return 0, 0, nil
+	}
+	return best, n, nil
 }
 
 // TCPResult is an iperf3 TCP test.

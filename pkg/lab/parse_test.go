@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -197,5 +198,43 @@ func TestUsageBetween(t *testing.T) {
 	}
 	if u.NetRxSoftirqs != 110 || u.Softirqs[0] != 11 || u.Softirqs[1] != 100 {
 		t.Errorf("softirqs %v net_rx %d", u.Softirqs, u.NetRxSoftirqs)
+	}
+}
+
+// TestQuietP50: the least of the half-second slices' p50s, a slice cut
+// short left out; the preamble sockperf writes before its header skipped.
+func TestQuietP50(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(readTestdata(t, "sockperf-full-log-head.txt"))
+	n := 0
+	add := func(from float64, count int, oneWay func(i int) float64) {
+		for i := range count {
+			tx := from + float64(i)*QuietSlice/float64(count+1)
+			fmt.Fprintf(&b, "%d, %.9f, %.9f, %.3f\n", n, tx, tx+2*oneWay(i)/1e6, oneWay(i))
+			n++
+		}
+	}
+	// Slow, fast (half at 7.0, half at 8.0 µs one-way: p50 14 µs RTT,
+	// the lower middle), slow again, then a short last slice faster than all.
+	add(100.0, 2000, func(int) float64 { return 10 })
+	add(100.5, 2000, func(i int) float64 { return 7 + float64(i%2) })
+	add(101.0, 2000, func(i int) float64 { return 9 + float64(i%3) })
+	add(101.5, 50, func(int) float64 { return 1 })
+	b.WriteString("------------------------------\n")
+	p50, slices, err := QuietP50(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices != 3 || p50 != 14 {
+		t.Errorf("quiet p50 %v over %d slices, want 14 (the fast slice's) over 3", p50, slices)
+	}
+	if _, _, err := QuietP50(strings.NewReader("0, 1.0, 1.1, 5.0\n")); err == nil {
+		t.Error("a log without its header line: no error")
+	}
+	if _, _, err := QuietP50(strings.NewReader("packet, txTime(sec), rxTime(sec), latency(usec)\n0, x, 1.1, 5.0\n")); err == nil {
+		t.Error("a bad line: no error")
+	}
+	if p, n, err := QuietP50(strings.NewReader("packet, txTime(sec), rxTime(sec), latency(usec)\n0, 1.0, 1.1, 5.0\n")); err != nil || n != 0 || p != 0 {
+		t.Errorf("no full slice: %v %d %v, want 0 0 nil", p, n, err)
 	}
 }

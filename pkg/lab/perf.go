@@ -42,6 +42,9 @@ type PerfFigure struct {
 var PerfFigures = []PerfFigure{
 	{Name: "fastpath intra-rtt same-core p50, nagare ÷ veth", Scenario: "fastpath", Measurement: "intra-rtt", Placement: SameCore, Column: "p50", Plane: "nagare", Peer: "veth", Ratio: true},
 	{Name: "fastpath intra-rtt cross-core p50, nagare ÷ veth", Scenario: "fastpath", Measurement: "intra-rtt", Placement: CrossCore, Column: "p50", Plane: "nagare", Peer: "veth", Ratio: true},
+	{Name: "fastpath intra-rtt same-core p50 quiet, nagare ÷ veth", Scenario: "fastpath", Measurement: "intra-rtt", Placement: SameCore, Column: "p50 quiet", Plane: "nagare", Peer: "veth", Ratio: true},
+	{Name: "fastpath intra-rtt cross-core p50 quiet, nagare ÷ veth", Scenario: "fastpath", Measurement: "intra-rtt", Placement: CrossCore, Column: "p50 quiet", Plane: "nagare", Peer: "veth", Ratio: true},
+	{Name: "fastpath intra-rtt same-core p50 quiet, tc-redirect ÷ veth", Scenario: "fastpath", Measurement: "intra-rtt", Placement: SameCore, Column: "p50 quiet", Plane: "tc-redirect", Peer: "veth", Ratio: true},
 	{Name: "fastpath intra-rtt same-core p50, tc-redirect ÷ veth (the tc hop's floor)", Scenario: "fastpath", Measurement: "intra-rtt", Placement: SameCore, Column: "p50", Plane: "tc-redirect", Peer: "veth", Ratio: true},
 	{Name: "fastpath intra-rtt same-core p50, nagare-switch ÷ veth", Scenario: "fastpath", Measurement: "intra-rtt", Placement: SameCore, Column: "p50", Plane: "nagare-switch", Peer: "veth", Ratio: true},
 	{Name: "fastpath inter-rtt same-core p50, nagare ÷ bridge+vxlan", Scenario: "fastpath", Measurement: "inter-rtt", Placement: SameCore, Column: "p50", Plane: "nagare", Peer: "linux-bridge+vxlan", Ratio: true},

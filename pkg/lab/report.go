@@ -67,6 +67,9 @@ func (res *Result) Rows() []*Row {
 			add("min", r.MinUs)
 			add("avg", r.AvgUs)
 			add("p50", r.P50Us)
+			if r.QuietSlices > 0 {
+				add("p50 quiet", r.P50QuietUs)
+			}
 			add("p90", r.P90Us)
 			add("p99", r.P99Us)
 			add("p99.9", r.P999Us)
@@ -181,7 +184,7 @@ func columnsFor(kind string) []column {
 	switch kind {
 	case KindRTT:
 		cols = []column{{"RTT min", "min", 1, false}, {"RTT avg", "avg", 1, false}, {"RTT p50", "p50", 1, false},
-			{"RTT p90", "p90", 1, false}, {"RTT p99", "p99", 1, false}, {"trans/s", "trans/s", 0, false}}
+			{"RTT p50 quiet", "p50 quiet", 1, false}, {"RTT p90", "p90", 1, false}, {"RTT p99", "p99", 1, false}, {"trans/s", "trans/s", 0, false}}
 	case KindTCP:
 		cols = []column{{"TCP Gbit/s", "gbps", 2, false}, {"retransmits", "retrans", 0, false}}
 	case KindUDPPPS:
@@ -261,6 +264,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "%s, %d CPUs, kernel %s; %d repetition(s), data planes interleaved; wall time %.0f s.\n",
 		res.Host.CPU, res.Host.CPUs, res.Host.Kernel, s.Reps, res.WallSeconds)
 	fmt.Fprintf(w, "Cells: median (min–max) over repetitions. RTT in µs = 2 × sockperf's one-way latency (sockperf prints RTT/2).\n")
+	fmt.Fprintf(w, "RTT p50 quiet: the least p50 over the test's %.1f s slices, the data plane's cost outside the machine's slow periods (docs/lab.md, \"Quiet p50\").\n", QuietSlice)
 	fmt.Fprintf(w, "CPU-s: CPU seconds during the client's run; switch = the data plane's processes (– = in-kernel, counted in host), host = whole VM.\n")
 	fmt.Fprintf(w, "softirqs, interrupts: counts on all CPUs during the client's run. bg busy %%: VM load from others just before the data plane's run (high = noisy row).\n")
 	if res.Interrupted {
@@ -512,7 +516,7 @@ func (res *Result) writeCost(w io.Writer, rows []*Row) {
 
 // csvHeader lists samples.csv's columns.
 var csvHeader = append([]string{"dataplane", "measurement", "kind", "client", "server", "scope", "placement", "load", "rep", "status", "error",
-	"start", "rtt_min_us", "rtt_avg_us", "rtt_p50_us", "rtt_p90_us", "rtt_p99_us", "rtt_p99_9_us", "rtt_max_us", "trans_per_s",
+	"start", "rtt_min_us", "rtt_avg_us", "rtt_p50_us", "rtt_p90_us", "rtt_p99_us", "rtt_p99_9_us", "rtt_max_us", "trans_per_s", "rtt_p50_quiet_us",
 	"tcp_gbps", "tcp_retransmits", "udp_rx_pps", "udp_tx_pps", "udp_loss_pct",
 	"background_busy_pct", "window_s", "switch_procs", "switch_cpu_s", "host_cpu_s", "host_busy_per_cpu", "softirqs_per_cpu", "net_rx_softirqs", "interrupts_per_cpu"}, append(append(flowSetupCSVHeader, servicesCSVHeader...), meshCSVHeader...)...)
 
@@ -528,9 +532,13 @@ func (res *Result) WriteCSV(w io.Writer) error {
 			rec[11] = s.Start.UTC().Format("2006-01-02T15:04:05Z")
 		}
 		if r := s.RTT; r != nil {
-			rec = append(rec, f(r.MinUs), f(r.AvgUs), f(r.P50Us), f(r.P90Us), f(r.P99Us), f(r.P999Us), f(r.MaxUs), f(r.TransPerSec))
+			quiet := ""
+			if r.QuietSlices > 0 {
+				quiet = f(r.P50QuietUs)
+			}
+			rec = append(rec, f(r.MinUs), f(r.AvgUs), f(r.P50Us), f(r.P90Us), f(r.P99Us), f(r.P999Us), f(r.MaxUs), f(r.TransPerSec), quiet)
 		} else {
-			rec = append(rec, "", "", "", "", "", "", "", "")
+			rec = append(rec, "", "", "", "", "", "", "", "", "")
 		}
 		if r := s.TCP; r != nil {
 			rec = append(rec, f(r.Gbps), strconv.FormatInt(r.Retransmits, 10))

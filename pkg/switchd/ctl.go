@@ -201,10 +201,17 @@ func (s *Switch) listPorts() ([]string, any, error) {
 	for _, p := range ports {
 		byNo[p.no] = p
 	}
+	hooks := map[int]string{}
+	for _, p := range s.dp.Ports() {
+		hooks[p.Ifindex] = p.Hook
+	}
 	var lines []string
 	out := []PortInfo{}
 	for _, p := range ports {
 		pi := PortInfo{OFPort: p.no, Name: p.name, Kind: p.kind.String(), Ifindex: p.ifindex}
+		if p.ifindex != 0 {
+			pi.Hook = hooks[p.ifindex]
+		}
 		if p.tunnel != nil {
 			pi.Remote = p.tunnel.Remote.String()
 			if p.tunnel.Local.IsValid() {
@@ -279,6 +286,21 @@ func placementSummary(st PlacementStats) string {
 		capacity, st.Offloaded, st.Onloaded, st.ToFast, st.ToSlow, st.OnloadPackets, st.OnloadBytes, st.OnloadBatches, st.OnloadWhole, st.OnloadVnetHdr, st.OnloadSegmented, st.OnloadFailed, st.OnloadUnknown)
 }
 
+// hooksLine says how the fast path sits on the ports: pod ports start on
+// a clsact filter and move to tcx once pod attaches pause
+// (pkg/datapath/hooks.go).
+func (s *Switch) hooksLine() string {
+	n := map[string]int{}
+	for _, p := range s.dp.Ports() {
+		n[p.Hook]++
+	}
+	line := fmt.Sprintf("port hooks: tcx %d, clsact filter %d (pod ports, until pod attaches pause)", n[datapath.HookTCX], n[datapath.HookFilter])
+	if err := s.dp.HookError(); err != nil {
+		line += "; last move to tcx failed: " + err.Error()
+	}
+	return line
+}
+
 func (s *Switch) show() ([]string, any, error) {
 	c, err := s.dp.Counters()
 	if err != nil {
@@ -294,6 +316,7 @@ func (s *Switch) show() ([]string, any, error) {
 	lines := []string{
 		fmt.Sprintf("bridge %s: dpid %016x, fail mode %s, %d ports, %d cached flows (limit %d), %d masks",
 			s.cfg.Bridge, s.cfg.DatapathID, s.cfg.FailMode, len(s.ports.list()), s.cache.len(), s.cfg.FlowLimit, s.dp.NumMasks()),
+		s.hooksLine(),
 		fmt.Sprintf("fast path: connection shortcuts %d (learnt %d), emc hits %d, megaflow hits %d, misses %d, upcalls %d, packets run through actions by BPF_PROG_RUN %d",
 			c["shortcut-hit"], c["shortcut-learn"], c["emc-hit"], c["megaflow-hit"], c["miss"], c["upcall"], c["executed"]),
 		fmt.Sprintf("slow path: upcalls %d (miss %d, action %d), installed %d, install errors %d, flow limit hits %d, executed %d, execute errors %d, GSO packets segmented %d, too big to execute %d, translation errors %d, packet-ins %d, malformed upcalls %d, misses repeating their batch's key (translated once) %d",
