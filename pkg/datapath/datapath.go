@@ -96,9 +96,9 @@ type Config struct {
 	ConntrackPortMax int
 	// ConntrackTimeouts: zero fields are nf_conntrack's defaults.
 	ConntrackTimeouts ConntrackTimeouts
-	// PodHookQuiet is how long pod port attaches must pause before pod
-	// ports move from their clsact filter to tcx (hooks.go). 0 means
-	// DefaultPodHookQuiet.
+	// PodHookQuiet is how long pod port attaches and detaches must pause
+	// before pod ports move from their clsact filter to tcx (hooks.go).
+	// 0 means DefaultPodHookQuiet.
 	PodHookQuiet time.Duration
 	// NoShortcuts keeps every packet on the walk (parse, caches,
 	// actions): established connections take no shortcut
@@ -152,7 +152,7 @@ type Datapath struct {
 	// Pod ports waiting to move from their filter to tcx (hooks.go),
 	// under mu.
 	toTCX         map[int]bool // by ifindex
-	lastPodAttach time.Time
+	lastPodChange time.Time
 	tcxTimer      *time.Timer
 	hooksClosed   bool
 	noTCX         bool  // the kernel has no tcx

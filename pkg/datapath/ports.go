@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -190,14 +191,19 @@ func (d *Datapath) detach(p *Port) error {
 	if t, ok := d.nativeTunnel(p); ok {
 		errs = append(errs, d.clearNativeTunnel(p, t))
 	}
-	if l, err := link.LoadPinnedLink(d.linkPin(p.Ifindex), nil); err == nil {
+	pod := p.Kind == PortPod || p.Kind == PortRepresentor
+	if l, err := link.LoadPinnedLink(d.linkPin(p.Ifindex), nil); err == nil && pod {
+		errs = append(errs, l.Unpin())
+		closeLinkLater(l)
+	} else if err == nil {
 		errs = append(errs, l.Unpin(), l.Close())
 	} else if !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	if p.Kind == PortPod || p.Kind == PortRepresentor {
+	if pod {
 		errs = append(errs, d.detachFilter(p.Ifindex)) // none after a move to tcx: fine
 		delete(d.toTCX, p.Ifindex)
+		d.lastPodChange = time.Now() // a CNI DEL: moves wait for the pause, as after an ADD
 	}
 	if p.Ifindex < portArray {
 		errs = append(errs, d.objs.Ports.Put(uint32(p.Ifindex), nagarePortInfo{}))
