@@ -155,8 +155,9 @@ type Datapath struct {
 	lastPodChange time.Time
 	tcxTimer      *time.Timer
 	hooksClosed   bool
-	noTCX         bool  // the kernel has no tcx
-	hookErr       error // the last move that failed
+	moveMu        sync.Mutex // held by moveHooks while it runs
+	noTCX         bool       // the kernel has no tcx
+	hookErr       error      // the last move that failed
 	// ctEpochMu makes bumpCTEpoch the one writer of its word.
 	ctEpochMu sync.Mutex
 	// gens and filter are the mmapped flow_gens and mask_filter arrays

@@ -77,6 +77,8 @@ func (d *Datapath) queueTCX(ifindex int) {
 // attaches stay paused. d.mu is not held during a tcx attach (flow
 // installs need it): a port detached meanwhile loses the link again.
 func (d *Datapath) moveHooks() {
+	d.moveMu.Lock() // Close waits for a move under way (closeHooks)
+	defer d.moveMu.Unlock()
 	for {
 		d.mu.Lock()
 		if d.hooksClosed || len(d.toTCX) == 0 {
@@ -106,20 +108,16 @@ func (d *Datapath) moveHooks() {
 		d.mu.Lock()
 		p = d.portByIfindex(ifindex)
 		switch {
-		case err != nil:
-			d.hookErr = fmt.Errorf("moving port %s to tcx: %w", name, err)
-			if errors.Is(err, ErrNotSupported) {
-				d.noTCX = true // a kernel without tcx: filters it is
-				clear(d.toTCX)
-			}
-		case p == nil:
-			err = d.inNetns(func() error { return unpinLink(d.linkPin(ifindex)) }) // detached meanwhile
-		default:
-			if err = d.inNetns(func() error { return filterDel(ifindex) }); err == nil {
-				p.Hook = HookTCX
-			}
+		case err == nil && p == nil: // detached meanwhile
+			err = d.inNetns(func() error { return unpinLink(d.linkPin(ifindex)) })
+		case err == nil:
+			p.Hook = HookTCX // tcx runs first: a filter left behind never runs
+			err = d.inNetns(func() error { return filterDel(ifindex) })
+		case errors.Is(err, ErrNotSupported):
+			d.noTCX = true // a kernel without tcx: filters it is
+			clear(d.toTCX)
 		}
-		if err != nil && d.hookErr == nil {
+		if err != nil {
 			d.hookErr = fmt.Errorf("moving port %s to tcx: %w", name, err)
 		}
 		d.mu.Unlock()
@@ -184,14 +182,17 @@ func closeLinkLater(l link.Link) {
 	time.AfterFunc(podLinkGrace, func() { _ = l.Close() })
 }
 
-// closeHooks stops the moves (Close).
+// closeHooks stops the moves and waits for one under way (Close: the
+// namespace and the program it uses go next).
 func (d *Datapath) closeHooks() {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.hooksClosed = true
 	if d.tcxTimer != nil {
 		d.tcxTimer.Stop()
 	}
+	d.mu.Unlock()
+	d.moveMu.Lock()
+	d.moveMu.Unlock() // a barrier: no move runs past this point
 }
 
 // HookError is the last failure to move a pod port to tcx, or nil; the
