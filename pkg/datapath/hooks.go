@@ -109,7 +109,7 @@ func (d *Datapath) moveHooks() {
 		p = d.portByIfindex(ifindex)
 		switch {
 		case err == nil && p == nil: // detached meanwhile
-			err = d.inNetns(func() error { return unpinLink(d.linkPin(ifindex)) })
+			err = unpinLink(d.linkPin(ifindex), false)
 		case err == nil:
 			p.Hook = HookTCX // tcx runs first: a filter left behind never runs
 			err = d.inNetns(func() error { return filterDel(ifindex) })
@@ -124,13 +124,20 @@ func (d *Datapath) moveHooks() {
 	}
 }
 
-// unpinLink detaches and unpins the tcx link pinned at pin, if any.
-func unpinLink(pin string) error {
+// unpinLink unpins the tcx link pinned at pin, if any, and closes it: at
+// once (which detaches it), or, later, after podLinkGrace
+// (closeLinkLater).
+func unpinLink(pin string, later bool) error {
 	l, err := link.LoadPinnedLink(pin, nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
+		return err
+	}
+	if later {
+		err = l.Unpin()
+		closeLinkLater(l)
 		return err
 	}
 	return errors.Join(l.Unpin(), l.Close())

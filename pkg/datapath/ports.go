@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -35,6 +34,10 @@ const (
 	// back to the host as a NIC's DMA into the VF would.
 	PortRepresentor
 )
+
+// pod says whether ports of kind k are pods' (a pod's veth, a VF
+// representor): attached with a filter first, moved to tcx (hooks.go).
+func (k PortKind) pod() bool { return k == PortPod || k == PortRepresentor }
 
 func (k PortKind) String() string {
 	switch k {
@@ -125,7 +128,7 @@ func (d *Datapath) AttachPort(name string, ofport uint32, kind PortKind) (*Port,
 // a pod port moved to tcx keeps it (and loses a filter a move cut short
 // left behind).
 func (d *Datapath) attachProgram(ifindex int, kind PortKind) (string, error) {
-	pod := kind == PortPod || kind == PortRepresentor
+	pod := kind.pod()
 	pin := d.linkPin(ifindex)
 	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
 		defer l.Close()
@@ -191,15 +194,8 @@ func (d *Datapath) detach(p *Port) error {
 	if t, ok := d.nativeTunnel(p); ok {
 		errs = append(errs, d.clearNativeTunnel(p, t))
 	}
-	pod := p.Kind == PortPod || p.Kind == PortRepresentor
-	if l, err := link.LoadPinnedLink(d.linkPin(p.Ifindex), nil); err == nil && pod {
-		errs = append(errs, l.Unpin())
-		closeLinkLater(l)
-	} else if err == nil {
-		errs = append(errs, l.Unpin(), l.Close())
-	} else if !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
-	}
+	pod := p.Kind.pod()
+	errs = append(errs, unpinLink(d.linkPin(p.Ifindex), pod)) // a pod's device takes its link (closeLinkLater)
 	if pod {
 		errs = append(errs, d.detachFilter(p.Ifindex)) // none after a move to tcx: fine
 		delete(d.toTCX, p.Ifindex)
